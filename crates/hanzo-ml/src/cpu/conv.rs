@@ -1,0 +1,1 @@
+//! Convolutions and pooling (im2col + gemm). Filled in by the conv module work.

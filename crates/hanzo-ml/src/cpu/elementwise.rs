@@ -1,0 +1,173 @@
+//! Generic element-wise maps over strided views. Contiguous inputs take a flat (parallel)
+//! path; strided ones walk contiguous blocks; broadcasts of a contiguous block reuse it.
+
+use crate::layout::Blocks;
+use crate::Layout;
+use rayon::prelude::*;
+
+/// Below this many elements, threading costs more than it saves.
+pub(crate) const PAR_MIN: usize = 1 << 15;
+/// Elements per parallel work item: big enough to amortise scheduling, small enough that a
+/// descheduled thread holds back little work (rayon steals the rest).
+pub(crate) const PAR_CHUNK: usize = 1 << 14;
+
+pub fn unary_map<T: Copy + Sync, U: Send + Copy + bytemuck::Zeroable>(
+    v: &[T],
+    l: &Layout,
+    f: impl Fn(T) -> U + Sync + Send,
+) -> Vec<U> {
+    match l.blocks() {
+        Blocks::Single { start, len } => {
+            let src = &v[start..start + len];
+            if len >= PAR_MIN {
+                let mut out = vec![U::zeroed(); len];
+                out.par_chunks_mut(PAR_CHUNK)
+                    .zip(src.par_chunks(PAR_CHUNK))
+                    .for_each(|(o, s)| {
+                        for (o, &s) in o.iter_mut().zip(s) {
+                            *o = f(s)
+                        }
+                    });
+                out
+            } else {
+                src.iter().map(|&x| f(x)).collect()
+            }
+        }
+        Blocks::Multiple { block_len, starts } => {
+            let mut out = Vec::with_capacity(l.shape().elem_count());
+            if block_len == 1 {
+                out.extend(starts.map(|o| f(v[o])));
+            } else {
+                for s in starts {
+                    out.extend(v[s..s + block_len].iter().map(|&x| f(x)));
+                }
+            }
+            out
+        }
+    }
+}
+
+/// Apply a vectorised slice kernel, in parallel chunks for large inputs.
+pub(crate) fn par_map_slice(src: &[f32], k: fn(&[f32], &mut [f32])) -> Vec<f32> {
+    let mut out = vec![0f32; src.len()];
+    if src.len() >= PAR_MIN {
+        out.par_chunks_mut(PAR_CHUNK)
+            .zip(src.par_chunks(PAR_CHUNK))
+            .for_each(|(o, s)| k(s, o));
+    } else {
+        k(src, &mut out);
+    }
+    out
+}
+
+pub(crate) fn par_zip_slices(a: &[f32], b: &[f32], k: fn(&[f32], &[f32], &mut [f32])) -> Vec<f32> {
+    let mut out = vec![0f32; a.len()];
+    if a.len() >= PAR_MIN {
+        out.par_chunks_mut(PAR_CHUNK)
+            .zip(a.par_chunks(PAR_CHUNK).zip(b.par_chunks(PAR_CHUNK)))
+            .for_each(|(o, (a, b))| k(a, b, o));
+    } else {
+        k(a, b, &mut out);
+    }
+    out
+}
+
+/// Number of trailing dims over which `l` walks storage contiguously, and their element count.
+fn contiguous_suffix(l: &Layout, stride_zero: bool) -> (usize, usize) {
+    let (dims, stride) = (l.dims(), l.stride());
+    let mut acc = 1;
+    let mut n = 0;
+    for i in (0..dims.len()).rev() {
+        let ok = if stride_zero {
+            stride[i] == 0 || dims[i] == 1
+        } else {
+            stride[i] == acc || dims[i] == 1
+        };
+        if !ok {
+            break;
+        }
+        if !stride_zero {
+            acc *= dims[i];
+        }
+        n += 1;
+    }
+    (n, dims[dims.len() - n..].iter().product())
+}
+
+/// `f` over two views of one shape; output is contiguous in that shape.
+pub fn binary_map<T: Copy + Sync, U: Send + Copy + bytemuck::Zeroable>(
+    a: &[T],
+    al: &Layout,
+    b: &[T],
+    bl: &Layout,
+    f: impl Fn(T, T) -> U + Sync + Send,
+) -> Vec<U> {
+    let n = al.shape().elem_count();
+    if n == 0 {
+        return vec![];
+    }
+    if let (Some((s1, e1)), Some((s2, e2))) = (al.contiguous_offsets(), bl.contiguous_offsets()) {
+        let (a, b) = (&a[s1..e1], &b[s2..e2]);
+        let mut out = vec![U::zeroed(); n];
+        let run = |o: &mut [U], a: &[T], b: &[T]| {
+            for ((o, &x), &y) in o.iter_mut().zip(a).zip(b) {
+                *o = f(x, y)
+            }
+        };
+        if n >= PAR_MIN {
+            out.par_chunks_mut(PAR_CHUNK)
+                .zip(a.par_chunks(PAR_CHUNK).zip(b.par_chunks(PAR_CHUNK)))
+                .for_each(|(o, (a, b))| run(o, a, b));
+        } else {
+            run(&mut out, a, b);
+        }
+        return out;
+    }
+    let rank = al.dims().len();
+    let (na, _) = contiguous_suffix(al, false);
+    let (nb, _) = contiguous_suffix(bl, false);
+    let (nza, _) = contiguous_suffix(al, true);
+    let (nzb, _) = contiguous_suffix(bl, true);
+    // Pick the longest inner run over which both sides are either contiguous or constant.
+    let cands = [(na.min(nb), 0u8), (na.min(nzb), 1), (nza.min(nb), 2)];
+    let (inner, kind) = cands.into_iter().max_by_key(|c| c.0).unwrap_or((0, 0));
+    let inner_len: usize = al.dims()[rank - inner..].iter().product();
+    if inner == 0 || inner_len < 4 {
+        return al
+            .offsets()
+            .zip(bl.offsets())
+            .map(|(i, j)| f(a[i], b[j]))
+            .collect();
+    }
+    let outer = rank - inner;
+    let oa = crate::layout::StridedIndex::new(
+        &al.dims()[..outer],
+        &al.stride()[..outer],
+        al.start_offset(),
+    );
+    let ob = crate::layout::StridedIndex::new(
+        &bl.dims()[..outer],
+        &bl.stride()[..outer],
+        bl.start_offset(),
+    );
+    let mut out = Vec::with_capacity(n);
+    for (i, j) in oa.zip(ob) {
+        match kind {
+            0 => out.extend(
+                a[i..i + inner_len]
+                    .iter()
+                    .zip(&b[j..j + inner_len])
+                    .map(|(&x, &y)| f(x, y)),
+            ),
+            1 => {
+                let y = b[j];
+                out.extend(a[i..i + inner_len].iter().map(|&x| f(x, y)))
+            }
+            _ => {
+                let x = a[i];
+                out.extend(b[j..j + inner_len].iter().map(|&y| f(x, y)))
+            }
+        }
+    }
+    out
+}

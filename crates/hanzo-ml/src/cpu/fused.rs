@@ -1,0 +1,261 @@
+//! Fused last-dim kernels: softmax / log-softmax, layer norm, RMS norm, rotary embedding.
+//! f32 runs the SIMD row kernels; f16/bf16 convert each row to f32 and back; f64 is scalar.
+
+use super::{simd, unary_map, CpuStorage};
+use crate::backend::RopeKind;
+use crate::{Error, Layout, Result, WithDType};
+use half::{bf16, f16};
+use rayon::prelude::*;
+
+/// Apply `f32_row` to each last-dim row of any float storage.
+fn map_rows(
+    s: &CpuStorage,
+    l: &Layout,
+    op: &'static str,
+    f32_row: &(dyn Fn(&[f32], &mut [f32]) + Sync),
+    f64_row: &(dyn Fn(&[f64], &mut [f64]) + Sync),
+) -> Result<CpuStorage> {
+    let d = *l
+        .dims()
+        .last()
+        .ok_or_else(|| Error::invalid(op, "needs at least one dim"))?;
+    fn rows<T: WithDType>(
+        v: &[T],
+        l: &Layout,
+        d: usize,
+        f: &(dyn Fn(&[T], &mut [T]) + Sync),
+    ) -> Vec<T> {
+        let src = match l.contiguous_offsets() {
+            Some((s, e)) => std::borrow::Cow::Borrowed(&v[s..e]),
+            None => std::borrow::Cow::Owned(unary_map(v, l, |x| x)),
+        };
+        let mut out = vec![T::zero(); src.len()];
+        if d == 0 {
+            return out;
+        }
+        out.par_chunks_mut(d)
+            .zip(src.par_chunks(d))
+            .with_min_len(8)
+            .for_each(|(o, x)| f(x, o));
+        out
+    }
+    fn via_f32<T: WithDType>(
+        v: &[T],
+        l: &Layout,
+        d: usize,
+        f: &(dyn Fn(&[f32], &mut [f32]) + Sync),
+    ) -> Vec<T> {
+        let g = |x: &[T], o: &mut [T]| {
+            let xf: Vec<f32> = x.iter().map(|v| v.to_f32()).collect();
+            let mut of = vec![0f32; xf.len()];
+            f(&xf, &mut of);
+            for (o, v) in o.iter_mut().zip(of) {
+                *o = T::from_f32(v);
+            }
+        };
+        rows(v, l, d, &g)
+    }
+    Ok(match s {
+        CpuStorage::F32(v) => CpuStorage::from_vec(rows(v, l, d, f32_row)),
+        CpuStorage::F64(v) => CpuStorage::from_vec(rows(v, l, d, f64_row)),
+        CpuStorage::F16(v) => CpuStorage::from_vec(via_f32::<f16>(v, l, d, f32_row)),
+        CpuStorage::BF16(v) => CpuStorage::from_vec(via_f32::<bf16>(v, l, d, f32_row)),
+        s => {
+            return Err(Error::UnsupportedDType {
+                op,
+                dtype: s.dtype(),
+            })
+        }
+    })
+}
+
+fn softmax_f64(x: &[f64], out: &mut [f64], log: bool) {
+    let m = x.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let s: f64 = x.iter().map(|&v| (v - m).exp()).sum();
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = if log {
+            v - m - s.ln()
+        } else {
+            (v - m).exp() / s
+        };
+    }
+}
+
+pub fn softmax_last(s: &CpuStorage, l: &Layout, log: bool) -> Result<CpuStorage> {
+    let k = simd::kernels();
+    let f32_row = if log { k.log_softmax } else { k.softmax };
+    map_rows(s, l, "softmax", &f32_row, &|x, o| softmax_f64(x, o, log))
+}
+
+/// A weight/bias vector as f32 and f64 (norm weights are small; converting once is cheap).
+fn vec_f64(s: &CpuStorage, l: &Layout, d: usize, op: &'static str) -> Result<Vec<f64>> {
+    if l.dims() != [d] {
+        return Err(Error::ShapeMismatch {
+            op,
+            expected: vec![d].into(),
+            got: l.shape().clone(),
+        });
+    }
+    Ok(super::compute_dtype!(s, op, v => unary_map(v, l, |x| x.to_f64())))
+}
+
+pub fn layer_norm(
+    s: &CpuStorage,
+    l: &Layout,
+    w: &CpuStorage,
+    wl: &Layout,
+    b: Option<(&CpuStorage, &Layout)>,
+    eps: f64,
+) -> Result<CpuStorage> {
+    let d = *l.dims().last().unwrap_or(&0);
+    let w64 = vec_f64(w, wl, d, "layer_norm")?;
+    let b64 = b
+        .map(|(b, bl)| vec_f64(b, bl, d, "layer_norm"))
+        .transpose()?;
+    let w32: Vec<f32> = w64.iter().map(|&v| v as f32).collect();
+    let b32: Option<Vec<f32>> = b64.as_ref().map(|b| b.iter().map(|&v| v as f32).collect());
+    let k = simd::kernels();
+    map_rows(
+        s,
+        l,
+        "layer_norm",
+        &|x, o| (k.layer_norm)(x, &w32, b32.as_deref(), eps as f32, o),
+        &|x, o| {
+            let n = x.len() as f64;
+            let mean = x.iter().sum::<f64>() / n;
+            let var = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
+            let r = 1.0 / (var + eps).sqrt();
+            for (i, (o, &v)) in o.iter_mut().zip(x).enumerate() {
+                *o = (v - mean) * r * w64[i] + b64.as_ref().map_or(0.0, |b| b[i]);
+            }
+        },
+    )
+}
+
+pub fn rms_norm(
+    s: &CpuStorage,
+    l: &Layout,
+    w: &CpuStorage,
+    wl: &Layout,
+    eps: f64,
+) -> Result<CpuStorage> {
+    let d = *l.dims().last().unwrap_or(&0);
+    let w64 = vec_f64(w, wl, d, "rms_norm")?;
+    let w32: Vec<f32> = w64.iter().map(|&v| v as f32).collect();
+    let k = simd::kernels();
+    map_rows(
+        s,
+        l,
+        "rms_norm",
+        &|x, o| (k.rms_norm)(x, &w32, eps as f32, o),
+        &|x, o| {
+            let r = 1.0 / (x.iter().map(|v| v * v).sum::<f64>() / x.len() as f64 + eps).sqrt();
+            for ((o, &v), &w) in o.iter_mut().zip(x).zip(&w64) {
+                *o = v * r * w;
+            }
+        },
+    )
+}
+
+/// Rotate each pair by the angle whose cos/sin are given per (position, pair).
+fn rope_rows<T: Copy + Send + Sync>(
+    x: &[T],
+    cos: &[T],
+    sin: &[T],
+    t: usize,
+    d: usize,
+    kind: RopeKind,
+    mul_add: impl Fn(T, T, T, T, bool) -> T + Sync,
+) -> Vec<T> {
+    let mut out = x.to_vec();
+    let half = d / 2;
+    out.par_chunks_mut(t * d)
+        .zip(x.par_chunks(t * d))
+        .for_each(|(o, x)| {
+            for p in 0..t {
+                let (cs, sn) = (
+                    &cos[p * half..(p + 1) * half],
+                    &sin[p * half..(p + 1) * half],
+                );
+                let (xr, or) = (&x[p * d..(p + 1) * d], &mut o[p * d..(p + 1) * d]);
+                for i in 0..half {
+                    let (a, b) = match kind {
+                        RopeKind::Interleaved => (2 * i, 2 * i + 1),
+                        RopeKind::HalfSplit => (i, i + half),
+                    };
+                    // a' = x_a cos - x_b sin; b' = x_a sin + x_b cos
+                    or[a] = mul_add(xr[a], cs[i], xr[b], sn[i], false);
+                    or[b] = mul_add(xr[a], sn[i], xr[b], cs[i], true);
+                }
+            }
+        });
+    out
+}
+
+pub fn rope(
+    s: &CpuStorage,
+    l: &Layout,
+    cos: &CpuStorage,
+    sin: &CpuStorage,
+    kind: RopeKind,
+) -> Result<CpuStorage> {
+    let (_, _, t, d) = l.shape().dims4()?;
+    let x_range = l
+        .contiguous_offsets()
+        .ok_or_else(|| Error::invalid("rope", "x must be contiguous"))?;
+    let n = t * d / 2;
+    macro_rules! go {
+        ($x:expr, $c:expr, $s:expr, $f:expr) => {{
+            let (c, sn) = ($c, $s);
+            if c.len() < n || sn.len() < n {
+                return Err(Error::invalid("rope", "cos/sin smaller than [t, d/2]"));
+            }
+            rope_rows(&$x[x_range.0..x_range.1], &c[..n], &sn[..n], t, d, kind, $f)
+        }};
+    }
+    Ok(match (s, cos, sin) {
+        (CpuStorage::F32(x), CpuStorage::F32(c), CpuStorage::F32(sn)) => CpuStorage::from_vec(go!(
+            x,
+            &c[..],
+            &sn[..],
+            |a: f32, b, c: f32, d, plus| if plus { a * b + c * d } else { a * b - c * d }
+        )),
+        (CpuStorage::F64(x), CpuStorage::F64(c), CpuStorage::F64(sn)) => CpuStorage::from_vec(go!(
+            x,
+            &c[..],
+            &sn[..],
+            |a: f64, b, c: f64, d, plus| if plus { a * b + c * d } else { a * b - c * d }
+        )),
+        (CpuStorage::F16(x), CpuStorage::F16(c), CpuStorage::F16(sn)) => {
+            CpuStorage::from_vec(go!(x, &c[..], &sn[..], half_mul_add::<f16>))
+        }
+        (CpuStorage::BF16(x), CpuStorage::BF16(c), CpuStorage::BF16(sn)) => {
+            CpuStorage::from_vec(go!(x, &c[..], &sn[..], half_mul_add::<bf16>))
+        }
+        (x, c, _) if x.dtype() != c.dtype() => {
+            return Err(Error::DTypeMismatch {
+                op: "rope",
+                expected: x.dtype(),
+                got: c.dtype(),
+            })
+        }
+        (x, _, sn) if x.dtype() != sn.dtype() => {
+            return Err(Error::DTypeMismatch {
+                op: "rope",
+                expected: x.dtype(),
+                got: sn.dtype(),
+            })
+        }
+        (x, _, _) => {
+            return Err(Error::UnsupportedDType {
+                op: "rope",
+                dtype: x.dtype(),
+            })
+        }
+    })
+}
+
+fn half_mul_add<T: WithDType>(a: T, b: T, c: T, d: T, plus: bool) -> T {
+    let (a, b, c, d) = (a.to_f32(), b.to_f32(), c.to_f32(), d.to_f32());
+    T::from_f32(if plus { a * b + c * d } else { a * b - c * d })
+}

@@ -1,0 +1,151 @@
+//! The test vectors the issue names, plus basic invariants of views and errors.
+
+use hanzo_ml::{AttentionMask, DType, Device, Error, Tensor};
+
+const CPU: Device = Device::Cpu;
+
+#[test]
+fn matmul_2x2() -> hanzo_ml::Result<()> {
+    let a = Tensor::new(&[[1f32, 2.], [3., 4.]], &CPU)?;
+    let b = Tensor::new(&[[5f32, 6.], [7., 8.]], &CPU)?;
+    assert_eq!(
+        a.matmul(&b)?.to_vec2::<f32>()?,
+        vec![vec![19., 22.], vec![43., 50.]]
+    );
+    for dt in [DType::F64, DType::F16, DType::BF16] {
+        let c = a
+            .to_dtype(dt)?
+            .matmul(&b.to_dtype(dt)?)?
+            .to_dtype(DType::F32)?;
+        assert_eq!(
+            c.to_vec2::<f32>()?,
+            vec![vec![19., 22.], vec![43., 50.]],
+            "{dt:?}"
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn softmax_1_2_3() -> hanzo_ml::Result<()> {
+    let x = Tensor::new(&[1f32, 2., 3.], &CPU)?;
+    let want = [0.0900f32, 0.2447, 0.6652];
+    for s in [x.softmax(0)?, x.softmax_composite(0, false)?] {
+        for (g, w) in s.to_vec1::<f32>()?.iter().zip(want) {
+            assert!((g - w).abs() < 1e-3, "{g} vs {w}");
+        }
+    }
+    // Stable for large inputs.
+    let big = Tensor::new(&[1000f32, 1001., 1002.], &CPU)?
+        .softmax(0)?
+        .to_vec1::<f32>()?;
+    assert!((big[2] - 0.6652).abs() < 1e-3);
+    Ok(())
+}
+
+#[test]
+fn rope_identity_rotation_is_exact() -> hanzo_ml::Result<()> {
+    let x = Tensor::randn(0.0, 1.0, (2, 3, 5, 8), DType::F32, &CPU)?;
+    let cos = Tensor::ones((5, 4), DType::F32, &CPU)?;
+    let sin = Tensor::zeros((5, 4), DType::F32, &CPU)?;
+    assert_eq!(
+        x.rope(&cos, &sin)?.to_vec_flat::<f32>()?,
+        x.to_vec_flat::<f32>()?
+    );
+    assert_eq!(
+        x.rope_i(&cos, &sin)?.to_vec_flat::<f32>()?,
+        x.to_vec_flat::<f32>()?
+    );
+    Ok(())
+}
+
+#[test]
+fn cpu_round_trip_is_exact() -> hanzo_ml::Result<()> {
+    let x = Tensor::randn(0.0, 1.0, (4, 7), DType::F32, &CPU)?;
+    let y = x.to_device(&CPU)?;
+    assert_eq!(x.to_vec2::<f32>()?, y.to_vec2::<f32>()?);
+    assert!(matches!(
+        Device::new_cuda(0),
+        Err(Error::DeviceUnavailable(_))
+    ));
+    Ok(())
+}
+
+#[test]
+fn views_share_storage() -> hanzo_ml::Result<()> {
+    let x = Tensor::arange(0f32, 12., &CPU)?.reshape((3, 4))?;
+    let t = x.t()?;
+    assert!(t.same_storage(&x));
+    assert!(!t.is_contiguous());
+    assert_eq!(t.to_vec2::<f32>()?[1], vec![1., 5., 9.]);
+    let n = x.narrow(1, 1, 2)?;
+    assert!(n.same_storage(&x));
+    assert_eq!(
+        n.to_vec2::<f32>()?,
+        vec![vec![1., 2.], vec![5., 6.], vec![9., 10.]]
+    );
+    let b = Tensor::new(&[1f32, 2., 3., 4.], &CPU)?.broadcast_as((3, 4))?;
+    assert_eq!(b.layout().stride(), &[0, 1]);
+    Ok(())
+}
+
+#[test]
+fn precise_errors() -> hanzo_ml::Result<()> {
+    let a = Tensor::zeros((2, 3), DType::F32, &CPU)?;
+    let b = Tensor::zeros((4, 5), DType::F32, &CPU)?;
+    assert!(matches!(
+        a.add(&b),
+        Err(Error::BroadcastIncompatible { op: "add", .. })
+    ));
+    assert!(matches!(
+        a.matmul(&b),
+        Err(Error::ShapeMismatch { op: "matmul", .. })
+    ));
+    assert!(matches!(
+        a.narrow(1, 2, 2),
+        Err(Error::NarrowOutOfRange { .. })
+    ));
+    assert!(matches!(a.sum(5usize), Err(Error::DimOutOfRange { .. })));
+    let ids = Tensor::new(&[0u32, 7], &CPU)?;
+    assert!(matches!(
+        a.index_select(&ids, 1),
+        Err(Error::IndexOutOfRange {
+            index: 7,
+            size: 3,
+            ..
+        })
+    ));
+    let u = Tensor::zeros((2, 3), DType::U8, &CPU)?;
+    assert!(matches!(
+        u.exp(),
+        Err(Error::UnsupportedDType { op: "exp", .. })
+    ));
+    assert!(Tensor::from_vec(vec![1f32; 5], (2, 3), &CPU).is_err());
+    let q = Tensor::zeros((1, 3, 4, 8), DType::F32, &CPU)?;
+    let k = Tensor::zeros((1, 2, 4, 8), DType::F32, &CPU)?;
+    assert!(Tensor::scaled_dot_product_attention(&q, &k, &k, AttentionMask::None, None).is_err());
+    Ok(())
+}
+
+#[test]
+fn numpy_type_promotion() -> hanzo_ml::Result<()> {
+    let u = Tensor::new(&[1u8, 2], &CPU)?;
+    let f = Tensor::new(&[0.5f32, 0.25], &CPU)?;
+    let s = u.add(&f)?;
+    assert_eq!(s.dtype(), DType::F32);
+    assert_eq!(s.to_vec1::<f32>()?, vec![1.5, 2.25]);
+    let h = f.to_dtype(DType::F16)?;
+    assert_eq!(h.add(&f)?.dtype(), DType::F32);
+    assert_eq!(h.add(&f.to_dtype(DType::BF16)?)?.dtype(), DType::F32);
+    Ok(())
+}
+
+#[test]
+fn seeded_rng_repeats() -> hanzo_ml::Result<()> {
+    hanzo_ml::manual_seed(42);
+    let a = Tensor::randn(0.0, 1.0, 16, DType::F32, &CPU)?.to_vec1::<f32>()?;
+    hanzo_ml::manual_seed(42);
+    let b = Tensor::randn(0.0, 1.0, 16, DType::F32, &CPU)?.to_vec1::<f32>()?;
+    assert_eq!(a, b);
+    Ok(())
+}

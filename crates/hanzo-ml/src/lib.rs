@@ -15,6 +15,7 @@ pub mod backend;
 pub mod backprop;
 pub mod cpu;
 pub mod custom_op;
+pub mod io;
 mod device;
 mod dtype;
 mod error;

@@ -4,6 +4,7 @@
 //! Storage is never mutated after creation, so reads take no lock. Ops live in the sibling
 //! files by family, each with its backward rule beside its forward.
 
+mod conv;
 mod creation;
 pub(crate) mod creation_api {
     pub use super::creation::{manual_seed, NdArray};

@@ -1,0 +1,1 @@
+//! File formats: safetensors (mmap, zero-copy where aligned) and NumPy `.npy` / `.npz`.

@@ -1,0 +1,1 @@
+//! Convolutions, transposed convolutions, pooling and upsampling on `Tensor`.

@@ -6,8 +6,8 @@ const CPU: Device = Device::Cpu;
 
 #[test]
 fn matmul_2x2() -> hanzo_ml::Result<()> {
-    let a = Tensor::new(&[[1f32, 2.], [3., 4.]], &CPU)?;
-    let b = Tensor::new(&[[5f32, 6.], [7., 8.]], &CPU)?;
+    let a = Tensor::new([[1f32, 2.], [3., 4.]], &CPU)?;
+    let b = Tensor::new([[5f32, 6.], [7., 8.]], &CPU)?;
     assert_eq!(
         a.matmul(&b)?.to_vec2::<f32>()?,
         vec![vec![19., 22.], vec![43., 50.]]
@@ -28,7 +28,7 @@ fn matmul_2x2() -> hanzo_ml::Result<()> {
 
 #[test]
 fn softmax_1_2_3() -> hanzo_ml::Result<()> {
-    let x = Tensor::new(&[1f32, 2., 3.], &CPU)?;
+    let x = Tensor::new([1f32, 2., 3.], &CPU)?;
     let want = [0.0900f32, 0.2447, 0.6652];
     for s in [x.softmax(0)?, x.softmax_composite(0, false)?] {
         for (g, w) in s.to_vec1::<f32>()?.iter().zip(want) {
@@ -36,7 +36,7 @@ fn softmax_1_2_3() -> hanzo_ml::Result<()> {
         }
     }
     // Stable for large inputs.
-    let big = Tensor::new(&[1000f32, 1001., 1002.], &CPU)?
+    let big = Tensor::new([1000f32, 1001., 1002.], &CPU)?
         .softmax(0)?
         .to_vec1::<f32>()?;
     assert!((big[2] - 0.6652).abs() < 1e-3);
@@ -84,7 +84,7 @@ fn views_share_storage() -> hanzo_ml::Result<()> {
         n.to_vec2::<f32>()?,
         vec![vec![1., 2.], vec![5., 6.], vec![9., 10.]]
     );
-    let b = Tensor::new(&[1f32, 2., 3., 4.], &CPU)?.broadcast_as((3, 4))?;
+    let b = Tensor::new([1f32, 2., 3., 4.], &CPU)?.broadcast_as((3, 4))?;
     assert_eq!(b.layout().stride(), &[0, 1]);
     Ok(())
 }
@@ -106,7 +106,7 @@ fn precise_errors() -> hanzo_ml::Result<()> {
         Err(Error::NarrowOutOfRange { .. })
     ));
     assert!(matches!(a.sum(5usize), Err(Error::DimOutOfRange { .. })));
-    let ids = Tensor::new(&[0u32, 7], &CPU)?;
+    let ids = Tensor::new([0u32, 7], &CPU)?;
     assert!(matches!(
         a.index_select(&ids, 1),
         Err(Error::IndexOutOfRange {
@@ -129,8 +129,8 @@ fn precise_errors() -> hanzo_ml::Result<()> {
 
 #[test]
 fn numpy_type_promotion() -> hanzo_ml::Result<()> {
-    let u = Tensor::new(&[1u8, 2], &CPU)?;
-    let f = Tensor::new(&[0.5f32, 0.25], &CPU)?;
+    let u = Tensor::new([1u8, 2], &CPU)?;
+    let f = Tensor::new([0.5f32, 0.25], &CPU)?;
     let s = u.add(&f)?;
     assert_eq!(s.dtype(), DType::F32);
     assert_eq!(s.to_vec1::<f32>()?, vec![1.5, 2.25]);

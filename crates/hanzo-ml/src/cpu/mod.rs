@@ -321,6 +321,7 @@ impl BackendStorage for CpuStorage {
         src_offset: usize,
         dst_offset: usize,
     ) -> Result<()> {
+        #[allow(clippy::too_many_arguments)]
         fn copy<T: Copy>(
             s: &[T],
             d: &mut [T],

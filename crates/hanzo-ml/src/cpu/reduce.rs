@@ -78,16 +78,14 @@ fn reduce_typed<T: WithDType>(
     dims: &[usize],
 ) -> Result<CpuStorage> {
     let (data, row) = rows_with_dims_last(v, l, dims);
-    let nrows = if row == 0 {
-        l.dims()
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !dims.contains(i))
-            .map(|(_, &d)| d)
-            .product()
-    } else {
-        data.len() / row
-    };
+    let kept: usize = l
+        .dims()
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !dims.contains(i))
+        .map(|(_, &d)| d)
+        .product();
+    let nrows = data.len().checked_div(row).unwrap_or(kept);
     if row == 0 && op != ReduceOp::Sum && nrows > 0 {
         return Err(Error::invalid(
             op.name(),

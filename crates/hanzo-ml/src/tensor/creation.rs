@@ -247,7 +247,7 @@ impl Tensor {
         dtype: DType,
         device: &Device,
     ) -> Result<Tensor> {
-        if !dtype.is_float() || !(lo < hi) {
+        if !dtype.is_float() || lo.partial_cmp(&hi) != Some(std::cmp::Ordering::Less) {
             return Err(Error::invalid(
                 "rand",
                 format!("need a float dtype and lo < hi, got {dtype:?} [{lo}, {hi})"),

@@ -35,7 +35,10 @@ impl Tensor {
     pub fn reshape_infer(&self, dims: &[Option<usize>]) -> Result<Tensor> {
         let known: usize = dims.iter().flatten().product();
         let holes = dims.iter().filter(|d| d.is_none()).count();
-        if holes > 1 || known == 0 && holes == 1 || holes == 1 && self.elem_count() % known != 0 {
+        if holes > 1
+            || known == 0 && holes == 1
+            || holes == 1 && !self.elem_count().is_multiple_of(known)
+        {
             crate::bail_invalid!("reshape", "cannot infer {dims:?} from {:?}", self.dims());
         }
         let fill = self.elem_count().checked_div(known).unwrap_or(0);

@@ -6,6 +6,7 @@
 
 mod conv;
 mod creation;
+mod display;
 pub(crate) mod creation_api {
     pub use super::creation::{manual_seed, NdArray};
 }

@@ -149,3 +149,31 @@ fn seeded_rng_repeats() -> hanzo_ml::Result<()> {
     assert_eq!(a, b);
     Ok(())
 }
+
+#[test]
+fn bad_arguments_are_errors_not_panics() -> hanzo_ml::Result<()> {
+    let x = Tensor::zeros((2, 3), DType::F32, &CPU)?;
+    assert!(x.sum_to_shape(&(4, 3).into()).is_err());
+    assert!(x.sum_to_shape(&(1, 2, 3).into()).is_err());
+    assert!(Tensor::rand(0.0, f64::INFINITY, 3, DType::F32, &CPU).is_err());
+    assert!(Tensor::rand(1.0, 0.0, 3, DType::F32, &CPU).is_err());
+    assert!(Tensor::randn(0.0, -1.0, 3, DType::F32, &CPU).is_err());
+    assert!(Tensor::arange_step(0f32, 1.0, 0.0, &CPU).is_err());
+    let s = Tensor::full(1.0, (), DType::F32, &CPU)?;
+    assert!(s.softmax(0).is_err());
+    assert!(s.cumsum(0).is_err());
+    assert!(s.layer_norm(&s, None, 1e-5).is_err());
+    assert!(s.t().is_err());
+    assert!(x.permute(&[0, 0]).is_err());
+    assert!(x.unsqueeze(3).is_err());
+    assert!(x.chunk(0, 1).is_err());
+    assert!(x.split(&[1, 1], 1).is_err());
+    assert!(x.topk(4, 1).is_err());
+    assert!(x.gather(&Tensor::zeros((2, 3, 1), DType::U32, &CPU)?, 1).is_err());
+    assert!(x.index_select(&Tensor::zeros(2, DType::F32, &CPU)?, 1).is_err());
+    assert!(x.where_cond(&x, &x).is_err(), "float condition");
+    assert!(Tensor::zeros(0, DType::F32, &CPU)?.max(0).is_err(), "max of nothing");
+    assert_eq!(Tensor::zeros(0, DType::F32, &CPU)?.sum(0)?.to_scalar::<f32>()?, 0.0);
+    assert!(Tensor::new(vec![vec![1f32, 2.], vec![3.]], &CPU).is_err());
+    Ok(())
+}

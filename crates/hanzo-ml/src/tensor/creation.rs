@@ -247,7 +247,11 @@ impl Tensor {
         dtype: DType,
         device: &Device,
     ) -> Result<Tensor> {
-        if !dtype.is_float() || lo.partial_cmp(&hi) != Some(std::cmp::Ordering::Less) {
+        if !dtype.is_float()
+            || !lo.is_finite()
+            || !hi.is_finite()
+            || lo.partial_cmp(&hi) != Some(std::cmp::Ordering::Less)
+        {
             return Err(Error::invalid(
                 "rand",
                 format!("need a float dtype and lo < hi, got {dtype:?} [{lo}, {hi})"),
@@ -271,6 +275,12 @@ impl Tensor {
         dtype: DType,
         device: &Device,
     ) -> Result<Tensor> {
+        if !(mean.is_finite() && std.is_finite() && std >= 0.0) {
+            return Err(Error::invalid(
+                "randn",
+                format!("mean {mean} and std {std} must be finite, std >= 0"),
+            ));
+        }
         let d = rand_distr::Normal::new(mean, std)
             .map_err(|e| Error::invalid("randn", format!("mean {mean}, std {std}: {e}")))?;
         if !dtype.is_float() {

@@ -110,6 +110,19 @@ impl Tensor {
         if self.shape() == shape {
             return Ok(self.clone());
         }
+        let fits = shape.rank() <= self.rank()
+            && shape
+                .dims()
+                .iter()
+                .zip(&self.dims()[self.rank() - shape.rank()..])
+                .all(|(&t, &s)| t == s || t == 1);
+        if !fits {
+            return Err(crate::Error::BroadcastIncompatible {
+                op: "sum_to_shape",
+                lhs: self.shape().clone(),
+                rhs: shape.clone(),
+            });
+        }
         let lead = self.rank() - shape.rank();
         let mut dims: Vec<usize> = (0..lead).collect();
         for (i, &d) in shape.dims().iter().enumerate() {

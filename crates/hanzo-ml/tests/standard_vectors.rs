@@ -177,3 +177,27 @@ fn bad_arguments_are_errors_not_panics() -> hanzo_ml::Result<()> {
     assert!(Tensor::new(vec![vec![1f32, 2.], vec![3.]], &CPU).is_err());
     Ok(())
 }
+
+/// The matrix-vector fast path (m == 1 or n == 1) agrees with the general gemm path.
+#[test]
+fn matvec_paths_agree_with_gemm() -> hanzo_ml::Result<()> {
+    let w = Tensor::randn(0.0, 1.0, (37, 300), DType::F32, &CPU)?;
+    let x = Tensor::randn(0.0, 1.0, (300, 1), DType::F32, &CPU)?;
+    let reference = |a: &Tensor, b: &Tensor| -> hanzo_ml::Result<Vec<f64>> {
+        a.to_dtype(DType::F64)?.matmul(&b.to_dtype(DType::F64)?)?.flatten_all()?.to_vec1::<f64>()
+    };
+    let close = |got: Vec<f32>, want: Vec<f64>| {
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(&want) {
+            assert!((*g as f64 - w).abs() < 1e-4 * (1.0 + w.abs()), "{g} vs {w}");
+        }
+    };
+    close(w.matmul(&x)?.flatten_all()?.to_vec1()?, reference(&w, &x)?);
+    // Decode-style x @ W^T with W row-major: m == 1, columns of W^T contiguous.
+    let xr = x.t()?;
+    close(xr.matmul(&w.t()?)?.flatten_all()?.to_vec1()?, reference(&xr, &w.t()?)?);
+    // Non-contiguous inner dim falls back to gemm.
+    let wt = Tensor::randn(0.0, 1.0, (300, 37), DType::F32, &CPU)?.t()?;
+    close(wt.matmul(&x)?.flatten_all()?.to_vec1()?, reference(&wt, &x)?);
+    Ok(())
+}

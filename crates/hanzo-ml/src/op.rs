@@ -78,10 +78,12 @@ impl ReduceOp {
 /// Declares a float unary op. `$v` names the scalar in `$f` (written once, compiled for f32
 /// and f64); `|$x, $y, $g|` names input, output and output-gradient in the backward rule.
 macro_rules! unary_op {
-    ($name:ident, $s:literal, $v:ident => $f:expr, |$x:ident, $y:ident, $g:ident| $bw:expr) => {
+    ($name:ident, $s:literal, $v:ident => $f:expr, |$x:ident, $y:ident, $g:ident| $bw:expr
+     $(, vec = $vec:expr)?) => {
         pub struct $name;
         impl UnaryOpT for $name {
             const NAME: &'static str = $s;
+            $(const F32_VEC: Option<fn(&[f32], &mut [f32])> = Some($vec);)?
             fn f32($v: f32) -> f32 {
                 $f
             }
@@ -120,7 +122,7 @@ macro_rules! unary_op_int {
     };
 }
 
-unary_op!(Exp, "exp", v => v.exp(), |x, y, g| g.mul(y));
+unary_op!(Exp, "exp", v => v.exp(), |x, y, g| g.mul(y), vec = crate::cpu::simd::exp_f32);
 unary_op!(Log, "log", v => v.ln(), |x, y, g| g.div(x));
 unary_op!(Sqrt, "sqrt", v => v.sqrt(), |x, y, g| g.div(&y.affine(2.0, 0.0)?));
 unary_op!(Recip, "recip", v => v.recip(), |x, y, g| g.mul(&y.sqr()?)?.neg());
@@ -133,7 +135,7 @@ unary_op!(Sigmoid, "sigmoid", v => 1.0 / (1.0 + (-v).exp()),
 unary_op!(Silu, "silu", v => v / (1.0 + (-v).exp()), |x, y, g| {
     let s = x.sigmoid()?;
     g.mul(&s.mul(&x.mul(&s.affine(-1.0, 1.0)?)?.affine(1.0, 1.0)?)?)
-});
+}, vec = crate::cpu::simd::silu_f32);
 unary_op!(Floor, "floor", v => v.floor(), |x, y, g| g.zeros_like());
 unary_op!(Ceil, "ceil", v => v.ceil(), |x, y, g| g.zeros_like());
 // NumPy rounds halves to even.
@@ -201,10 +203,11 @@ fn gelu_erf_grad(v: f64) -> f64 {
 /// rule in the broadcast shape.
 macro_rules! binary_op {
     ($name:ident, $s:literal, |$a:ident, $b:ident| $f:expr, int |$ia:ident, $ib:ident| $i:expr,
-     |$x:ident, $y:ident, $o:ident, $g:ident| $bw:expr) => {
+     |$x:ident, $y:ident, $o:ident, $g:ident| $bw:expr $(, vec = $vec:expr)?) => {
         pub struct $name;
         impl BinaryOpT for $name {
             const NAME: &'static str = $s;
+            $(const F32_VEC: Option<fn(&[f32], &[f32], &mut [f32])> = Some($vec);)?
             fn f32($a: f32, $b: f32) -> f32 {
                 $f
             }
@@ -233,7 +236,8 @@ binary_op!(
     |a, b| a + b,
     int | a,
     b | a.wrapping_add(b),
-    |x, y, o, g| Ok((g.clone(), g.clone()))
+    |x, y, o, g| Ok((g.clone(), g.clone())),
+    vec = crate::cpu::simd::add_f32
 );
 binary_op!(
     Sub,
@@ -241,7 +245,8 @@ binary_op!(
     |a, b| a - b,
     int | a,
     b | a.wrapping_sub(b),
-    |x, y, o, g| Ok((g.clone(), g.neg()?))
+    |x, y, o, g| Ok((g.clone(), g.neg()?)),
+    vec = crate::cpu::simd::sub_f32
 );
 binary_op!(
     Mul,
@@ -249,7 +254,8 @@ binary_op!(
     |a, b| a * b,
     int | a,
     b | a.wrapping_mul(b),
-    |x, y, o, g| Ok((g.mul(y)?, g.mul(x)?))
+    |x, y, o, g| Ok((g.mul(y)?, g.mul(x)?)),
+    vec = crate::cpu::simd::mul_f32
 );
 // Integer division truncates like Rust; division by zero gives 0 (NumPy warns and gives 0).
 binary_op!(
@@ -258,7 +264,8 @@ binary_op!(
     |a, b| a / b,
     int | a,
     b | a.checked_div(b).unwrap_or(0),
-    |x, y, o, g| Ok((g.div(y)?, g.mul(o)?.div(y)?.neg()?))
+    |x, y, o, g| Ok((g.div(y)?, g.mul(o)?.div(y)?.neg()?)),
+    vec = crate::cpu::simd::div_f32
 );
 // Ties split the gradient evenly, as PyTorch does.
 binary_op!(
@@ -273,7 +280,8 @@ binary_op!(
             .to_dtype(g.dtype())?
             .add(&x.eq(y)?.to_dtype(g.dtype())?.affine(0.5, 0.0)?)?;
         Ok((g.mul(&w)?, g.mul(&w.affine(-1.0, 1.0)?)?))
-    }
+    },
+    vec = crate::cpu::simd::maximum_f32
 );
 binary_op!(
     Minimum,
@@ -287,7 +295,8 @@ binary_op!(
             .to_dtype(g.dtype())?
             .add(&x.eq(y)?.to_dtype(g.dtype())?.affine(0.5, 0.0)?)?;
         Ok((g.mul(&w)?, g.mul(&w.affine(-1.0, 1.0)?)?))
-    }
+    },
+    vec = crate::cpu::simd::minimum_f32
 );
 // d(a^b)/da = b a^(b-1); d(a^b)/db = a^b ln a.
 binary_op!(

@@ -3,6 +3,7 @@
 
 use crate::layout::Blocks;
 use crate::Layout;
+use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 
 /// Below this many elements, threading costs more than it saves.
@@ -68,6 +69,73 @@ pub(crate) fn par_zip_slices(a: &[f32], b: &[f32], k: fn(&[f32], &[f32], &mut [f
             .for_each(|(o, (a, b))| k(a, b, o));
     } else {
         k(a, b, &mut out);
+    }
+    out
+}
+
+/// f32 elements staged per block when running f32 kernels over f16/bf16 data (on the stack).
+const HALF_BLOCK: usize = 1024;
+
+/// Run an f32 slice kernel over contiguous f16/bf16 data: each block is widened with the
+/// `half` slice conversions (F16C where available), processed, and narrowed back.
+pub(crate) fn par_map_half<H>(src: &[H], k: &(dyn Fn(&[f32], &mut [f32]) + Sync)) -> Vec<H>
+where
+    H: bytemuck::Pod + Send + Sync,
+    [H]: HalfFloatSliceExt,
+{
+    let mut out = vec![H::zeroed(); src.len()];
+    let run = |o: &mut [H], s: &[H]| {
+        let (mut xf, mut of) = ([0f32; HALF_BLOCK], [0f32; HALF_BLOCK]);
+        for (o, s) in o.chunks_mut(HALF_BLOCK).zip(s.chunks(HALF_BLOCK)) {
+            let n = s.len();
+            s.convert_to_f32_slice(&mut xf[..n]);
+            k(&xf[..n], &mut of[..n]);
+            o.convert_from_f32_slice(&of[..n]);
+        }
+    };
+    if src.len() >= PAR_MIN {
+        out.par_chunks_mut(PAR_CHUNK)
+            .zip(src.par_chunks(PAR_CHUNK))
+            .for_each(|(o, s)| run(o, s));
+    } else {
+        run(&mut out, src);
+    }
+    out
+}
+
+/// A binary f32 slice kernel (`out[i] = f(a[i], b[i])`).
+pub(crate) type ZipF32 = dyn Fn(&[f32], &[f32], &mut [f32]) + Sync;
+
+/// Binary form of [`par_map_half`].
+pub(crate) fn par_zip_half<H>(a: &[H], b: &[H], k: &ZipF32) -> Vec<H>
+where
+    H: bytemuck::Pod + Send + Sync,
+    [H]: HalfFloatSliceExt,
+{
+    let n = a.len().min(b.len());
+    let mut out = vec![H::zeroed(); n];
+    let run = |o: &mut [H], a: &[H], b: &[H]| {
+        let mut af = [0f32; HALF_BLOCK];
+        let mut bf = [0f32; HALF_BLOCK];
+        let mut of = [0f32; HALF_BLOCK];
+        for ((o, a), b) in o
+            .chunks_mut(HALF_BLOCK)
+            .zip(a.chunks(HALF_BLOCK))
+            .zip(b.chunks(HALF_BLOCK))
+        {
+            let n = o.len();
+            a.convert_to_f32_slice(&mut af[..n]);
+            b.convert_to_f32_slice(&mut bf[..n]);
+            k(&af[..n], &bf[..n], &mut of[..n]);
+            o.convert_from_f32_slice(&of[..n]);
+        }
+    };
+    if n >= PAR_MIN {
+        out.par_chunks_mut(PAR_CHUNK)
+            .zip(a.par_chunks(PAR_CHUNK).zip(b.par_chunks(PAR_CHUNK)))
+            .for_each(|(o, (a, b))| run(o, a, b));
+    } else {
+        run(&mut out, &a[..n], &b[..n]);
     }
     out
 }

@@ -1,9 +1,11 @@
 //! Fused last-dim kernels: softmax / log-softmax, layer norm, RMS norm, rotary embedding.
-//! f32 runs the SIMD row kernels; f16/bf16 convert each row to f32 and back; f64 is scalar.
+//! f32 runs the SIMD row kernels; f16/bf16 convert whole rows to f32 and back with the `half`
+//! slice conversions; f64 is scalar.
 
 use super::{simd, unary_map, CpuStorage};
 use crate::backend::RopeKind;
 use crate::{Error, Layout, Result, WithDType};
+use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 use rayon::prelude::*;
 
@@ -39,21 +41,37 @@ fn map_rows(
             .for_each(|(o, x)| f(x, o));
         out
     }
+    /// f16/bf16 rows: widen each row into per-thread f32 scratch with the `half` slice
+    /// conversions (F16C where available), run the f32 kernel, narrow back.
     fn via_f32<T: WithDType>(
         v: &[T],
         l: &Layout,
         d: usize,
         f: &(dyn Fn(&[f32], &mut [f32]) + Sync),
-    ) -> Vec<T> {
-        let g = |x: &[T], o: &mut [T]| {
-            let xf: Vec<f32> = x.iter().map(|v| v.to_f32()).collect();
-            let mut of = vec![0f32; xf.len()];
-            f(&xf, &mut of);
-            for (o, v) in o.iter_mut().zip(of) {
-                *o = T::from_f32(v);
-            }
+    ) -> Vec<T>
+    where
+        [T]: HalfFloatSliceExt,
+    {
+        let src = match l.contiguous_offsets() {
+            Some((s, e)) => std::borrow::Cow::Borrowed(&v[s..e]),
+            None => std::borrow::Cow::Owned(unary_map(v, l, |x| x)),
         };
-        rows(v, l, d, &g)
+        let mut out = vec![T::zero(); src.len()];
+        if d == 0 {
+            return out;
+        }
+        out.par_chunks_mut(d)
+            .zip(src.par_chunks(d))
+            .with_min_len(8)
+            .for_each_init(
+                || (vec![0f32; d], vec![0f32; d]),
+                |(xf, of), (o, x)| {
+                    x.convert_to_f32_slice(xf);
+                    f(xf, of);
+                    o.convert_from_f32_slice(of);
+                },
+            );
+        out
     }
     Ok(match s {
         CpuStorage::F32(v) => CpuStorage::from_vec(rows(v, l, d, f32_row)),
@@ -157,7 +175,38 @@ pub fn rms_norm(
     )
 }
 
-/// Rotate each pair by the angle whose cos/sin are given per (position, pair).
+/// Rotate each pair of one [t, d] block by the angle whose cos/sin are given per
+/// (position, pair).
+#[allow(clippy::too_many_arguments)]
+fn rope_block<T: Copy>(
+    x: &[T],
+    o: &mut [T],
+    cos: &[T],
+    sin: &[T],
+    t: usize,
+    d: usize,
+    kind: RopeKind,
+    mul_add: &impl Fn(T, T, T, T, bool) -> T,
+) {
+    let half = d / 2;
+    for p in 0..t {
+        let (cs, sn) = (
+            &cos[p * half..(p + 1) * half],
+            &sin[p * half..(p + 1) * half],
+        );
+        let (xr, or) = (&x[p * d..(p + 1) * d], &mut o[p * d..(p + 1) * d]);
+        for i in 0..half {
+            let (a, b) = match kind {
+                RopeKind::Interleaved => (2 * i, 2 * i + 1),
+                RopeKind::HalfSplit => (i, i + half),
+            };
+            // a' = x_a cos - x_b sin; b' = x_a sin + x_b cos
+            or[a] = mul_add(xr[a], cs[i], xr[b], sn[i], false);
+            or[b] = mul_add(xr[a], sn[i], xr[b], cs[i], true);
+        }
+    }
+}
+
 fn rope_rows<T: Copy + Send + Sync>(
     x: &[T],
     cos: &[T],
@@ -168,27 +217,53 @@ fn rope_rows<T: Copy + Send + Sync>(
     mul_add: impl Fn(T, T, T, T, bool) -> T + Sync,
 ) -> Vec<T> {
     let mut out = x.to_vec();
-    let half = d / 2;
+    if t * d == 0 {
+        return out;
+    }
     out.par_chunks_mut(t * d)
         .zip(x.par_chunks(t * d))
-        .for_each(|(o, x)| {
-            for p in 0..t {
-                let (cs, sn) = (
-                    &cos[p * half..(p + 1) * half],
-                    &sin[p * half..(p + 1) * half],
-                );
-                let (xr, or) = (&x[p * d..(p + 1) * d], &mut o[p * d..(p + 1) * d]);
-                for i in 0..half {
-                    let (a, b) = match kind {
-                        RopeKind::Interleaved => (2 * i, 2 * i + 1),
-                        RopeKind::HalfSplit => (i, i + half),
-                    };
-                    // a' = x_a cos - x_b sin; b' = x_a sin + x_b cos
-                    or[a] = mul_add(xr[a], cs[i], xr[b], sn[i], false);
-                    or[b] = mul_add(xr[a], sn[i], xr[b], cs[i], true);
-                }
-            }
-        });
+        .for_each(|(o, x)| rope_block(x, o, cos, sin, t, d, kind, &mul_add));
+    out
+}
+
+fn f32_mul_add(a: f32, b: f32, c: f32, d: f32, plus: bool) -> f32 {
+    if plus {
+        a * b + c * d
+    } else {
+        a * b - c * d
+    }
+}
+
+/// f16/bf16 rope: cos/sin are widened once; each [t, d] block of x is widened into per-thread
+/// f32 scratch, rotated in f32 and narrowed back.
+fn rope_rows_half<T: WithDType>(
+    x: &[T],
+    cos: &[T],
+    sin: &[T],
+    t: usize,
+    d: usize,
+    kind: RopeKind,
+) -> Vec<T>
+where
+    [T]: HalfFloatSliceExt,
+{
+    let mut out = x.to_vec();
+    let (mut cf, mut sf) = (vec![0f32; cos.len()], vec![0f32; sin.len()]);
+    cos.convert_to_f32_slice(&mut cf);
+    sin.convert_to_f32_slice(&mut sf);
+    let n = t * d;
+    if n == 0 {
+        return out;
+    }
+    out.par_chunks_mut(n).zip(x.par_chunks(n)).for_each_init(
+        || (vec![0f32; n], vec![0f32; n]),
+        |(xf, of), (o, x)| {
+            x.convert_to_f32_slice(xf);
+            of.copy_from_slice(xf);
+            rope_block(xf, of, &cf, &sf, t, d, kind, &f32_mul_add);
+            o.convert_from_f32_slice(of);
+        },
+    );
     out
 }
 
@@ -213,13 +288,19 @@ pub fn rope(
             rope_rows(&$x[x_range.0..x_range.1], &c[..n], &sn[..n], t, d, kind, $f)
         }};
     }
+    macro_rules! go_half {
+        ($x:expr, $c:expr, $s:expr) => {{
+            let (c, sn) = ($c, $s);
+            if c.len() < n || sn.len() < n {
+                return Err(Error::invalid("rope", "cos/sin smaller than [t, d/2]"));
+            }
+            rope_rows_half(&$x[x_range.0..x_range.1], &c[..n], &sn[..n], t, d, kind)
+        }};
+    }
     Ok(match (s, cos, sin) {
-        (CpuStorage::F32(x), CpuStorage::F32(c), CpuStorage::F32(sn)) => CpuStorage::from_vec(go!(
-            x,
-            &c[..],
-            &sn[..],
-            |a: f32, b, c: f32, d, plus| if plus { a * b + c * d } else { a * b - c * d }
-        )),
+        (CpuStorage::F32(x), CpuStorage::F32(c), CpuStorage::F32(sn)) => {
+            CpuStorage::from_vec(go!(x, &c[..], &sn[..], f32_mul_add))
+        }
         (CpuStorage::F64(x), CpuStorage::F64(c), CpuStorage::F64(sn)) => CpuStorage::from_vec(go!(
             x,
             &c[..],
@@ -227,10 +308,10 @@ pub fn rope(
             |a: f64, b, c: f64, d, plus| if plus { a * b + c * d } else { a * b - c * d }
         )),
         (CpuStorage::F16(x), CpuStorage::F16(c), CpuStorage::F16(sn)) => {
-            CpuStorage::from_vec(go!(x, &c[..], &sn[..], half_mul_add::<f16>))
+            CpuStorage::from_vec::<f16>(go_half!(x, &c[..], &sn[..]))
         }
         (CpuStorage::BF16(x), CpuStorage::BF16(c), CpuStorage::BF16(sn)) => {
-            CpuStorage::from_vec(go!(x, &c[..], &sn[..], half_mul_add::<bf16>))
+            CpuStorage::from_vec::<bf16>(go_half!(x, &c[..], &sn[..]))
         }
         (x, c, _) if x.dtype() != c.dtype() => {
             return Err(Error::DTypeMismatch {
@@ -253,9 +334,4 @@ pub fn rope(
             })
         }
     })
-}
-
-fn half_mul_add<T: WithDType>(a: T, b: T, c: T, d: T, plus: bool) -> T {
-    let (a, b, c, d) = (a.to_f32(), b.to_f32(), c.to_f32(), d.to_f32());
-    T::from_f32(if plus { a * b + c * d } else { a * b - c * d })
 }

@@ -250,6 +250,21 @@ fn unary_typed<T: WithDType, U: UnaryOpT>(v: &[T], l: &Layout) -> Result<Vec<T>>
     if t == TypeId::of::<f64>() {
         return Ok(unary_map(v, l, |x| T::from_f64(U::f64(x.to_f64()))));
     }
+    if let (true, Some((s, e))) = (T::DTYPE.is_float(), l.contiguous_offsets()) {
+        // f16/bf16: widen blocks to f32, run the f32 kernel (vectorised where one exists).
+        let k = |x: &[f32], o: &mut [f32]| match U::F32_VEC {
+            Some(k) => k(x, o),
+            None => o.iter_mut().zip(x).for_each(|(o, &x)| *o = U::f32(x)),
+        };
+        if t == TypeId::of::<f16>() {
+            let h: &[f16] = bytemuck::cast_slice(&v[s..e]);
+            return Ok(bytemuck::cast_vec(elementwise::par_map_half(h, &k)));
+        }
+        if t == TypeId::of::<bf16>() {
+            let h: &[bf16] = bytemuck::cast_slice(&v[s..e]);
+            return Ok(bytemuck::cast_vec(elementwise::par_map_half(h, &k)));
+        }
+    }
     if T::DTYPE.is_float() {
         return Ok(unary_map(v, l, |x| T::from_f32(U::f32(x.to_f32()))));
     }
@@ -279,6 +294,29 @@ fn binary_typed<T: WithDType, B: BinaryOpT>(a: &[T], al: &Layout, b: &[T], bl: &
         return binary_map(a, al, b, bl, |x, y| {
             T::from_f64(B::f64(x.to_f64(), y.to_f64()))
         });
+    }
+    if let (true, Some((s1, e1)), Some((s2, e2))) = (
+        T::DTYPE.is_float(),
+        al.contiguous_offsets(),
+        bl.contiguous_offsets(),
+    ) {
+        // f16/bf16: widen blocks to f32, run the f32 kernel (vectorised where one exists).
+        let k = |x: &[f32], y: &[f32], o: &mut [f32]| match B::F32_VEC {
+            Some(k) => k(x, y, o),
+            None => o
+                .iter_mut()
+                .zip(x.iter().zip(y))
+                .for_each(|(o, (&x, &y))| *o = B::f32(x, y)),
+        };
+        let (a, b) = (&a[s1..e1], &b[s2..e2]);
+        if t == TypeId::of::<f16>() {
+            let (a, b): (&[f16], &[f16]) = (bytemuck::cast_slice(a), bytemuck::cast_slice(b));
+            return bytemuck::cast_vec(elementwise::par_zip_half(a, b, &k));
+        }
+        if t == TypeId::of::<bf16>() {
+            let (a, b): (&[bf16], &[bf16]) = (bytemuck::cast_slice(a), bytemuck::cast_slice(b));
+            return bytemuck::cast_vec(elementwise::par_zip_half(a, b, &k));
+        }
     }
     if T::DTYPE.is_float() {
         return binary_map(a, al, b, bl, |x, y| {

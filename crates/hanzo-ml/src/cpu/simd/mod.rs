@@ -1,28 +1,53 @@
 //! f32 row kernels with runtime SIMD dispatch. `scalar` is always compiled and is the
 //! reference the vectorised paths are tested against; `Kernels::detect()` picks the best set
-//! for this CPU once per process.
+//! for this CPU once per process (set `HANZO_ML_SCALAR` to force the scalar set).
+//!
+//! Vector sets: AVX2+FMA and AVX-512F on x86_64, NEON on aarch64. Each is a private module
+//! whose `kernels()` returns its table only after checking the CPU at runtime, so the safe fn
+//! pointers in a table are always sound to call.
 
 pub mod scalar;
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+#[cfg(target_arch = "aarch64")]
+mod neon;
+
 use std::sync::OnceLock;
 
+/// `layer_norm(x, weight, bias, eps, out)`.
+pub type LayerNormFn = fn(&[f32], &[f32], Option<&[f32]>, f32, &mut [f32]);
+
 /// One table of row kernels; each field is a plain fn so dispatch costs one indirect call.
+/// Binary and unary kernels work over the common length of their slices.
 #[derive(Clone, Copy)]
 pub struct Kernels {
     pub name: &'static str,
     pub sum: fn(&[f32]) -> f32,
+    /// NaN if any element is NaN; -inf for an empty slice.
     pub max: fn(&[f32]) -> f32,
     pub dot: fn(&[f32], &[f32]) -> f32,
     pub add: fn(&[f32], &[f32], &mut [f32]),
     pub sub: fn(&[f32], &[f32], &mut [f32]),
     pub mul: fn(&[f32], &[f32], &mut [f32]),
     pub div: fn(&[f32], &[f32], &mut [f32]),
+    /// Semantics of `op::Maximum` / `op::Minimum` (NaN propagates, ties give `a`).
+    pub maximum: fn(&[f32], &[f32], &mut [f32]),
+    pub minimum: fn(&[f32], &[f32], &mut [f32]),
     pub exp: fn(&[f32], &mut [f32]),
     pub silu: fn(&[f32], &mut [f32]),
     pub softmax: fn(&[f32], &mut [f32]),
     pub log_softmax: fn(&[f32], &mut [f32]),
     pub rms_norm: fn(&[f32], &[f32], f32, &mut [f32]),
-    pub layer_norm: fn(&[f32], &[f32], Option<&[f32]>, f32, &mut [f32]),
+    pub layer_norm: LayerNormFn,
+}
+
+impl std::fmt::Debug for Kernels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Kernels({})", self.name)
+    }
 }
 
 impl Kernels {
@@ -35,6 +60,8 @@ impl Kernels {
         sub: scalar::sub,
         mul: scalar::mul,
         div: scalar::div,
+        maximum: scalar::maximum,
+        minimum: scalar::minimum,
         exp: scalar::exp,
         silu: scalar::silu,
         softmax: scalar::softmax,
@@ -45,15 +72,23 @@ impl Kernels {
 
     /// Every kernel set this CPU can run, best last (scalar first). Tests compare them all.
     pub fn available() -> Vec<Kernels> {
-        vec![Self::SCALAR]
+        #[allow(unused_mut)]
+        let mut all = vec![Self::SCALAR];
+        #[cfg(target_arch = "x86_64")]
+        {
+            all.extend(avx2::kernels());
+            all.extend(avx512::kernels());
+        }
+        #[cfg(target_arch = "aarch64")]
+        all.extend(neon::kernels());
+        all
     }
 
     fn detect() -> Kernels {
-        let mut all = Self::available();
         if std::env::var_os("HANZO_ML_SCALAR").is_some() {
             return Self::SCALAR;
         }
-        all.pop().unwrap_or(Self::SCALAR)
+        Self::available().pop().unwrap_or(Self::SCALAR)
     }
 }
 
@@ -63,6 +98,49 @@ pub fn kernels() -> &'static Kernels {
     K.get_or_init(Kernels::detect)
 }
 
+// Dispatchers with the signatures of `op::UnaryOpT::F32_VEC` / `op::BinaryOpT::F32_VEC`.
+
+/// Sum; long slices are summed in parallel chunks whose partial sums are added in order, so
+/// the result does not depend on scheduling.
 pub fn sum_f32(v: &[f32]) -> f32 {
-    (kernels().sum)(v)
+    use super::elementwise::{PAR_CHUNK, PAR_MIN};
+    use rayon::prelude::*;
+    let sum = kernels().sum;
+    if v.len() < 4 * PAR_MIN {
+        return sum(v);
+    }
+    let parts: Vec<f32> = v.par_chunks(4 * PAR_CHUNK).map(sum).collect();
+    sum(&parts)
+}
+
+pub fn exp_f32(x: &[f32], o: &mut [f32]) {
+    (kernels().exp)(x, o)
+}
+
+pub fn silu_f32(x: &[f32], o: &mut [f32]) {
+    (kernels().silu)(x, o)
+}
+
+pub fn add_f32(a: &[f32], b: &[f32], o: &mut [f32]) {
+    (kernels().add)(a, b, o)
+}
+
+pub fn sub_f32(a: &[f32], b: &[f32], o: &mut [f32]) {
+    (kernels().sub)(a, b, o)
+}
+
+pub fn mul_f32(a: &[f32], b: &[f32], o: &mut [f32]) {
+    (kernels().mul)(a, b, o)
+}
+
+pub fn div_f32(a: &[f32], b: &[f32], o: &mut [f32]) {
+    (kernels().div)(a, b, o)
+}
+
+pub fn maximum_f32(a: &[f32], b: &[f32], o: &mut [f32]) {
+    (kernels().maximum)(a, b, o)
+}
+
+pub fn minimum_f32(a: &[f32], b: &[f32], o: &mut [f32]) {
+    (kernels().minimum)(a, b, o)
 }

@@ -53,6 +53,19 @@ zip_kernel!(sub, -);
 zip_kernel!(mul, *);
 zip_kernel!(div, /);
 
+/// `a` where `a >= b` or `a` is NaN, else `b`: a NaN on either side propagates (as `op::Maximum`).
+pub fn maximum(a: &[f32], b: &[f32], out: &mut [f32]) {
+    for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+        *o = if x.is_nan() || x >= y { x } else { y };
+    }
+}
+
+pub fn minimum(a: &[f32], b: &[f32], out: &mut [f32]) {
+    for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+        *o = if x.is_nan() || x <= y { x } else { y };
+    }
+}
+
 pub fn exp(x: &[f32], out: &mut [f32]) {
     for (o, &v) in out.iter_mut().zip(x) {
         *o = v.exp();

@@ -21,7 +21,7 @@ pub fn unary_map<T: Copy + Sync, U: Send + Copy + bytemuck::Zeroable>(
         Blocks::Single { start, len } => {
             let src = &v[start..start + len];
             if len >= PAR_MIN {
-                let mut out = vec![U::zeroed(); len];
+                let mut out = super::alloc::zeroed_vec::<U>(len);
                 out.par_chunks_mut(PAR_CHUNK)
                     .zip(src.par_chunks(PAR_CHUNK))
                     .for_each(|(o, s)| {
@@ -50,7 +50,7 @@ pub fn unary_map<T: Copy + Sync, U: Send + Copy + bytemuck::Zeroable>(
 
 /// Apply a vectorised slice kernel, in parallel chunks for large inputs.
 pub(crate) fn par_map_slice(src: &[f32], k: fn(&[f32], &mut [f32])) -> Vec<f32> {
-    let mut out = vec![0f32; src.len()];
+    let mut out = super::alloc::zeroed_vec::<f32>(src.len());
     if src.len() >= PAR_MIN {
         out.par_chunks_mut(PAR_CHUNK)
             .zip(src.par_chunks(PAR_CHUNK))
@@ -62,7 +62,7 @@ pub(crate) fn par_map_slice(src: &[f32], k: fn(&[f32], &mut [f32])) -> Vec<f32> 
 }
 
 pub(crate) fn par_zip_slices(a: &[f32], b: &[f32], k: fn(&[f32], &[f32], &mut [f32])) -> Vec<f32> {
-    let mut out = vec![0f32; a.len()];
+    let mut out = super::alloc::zeroed_vec::<f32>(a.len());
     if a.len() >= PAR_MIN {
         out.par_chunks_mut(PAR_CHUNK)
             .zip(a.par_chunks(PAR_CHUNK).zip(b.par_chunks(PAR_CHUNK)))
@@ -83,7 +83,7 @@ where
     H: bytemuck::Pod + Send + Sync,
     [H]: HalfFloatSliceExt,
 {
-    let mut out = vec![H::zeroed(); src.len()];
+    let mut out = super::alloc::zeroed_vec::<H>(src.len());
     let run = |o: &mut [H], s: &[H]| {
         let (mut xf, mut of) = ([0f32; HALF_BLOCK], [0f32; HALF_BLOCK]);
         for (o, s) in o.chunks_mut(HALF_BLOCK).zip(s.chunks(HALF_BLOCK)) {
@@ -113,7 +113,7 @@ where
     [H]: HalfFloatSliceExt,
 {
     let n = a.len().min(b.len());
-    let mut out = vec![H::zeroed(); n];
+    let mut out = super::alloc::zeroed_vec::<H>(n);
     let run = |o: &mut [H], a: &[H], b: &[H]| {
         let mut af = [0f32; HALF_BLOCK];
         let mut bf = [0f32; HALF_BLOCK];
@@ -176,7 +176,7 @@ pub fn binary_map<T: Copy + Sync, U: Send + Copy + bytemuck::Zeroable>(
     }
     if let (Some((s1, e1)), Some((s2, e2))) = (al.contiguous_offsets(), bl.contiguous_offsets()) {
         let (a, b) = (&a[s1..e1], &b[s2..e2]);
-        let mut out = vec![U::zeroed(); n];
+        let mut out = super::alloc::zeroed_vec::<U>(n);
         let run = |o: &mut [U], a: &[T], b: &[T]| {
             for ((o, &x), &y) in o.iter_mut().zip(a).zip(b) {
                 *o = f(x, y)

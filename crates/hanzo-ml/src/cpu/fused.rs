@@ -31,7 +31,7 @@ fn map_rows(
             Some((s, e)) => std::borrow::Cow::Borrowed(&v[s..e]),
             None => std::borrow::Cow::Owned(unary_map(v, l, |x| x)),
         };
-        let mut out = vec![T::zero(); src.len()];
+        let mut out = super::alloc::zeroed_vec::<T>(src.len());
         if d == 0 {
             return out;
         }
@@ -56,7 +56,7 @@ fn map_rows(
             Some((s, e)) => std::borrow::Cow::Borrowed(&v[s..e]),
             None => std::borrow::Cow::Owned(unary_map(v, l, |x| x)),
         };
-        let mut out = vec![T::zero(); src.len()];
+        let mut out = super::alloc::zeroed_vec::<T>(src.len());
         if d == 0 {
             return out;
         }

@@ -23,7 +23,7 @@ fn gemm_typed<T: WithDType>(
     d: MatMulDims,
 ) -> Result<Vec<T>> {
     let MatMulDims { b: nb, m, n, k } = d;
-    let mut out = vec![T::zero(); nb * m * n];
+    let mut out = super::alloc::zeroed_vec::<T>(nb * m * n);
     if m == 0 || n == 0 || k == 0 || nb == 0 {
         return Ok(out);
     }

@@ -2,6 +2,7 @@
 //! kernels over them. Work is split over rayon in chunks so a busy core slows one chunk, not a
 //! barrier every row.
 
+mod alloc;
 mod buffer;
 pub(crate) mod conv;
 mod elementwise;

@@ -201,3 +201,32 @@ fn matvec_paths_agree_with_gemm() -> hanzo_ml::Result<()> {
     close(wt.matmul(&x)?.flatten_all()?.to_vec1()?, reference(&wt, &x)?);
     Ok(())
 }
+
+/// Tiled copies of transposed views (batched, odd sizes, narrowed) equal element-wise reads.
+#[test]
+fn transposed_copies_are_exact() -> hanzo_ml::Result<()> {
+    for dims in [(1usize, 33usize, 70usize), (3, 64, 64), (2, 100, 37)] {
+        let x = Tensor::randn(0.0, 1.0, dims, DType::F32, &CPU)?;
+        let t = x.transpose(1, 2)?;
+        let got = t.contiguous()?.to_vec3::<f32>()?;
+        let src = x.to_vec3::<f32>()?;
+        for b in 0..dims.0 {
+            for i in 0..dims.2 {
+                for j in 0..dims.1 {
+                    assert_eq!(got[b][i][j], src[b][j][i]);
+                }
+            }
+        }
+        // A narrowed, transposed view (offset and gaps) converted to another dtype.
+        let n = x.narrow(2, 3, dims.2 - 5)?.transpose(1, 2)?;
+        let got = n.to_dtype(DType::F64)?.to_vec3::<f64>()?;
+        for b in 0..dims.0 {
+            for i in 0..dims.2 - 5 {
+                for j in 0..dims.1 {
+                    assert_eq!(got[b][i][j], src[b][j][i + 3] as f64);
+                }
+            }
+        }
+    }
+    Ok(())
+}

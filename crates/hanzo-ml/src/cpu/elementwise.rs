@@ -35,6 +35,9 @@ pub fn unary_map<T: Copy + Sync, U: Send + Copy + bytemuck::Zeroable>(
             }
         }
         Blocks::Multiple { block_len, starts } => {
+            if let Some(out) = transposed_map(v, l, &f) {
+                return out;
+            }
             let mut out = Vec::with_capacity(l.shape().elem_count());
             if block_len == 1 {
                 out.extend(starts.map(|o| f(v[o])));
@@ -46,6 +49,47 @@ pub fn unary_map<T: Copy + Sync, U: Send + Copy + bytemuck::Zeroable>(
             out
         }
     }
+}
+
+/// Views whose second-to-last dim has unit stride (`x.t()` and friends): reading them in
+/// row-major order jumps a whole source row per element. Copy in square tiles instead so
+/// both sides stay in cache, in parallel over bands of output rows.
+fn transposed_map<T: Copy + Sync, U: Send + Copy + bytemuck::Zeroable>(
+    v: &[T],
+    l: &Layout,
+    f: &(impl Fn(T) -> U + Sync + Send),
+) -> Option<Vec<U>> {
+    const TILE: usize = 32;
+    let (dims, stride) = (l.dims(), l.stride());
+    let r = dims.len();
+    if r < 2 || stride[r - 2] != 1 || stride[r - 1] == 1 || dims[r - 2] < TILE || dims[r - 1] < TILE
+    {
+        return None;
+    }
+    let (rows_per_outer, cols, col_stride) = (dims[r - 2], dims[r - 1], stride[r - 1]);
+    let outer: Vec<usize> =
+        crate::layout::StridedIndex::new(&dims[..r - 2], &stride[..r - 2], l.start_offset())
+            .collect();
+    let mut out = super::alloc::zeroed_vec::<U>(l.shape().elem_count());
+    // Source offset of output row `row` (its first column).
+    let row_src = |row: usize| outer[row / rows_per_outer] + row % rows_per_outer;
+    out.par_chunks_mut(TILE * cols)
+        .enumerate()
+        .for_each(|(band, o)| {
+            let row0 = band * TILE;
+            let nrows = o.len() / cols;
+            let srcs: Vec<usize> = (0..nrows).map(|i| row_src(row0 + i)).collect();
+            for j0 in (0..cols).step_by(TILE) {
+                let j1 = (j0 + TILE).min(cols);
+                for (i, &s) in srcs.iter().enumerate() {
+                    let orow = &mut o[i * cols..(i + 1) * cols];
+                    for j in j0..j1 {
+                        orow[j] = f(v[s + j * col_stride]);
+                    }
+                }
+            }
+        });
+    Some(out)
 }
 
 /// Apply a vectorised slice kernel, in parallel chunks for large inputs.

@@ -4,6 +4,11 @@
 
 use crate::{Result, Tensor};
 
+/// A vectorised f32 map over contiguous data: `out[i] = f(x[i])`.
+pub type F32UnaryKernel = fn(&[f32], &mut [f32]);
+/// A vectorised f32 zip over contiguous data: `out[i] = f(a[i], b[i])`.
+pub type F32BinaryKernel = fn(&[f32], &[f32], &mut [f32]);
+
 pub trait UnaryOpT: 'static {
     const NAME: &'static str;
     /// Defined on integer dtypes too (computed through i64, wrapping).
@@ -14,7 +19,7 @@ pub trait UnaryOpT: 'static {
         v
     }
     /// Hand-vectorised f32 kernel over contiguous data, where one exists.
-    const F32_VEC: Option<fn(&[f32], &mut [f32])> = None;
+    const F32_VEC: Option<F32UnaryKernel> = None;
     /// Gradient of the input given the input `x`, the output `y` and the output gradient.
     fn backward(x: &Tensor, y: &Tensor, grad: &Tensor) -> Result<Tensor>;
 }
@@ -24,7 +29,7 @@ pub trait BinaryOpT: 'static {
     fn f32(a: f32, b: f32) -> f32;
     fn f64(a: f64, b: f64) -> f64;
     fn i64(a: i64, b: i64) -> i64;
-    const F32_VEC: Option<fn(&[f32], &[f32], &mut [f32])> = None;
+    const F32_VEC: Option<F32BinaryKernel> = None;
     /// Gradients of both inputs in the broadcast output shape (the caller sums them back to
     /// each input's shape).
     fn backward(a: &Tensor, b: &Tensor, out: &Tensor, grad: &Tensor) -> Result<(Tensor, Tensor)>;

@@ -107,18 +107,15 @@ impl Tensor {
         Ok(self.view(l, op))
     }
 
-    /// Split into `n` pieces along `dim` (the last ones smaller when it does not divide).
+    /// Split into exactly `n` pieces along `dim`; when `n` does not divide the size, the first
+    /// `size % n` pieces get one extra element (NumPy's `array_split`).
     pub fn chunk<D: Dim>(&self, n: usize, dim: D) -> Result<Vec<Tensor>> {
         let d = dim.to_index(self.shape(), "chunk")?;
         if n == 0 {
             crate::bail_invalid!("chunk", "n must be positive");
         }
         let size = self.dims()[d];
-        let step = size.div_ceil(n).max(1);
-        let sizes: Vec<usize> = (0..size)
-            .step_by(step)
-            .map(|s| step.min(size - s))
-            .collect();
+        let sizes: Vec<usize> = (0..n).map(|i| size / n + usize::from(i < size % n)).collect();
         self.split(&sizes, d)
     }
 

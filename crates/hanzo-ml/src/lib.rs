@@ -36,4 +36,4 @@ pub use layout::Layout;
 pub use shape::{All, Dim, Dims, Shape};
 pub use storage::Storage;
 pub use tensor::creation_api::{manual_seed, NdArray};
-pub use tensor::{AttentionMask, Tensor, TensorId};
+pub use tensor::{AttentionMask, Conv2dParams, Tensor, TensorId};

@@ -3,7 +3,7 @@
 //! compares within each case's tolerance. Set HANZO_NUMPY_CASES to a freshly generated file
 //! (scripts/test.sh does); otherwise the checked-in `tests/numpy/cases.json` is used.
 
-use hanzo_ml::{AttentionMask, DType, Device, Result, RopeKind, Tensor};
+use hanzo_ml::{AttentionMask, Conv2dParams, DType, Device, Result, RopeKind, Tensor};
 use serde_json::Value;
 
 fn dtype(s: &str) -> DType {
@@ -160,6 +160,38 @@ fn run(op: &str, x: &[Tensor], a: &Value) -> Result<Tensor> {
                 a.get("scale").and_then(|s| s.as_f64()),
             )?
         }
+        "conv2d" | "conv_transpose2d" => {
+            let pair = |k: &str| (usizes(&a[k])[0], usizes(&a[k])[1]);
+            let p = Conv2dParams {
+                padding: pair("padding"),
+                stride: pair("stride"),
+                dilation: pair("dilation"),
+                groups: u("groups"),
+            };
+            if op == "conv2d" {
+                x[0].conv2d_with(&x[1], &p)?
+            } else {
+                x[0].conv_transpose2d_with(&x[1], &p, pair("output_padding"))?
+            }
+        }
+        "conv1d" => x[0].conv1d(&x[1], u("padding"), u("stride"), u("dilation"), u("groups"))?,
+        "conv_transpose1d" => x[0].conv_transpose1d(
+            &x[1],
+            u("padding"),
+            u("output_padding"),
+            u("stride"),
+            u("dilation"),
+            u("groups"),
+        )?,
+        "avg_pool2d" | "max_pool2d" => {
+            let (k, s) = (usizes(&a["k"]), usizes(&a["stride"]));
+            if op == "avg_pool2d" {
+                x[0].avg_pool2d((k[0], k[1]), (s[0], s[1]))?
+            } else {
+                x[0].max_pool2d((k[0], k[1]), (s[0], s[1]))?
+            }
+        }
+        "upsample_nearest2d" => x[0].upsample_nearest2d(u("h"), u("w"))?,
         other => panic!("unknown op {other}"),
     })
 }

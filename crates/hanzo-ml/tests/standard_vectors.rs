@@ -230,3 +230,25 @@ fn transposed_copies_are_exact() -> hanzo_ml::Result<()> {
     }
     Ok(())
 }
+
+/// A hand-computed convolution, and parameter errors.
+#[test]
+fn conv2d_by_hand() -> hanzo_ml::Result<()> {
+    // [[1,2,3],[4,5,6],[7,8,9]] * [[1,0],[0,-1]] (valid): x[i][j] - x[i+1][j+1] = -4 everywhere.
+    let x = Tensor::arange(1f32, 10., &CPU)?.reshape((1, 1, 3, 3))?;
+    let k = Tensor::new([[1f32, 0.], [0., -1.]], &CPU)?.reshape((1, 1, 2, 2))?;
+    assert_eq!(x.conv2d(&k, 0, 1, 1, 1)?.flatten_all()?.to_vec1::<f32>()?, vec![-4.; 4]);
+    // Padding 1, stride 2: windows at padded (0,0), (0,2), (2,0), (2,2); the last one is
+    // x[1][1] - x[2][2].
+    let y = x.conv2d(&k, 1, 2, 1, 1)?;
+    assert_eq!(y.to_vec_flat::<f32>()?, vec![-1., -3., -7., 5. - 9.]);
+    // conv_transpose of a single 1 reproduces the kernel.
+    let one = Tensor::ones((1, 1, 1, 1), DType::F32, &CPU)?;
+    assert_eq!(one.conv_transpose2d(&k, 0, 0, 1, 1, 1)?.to_vec_flat::<f32>()?, vec![1., 0., 0., -1.]);
+    assert!(x.conv2d(&k, 0, 0, 1, 1).is_err(), "stride 0");
+    assert!(x.conv2d(&k, 0, 1, 1, 2).is_err(), "channels not divisible by groups");
+    assert!(x.conv2d(&Tensor::ones((1, 1, 4, 4), DType::F32, &CPU)?, 0, 1, 1, 1).is_err(), "kernel too big");
+    assert!(x.max_pool2d((4, 4), (1, 1)).is_err());
+    assert!(x.conv2d(&k.flatten_all()?, 0, 1, 1, 1).is_err(), "kernel rank");
+    Ok(())
+}

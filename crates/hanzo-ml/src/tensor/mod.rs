@@ -16,6 +16,7 @@ mod nn;
 mod reduce;
 mod shape_ops;
 
+pub use conv::Conv2dParams;
 pub use nn::AttentionMask;
 
 use crate::backprop::BackpropOp;

@@ -334,6 +334,103 @@ case("sdpa_none_scale", "sdpa", [q, k, v], sdpa(q[1], k[1], v[1], scale=0.2), "f
 m = inp("f32", (3, 5))
 case("sdpa_additive", "sdpa", [q, k, v, m], sdpa(q[1], k[1], v[1], mask=m[1]), "f32", {"mask": "additive"})
 
+def conv2d_ref(x, k, pad, stride, dil, groups):
+    """Direct definition: every output channel sums kernel taps over its group's inputs."""
+    b, cin, h, w = x.shape
+    cout, cpg, kh, kw = k.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad[0], pad[0]), (pad[1], pad[1])))
+    oh = (h + 2 * pad[0] - dil[0] * (kh - 1) - 1) // stride[0] + 1
+    ow = (w + 2 * pad[1] - dil[1] * (kw - 1) - 1) // stride[1] + 1
+    out = np.zeros((b, cout, oh, ow))
+    opg = cout // groups
+    for o in range(cout):
+        for ci in range(cpg):
+            c = (o // opg) * cpg + ci
+            for i in range(kh):
+                for j in range(kw):
+                    y0, x0 = i * dil[0], j * dil[1]
+                    out[:, o] += k[o, ci, i, j] * xp[:, c, y0:y0 + stride[0] * (oh - 1) + 1:stride[0],
+                                                     x0:x0 + stride[1] * (ow - 1) + 1:stride[1]]
+    return out
+
+
+def conv_transpose2d_ref(x, k, pad, opad, stride, dil, groups):
+    """Direct definition: each input element scatters kernel-weighted copies into the output."""
+    b, cin, h, w = x.shape
+    _, copg, kh, kw = k.shape
+    H = (h - 1) * stride[0] - 2 * pad[0] + dil[0] * (kh - 1) + opad[0] + 1
+    W = (w - 1) * stride[1] - 2 * pad[1] + dil[1] * (kw - 1) + opad[1] + 1
+    full = np.zeros((b, copg * groups, (h - 1) * stride[0] + dil[0] * (kh - 1) + 1 + opad[0],
+                     (w - 1) * stride[1] + dil[1] * (kw - 1) + 1 + opad[1]))
+    cipg = cin // groups
+    for c in range(cin):
+        for oc in range(copg):
+            o = (c // cipg) * copg + oc
+            for i in range(kh):
+                for j in range(kw):
+                    y0, x0 = i * dil[0], j * dil[1]
+                    full[:, o, y0:y0 + stride[0] * (h - 1) + 1:stride[0], x0:x0 + stride[1] * (w - 1) + 1:stride[1]] += \
+                        x[:, c] * k[c, oc, i, j]
+    return full[:, :, pad[0]:pad[0] + H, pad[1]:pad[1] + W]
+
+
+def pool_ref(x, k, stride, f):
+    b, c, h, w = x.shape
+    oh, ow = (h - k[0]) // stride[0] + 1, (w - k[1]) // stride[1] + 1
+    out = np.zeros((b, c, oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            out[:, :, i, j] = f(x[:, :, i * stride[0]:i * stride[0] + k[0], j * stride[1]:j * stride[1] + k[1]], axis=(2, 3))
+    return out
+
+
+CONV2D = [  # (x shape, kernel shape, padding, stride, dilation, groups)
+    ((1, 1, 3, 3), (1, 1, 2, 2), (0, 0), (1, 1), (1, 1), 1),
+    ((2, 3, 7, 6), (4, 3, 3, 3), (1, 1), (1, 1), (1, 1), 1),
+    ((1, 2, 9, 8), (3, 2, 3, 2), (1, 0), (2, 3), (1, 1), 1),
+    ((1, 2, 9, 9), (2, 2, 3, 3), (2, 2), (1, 1), (2, 2), 1),
+    ((2, 4, 6, 5), (6, 2, 3, 3), (1, 1), (1, 1), (1, 1), 2),
+    ((1, 4, 8, 8), (4, 1, 3, 3), (1, 1), (2, 2), (1, 1), 4),
+]
+for n, (xs, ks, pad, st, dl, g) in enumerate(CONV2D):
+    for dt in (["f32", "f64"] if n != 1 else ["f32", "f64", "f16", "bf16"]):
+        x, k = inp(dt, xs), inp(dt, ks)
+        t = TOL[dt]
+        case(f"conv2d_{n}_{dt}", "conv2d", [x, k], conv2d_ref(x[1], k[1], pad, st, dl, g), dt,
+             {"padding": list(pad), "stride": list(st), "dilation": list(dl), "groups": g}, tol=(t[0] * 20, t[1] * 5))
+for n, (xs, ks, pad, st, dl, g) in enumerate([((2, 3, 10), (4, 3, 3), 1, 1, 1, 1), ((1, 4, 11), (2, 2, 2), 0, 3, 2, 2)]):
+    x, k = inp("f32", xs), inp("f32", ks)
+    ref = conv2d_ref(x[1][:, :, None, :], k[1][:, :, None, :], (0, pad), (1, st), (1, dl), g)[:, :, 0, :]
+    case(f"conv1d_{n}", "conv1d", [x, k], ref, "f32", {"padding": pad, "stride": st, "dilation": dl, "groups": g})
+
+CONVT2D = [  # (x shape, kernel shape [c_in, c_out/g, kh, kw], padding, output_padding, stride, dilation, groups)
+    ((1, 1, 2, 2), (1, 1, 2, 2), (0, 0), (0, 0), (1, 1), (1, 1), 1),
+    ((2, 3, 4, 5), (3, 2, 3, 3), (1, 1), (1, 1), (2, 2), (1, 1), 1),
+    ((1, 2, 5, 4), (2, 3, 3, 2), (0, 1), (0, 0), (3, 1), (1, 2), 1),
+    ((1, 4, 3, 3), (4, 1, 3, 3), (2, 2), (0, 0), (1, 1), (1, 1), 2),
+    ((1, 2, 4, 4), (2, 2, 2, 2), (0, 0), (1, 0), (2, 2), (2, 1), 1),
+]
+for n, (xs, ks, pad, opad, st, dl, g) in enumerate(CONVT2D):
+    x, k = inp("f32", xs), inp("f32", ks)
+    case(f"conv_transpose2d_{n}", "conv_transpose2d", [x, k], conv_transpose2d_ref(x[1], k[1], pad, opad, st, dl, g), "f32",
+         {"padding": list(pad), "output_padding": list(opad), "stride": list(st), "dilation": list(dl), "groups": g},
+         tol=(1e-4, 1e-5))
+x, k = inp("f32", (2, 2, 6)), inp("f32", (2, 3, 3))
+ref = conv_transpose2d_ref(x[1][:, :, None, :], k[1][:, :, None, :], (0, 1), (0, 1), (1, 2), (1, 1), 1)[:, :, 0, :]
+case("conv_transpose1d", "conv_transpose1d", [x, k], ref, "f32",
+     {"padding": 1, "output_padding": 1, "stride": 2, "dilation": 1, "groups": 1})
+
+x = inp("f32", (2, 3, 7, 8))
+for kk, st in [((2, 2), (2, 2)), ((3, 2), (2, 3)), ((3, 3), (1, 1))]:
+    case(f"avg_pool2d_{kk}_{st}", "avg_pool2d", [x], pool_ref(x[1], kk, st, np.mean), "f32", {"k": list(kk), "stride": list(st)})
+    case(f"max_pool2d_{kk}_{st}", "max_pool2d", [x], pool_ref(x[1], kk, st, np.max), "f32", {"k": list(kk), "stride": list(st)})
+x = inp("f32", (1, 2, 3, 4))
+for oh, ow in [(6, 8), (5, 7), (2, 3)]:
+    hi = (np.arange(oh) * 3) // oh
+    wi = (np.arange(ow) * 4) // ow
+    case(f"upsample_nearest2d_{oh}x{ow}", "upsample_nearest2d", [x], x[1][:, :, hi][:, :, :, wi], "f32", {"h": oh, "w": ow})
+
+
 out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases.json")
 with open(out, "w") as fh:
     json.dump(CASES, fh, separators=(",", ":"))

@@ -312,16 +312,46 @@ fn harness_detects_a_wrong_gradient() {
 #[test]
 fn convolutions_and_pooling() {
     use hanzo_ml::Conv2dParams;
-    let p = Conv2dParams { padding: (1, 0), stride: (2, 1), dilation: (1, 2), groups: 2 };
-    check("conv2d", &[randn(&[1, 4, 5, 6]), randn(&[2, 2, 2, 2])], move |i| i[0].conv2d_with(&i[1], &p));
-    check("conv1d", &[randn(&[2, 2, 7]), randn(&[3, 2, 3])], |i| i[0].conv1d(&i[1], 1, 2, 1, 1));
-    let q = Conv2dParams { padding: (1, 0), stride: (2, 1), dilation: (1, 2), groups: 2 };
-    check("conv_transpose2d", &[randn(&[1, 2, 3, 3]), randn(&[2, 2, 2, 2])], move |i| {
-        i[0].conv_transpose2d_with(&i[1], &q, (1, 0))
+    let p = Conv2dParams {
+        padding: (1, 0),
+        stride: (2, 1),
+        dilation: (1, 2),
+        groups: 2,
+    };
+    check(
+        "conv2d",
+        &[randn(&[1, 4, 5, 6]), randn(&[2, 2, 2, 2])],
+        move |i| i[0].conv2d_with(&i[1], &p),
+    );
+    check("conv1d", &[randn(&[2, 2, 7]), randn(&[3, 2, 3])], |i| {
+        i[0].conv1d(&i[1], 1, 2, 1, 1)
     });
-    check("conv_transpose1d", &[randn(&[1, 2, 4]), randn(&[2, 3, 3])], |i| i[0].conv_transpose1d(&i[1], 1, 1, 2, 1, 1));
-    check("avg_pool2d", &[randn(&[1, 2, 5, 4])], |i| i[0].avg_pool2d((2, 2), (2, 1)));
-    check("max_pool2d", &[randn(&[1, 2, 5, 4])], |i| i[0].max_pool2d((2, 2), (1, 2)));
-    check("upsample_nearest2d", &[randn(&[1, 2, 2, 3])], |i| i[0].upsample_nearest2d(5, 4));
-    check("upsample_nearest1d", &[randn(&[1, 2, 3])], |i| i[0].upsample_nearest1d(7));
+    let q = Conv2dParams {
+        padding: (1, 0),
+        stride: (2, 1),
+        dilation: (1, 2),
+        groups: 2,
+    };
+    check(
+        "conv_transpose2d",
+        &[randn(&[1, 2, 3, 3]), randn(&[2, 2, 2, 2])],
+        move |i| i[0].conv_transpose2d_with(&i[1], &q, (1, 0)),
+    );
+    check(
+        "conv_transpose1d",
+        &[randn(&[1, 2, 4]), randn(&[2, 3, 3])],
+        |i| i[0].conv_transpose1d(&i[1], 1, 1, 2, 1, 1),
+    );
+    check("avg_pool2d", &[randn(&[1, 2, 5, 4])], |i| {
+        i[0].avg_pool2d((2, 2), (2, 1))
+    });
+    check("max_pool2d", &[randn(&[1, 2, 5, 4])], |i| {
+        i[0].max_pool2d((2, 2), (1, 2))
+    });
+    check("upsample_nearest2d", &[randn(&[1, 2, 2, 3])], |i| {
+        i[0].upsample_nearest2d(5, 4)
+    });
+    check("upsample_nearest1d", &[randn(&[1, 2, 3])], |i| {
+        i[0].upsample_nearest1d(7)
+    });
 }

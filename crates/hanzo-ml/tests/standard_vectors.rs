@@ -169,11 +169,23 @@ fn bad_arguments_are_errors_not_panics() -> hanzo_ml::Result<()> {
     assert!(x.chunk(0, 1).is_err());
     assert!(x.split(&[1, 1], 1).is_err());
     assert!(x.topk(4, 1).is_err());
-    assert!(x.gather(&Tensor::zeros((2, 3, 1), DType::U32, &CPU)?, 1).is_err());
-    assert!(x.index_select(&Tensor::zeros(2, DType::F32, &CPU)?, 1).is_err());
+    assert!(x
+        .gather(&Tensor::zeros((2, 3, 1), DType::U32, &CPU)?, 1)
+        .is_err());
+    assert!(x
+        .index_select(&Tensor::zeros(2, DType::F32, &CPU)?, 1)
+        .is_err());
     assert!(x.where_cond(&x, &x).is_err(), "float condition");
-    assert!(Tensor::zeros(0, DType::F32, &CPU)?.max(0).is_err(), "max of nothing");
-    assert_eq!(Tensor::zeros(0, DType::F32, &CPU)?.sum(0)?.to_scalar::<f32>()?, 0.0);
+    assert!(
+        Tensor::zeros(0, DType::F32, &CPU)?.max(0).is_err(),
+        "max of nothing"
+    );
+    assert_eq!(
+        Tensor::zeros(0, DType::F32, &CPU)?
+            .sum(0)?
+            .to_scalar::<f32>()?,
+        0.0
+    );
     assert!(Tensor::new(vec![vec![1f32, 2.], vec![3.]], &CPU).is_err());
     Ok(())
 }
@@ -184,7 +196,10 @@ fn matvec_paths_agree_with_gemm() -> hanzo_ml::Result<()> {
     let w = Tensor::randn(0.0, 1.0, (37, 300), DType::F32, &CPU)?;
     let x = Tensor::randn(0.0, 1.0, (300, 1), DType::F32, &CPU)?;
     let reference = |a: &Tensor, b: &Tensor| -> hanzo_ml::Result<Vec<f64>> {
-        a.to_dtype(DType::F64)?.matmul(&b.to_dtype(DType::F64)?)?.flatten_all()?.to_vec1::<f64>()
+        a.to_dtype(DType::F64)?
+            .matmul(&b.to_dtype(DType::F64)?)?
+            .flatten_all()?
+            .to_vec1::<f64>()
     };
     let close = |got: Vec<f32>, want: Vec<f64>| {
         assert_eq!(got.len(), want.len());
@@ -195,10 +210,16 @@ fn matvec_paths_agree_with_gemm() -> hanzo_ml::Result<()> {
     close(w.matmul(&x)?.flatten_all()?.to_vec1()?, reference(&w, &x)?);
     // Decode-style x @ W^T with W row-major: m == 1, columns of W^T contiguous.
     let xr = x.t()?;
-    close(xr.matmul(&w.t()?)?.flatten_all()?.to_vec1()?, reference(&xr, &w.t()?)?);
+    close(
+        xr.matmul(&w.t()?)?.flatten_all()?.to_vec1()?,
+        reference(&xr, &w.t()?)?,
+    );
     // Non-contiguous inner dim falls back to gemm.
     let wt = Tensor::randn(0.0, 1.0, (300, 37), DType::F32, &CPU)?.t()?;
-    close(wt.matmul(&x)?.flatten_all()?.to_vec1()?, reference(&wt, &x)?);
+    close(
+        wt.matmul(&x)?.flatten_all()?.to_vec1()?,
+        reference(&wt, &x)?,
+    );
     Ok(())
 }
 
@@ -237,18 +258,35 @@ fn conv2d_by_hand() -> hanzo_ml::Result<()> {
     // [[1,2,3],[4,5,6],[7,8,9]] * [[1,0],[0,-1]] (valid): x[i][j] - x[i+1][j+1] = -4 everywhere.
     let x = Tensor::arange(1f32, 10., &CPU)?.reshape((1, 1, 3, 3))?;
     let k = Tensor::new([[1f32, 0.], [0., -1.]], &CPU)?.reshape((1, 1, 2, 2))?;
-    assert_eq!(x.conv2d(&k, 0, 1, 1, 1)?.flatten_all()?.to_vec1::<f32>()?, vec![-4.; 4]);
+    assert_eq!(
+        x.conv2d(&k, 0, 1, 1, 1)?.flatten_all()?.to_vec1::<f32>()?,
+        vec![-4.; 4]
+    );
     // Padding 1, stride 2: windows at padded (0,0), (0,2), (2,0), (2,2); the last one is
     // x[1][1] - x[2][2].
     let y = x.conv2d(&k, 1, 2, 1, 1)?;
     assert_eq!(y.to_vec_flat::<f32>()?, vec![-1., -3., -7., 5. - 9.]);
     // conv_transpose of a single 1 reproduces the kernel.
     let one = Tensor::ones((1, 1, 1, 1), DType::F32, &CPU)?;
-    assert_eq!(one.conv_transpose2d(&k, 0, 0, 1, 1, 1)?.to_vec_flat::<f32>()?, vec![1., 0., 0., -1.]);
+    assert_eq!(
+        one.conv_transpose2d(&k, 0, 0, 1, 1, 1)?
+            .to_vec_flat::<f32>()?,
+        vec![1., 0., 0., -1.]
+    );
     assert!(x.conv2d(&k, 0, 0, 1, 1).is_err(), "stride 0");
-    assert!(x.conv2d(&k, 0, 1, 1, 2).is_err(), "channels not divisible by groups");
-    assert!(x.conv2d(&Tensor::ones((1, 1, 4, 4), DType::F32, &CPU)?, 0, 1, 1, 1).is_err(), "kernel too big");
+    assert!(
+        x.conv2d(&k, 0, 1, 1, 2).is_err(),
+        "channels not divisible by groups"
+    );
+    assert!(
+        x.conv2d(&Tensor::ones((1, 1, 4, 4), DType::F32, &CPU)?, 0, 1, 1, 1)
+            .is_err(),
+        "kernel too big"
+    );
     assert!(x.max_pool2d((4, 4), (1, 1)).is_err());
-    assert!(x.conv2d(&k.flatten_all()?, 0, 1, 1, 1).is_err(), "kernel rank");
+    assert!(
+        x.conv2d(&k.flatten_all()?, 0, 1, 1, 1).is_err(),
+        "kernel rank"
+    );
     Ok(())
 }

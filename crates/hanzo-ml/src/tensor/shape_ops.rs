@@ -115,7 +115,9 @@ impl Tensor {
             crate::bail_invalid!("chunk", "n must be positive");
         }
         let size = self.dims()[d];
-        let sizes: Vec<usize> = (0..n).map(|i| size / n + usize::from(i < size % n)).collect();
+        let sizes: Vec<usize> = (0..n)
+            .map(|i| size / n + usize::from(i < size % n))
+            .collect();
         self.split(&sizes, d)
     }
 

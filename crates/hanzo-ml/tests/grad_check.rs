@@ -99,6 +99,7 @@ fn unary_ops() {
     check("floor", &[off_grid.clone()], |i| i[0].floor());
     check("ceil", &[off_grid.clone()], |i| i[0].ceil());
     check("round", &[off_grid.clone()], |i| i[0].round());
+    check("sign", &[away.clone()], |i| i[0].sign());
 }
 
 #[test]
@@ -354,4 +355,39 @@ fn convolutions_and_pooling() {
     check("upsample_nearest1d", &[randn(&[1, 2, 3])], |i| {
         i[0].upsample_nearest1d(7)
     });
+}
+
+/// A cast passes the gradient through (converted back to the input's dtype). Finite
+/// differences are meaningless across an f32 cast, so compare with d(x^2)/dx = 2x directly.
+#[test]
+fn to_dtype_passes_gradients() {
+    let x = randn(&[7]).variable();
+    let y = x
+        .to_dtype(DType::F32)
+        .unwrap()
+        .sqr()
+        .unwrap()
+        .to_dtype(DType::F64)
+        .unwrap();
+    let g = y
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap()
+        .get(&x)
+        .unwrap()
+        .clone();
+    assert_eq!(g.dtype(), DType::F64);
+    for (g, x) in g
+        .to_vec1::<f64>()
+        .unwrap()
+        .iter()
+        .zip(x.to_vec1::<f64>().unwrap())
+    {
+        assert!(
+            (g - 2.0 * x).abs() <= 1e-6 * (1.0 + x.abs()),
+            "{g} vs {}",
+            2.0 * x
+        );
+    }
 }

@@ -4,7 +4,6 @@
 
 mod alloc;
 mod buffer;
-pub(crate) mod conv;
 mod elementwise;
 mod fused;
 mod indexing;

@@ -92,6 +92,17 @@ fn transposed_map<T: Copy + Sync, U: Send + Copy + bytemuck::Zeroable>(
     Some(out)
 }
 
+/// The view's elements in row-major order: borrowed when already contiguous, else copied.
+pub(crate) fn contiguous_cow<'a, T: Copy + Sync + Send + bytemuck::Zeroable>(
+    v: &'a [T],
+    l: &Layout,
+) -> std::borrow::Cow<'a, [T]> {
+    match l.contiguous_offsets() {
+        Some((s, e)) => std::borrow::Cow::Borrowed(&v[s..e]),
+        None => std::borrow::Cow::Owned(unary_map(v, l, |x| x)),
+    }
+}
+
 /// Apply a vectorised slice kernel, in parallel chunks for large inputs.
 pub(crate) fn par_map_slice(src: &[f32], k: fn(&[f32], &mut [f32])) -> Vec<f32> {
     let mut out = super::alloc::zeroed_vec::<f32>(src.len());

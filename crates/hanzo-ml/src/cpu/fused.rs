@@ -27,10 +27,7 @@ fn map_rows(
         d: usize,
         f: &(dyn Fn(&[T], &mut [T]) + Sync),
     ) -> Vec<T> {
-        let src = match l.contiguous_offsets() {
-            Some((s, e)) => std::borrow::Cow::Borrowed(&v[s..e]),
-            None => std::borrow::Cow::Owned(unary_map(v, l, |x| x)),
-        };
+        let src = super::contiguous_cow(v, l);
         let mut out = super::alloc::zeroed_vec::<T>(src.len());
         if d == 0 {
             return out;
@@ -52,10 +49,7 @@ fn map_rows(
     where
         [T]: HalfFloatSliceExt,
     {
-        let src = match l.contiguous_offsets() {
-            Some((s, e)) => std::borrow::Cow::Borrowed(&v[s..e]),
-            None => std::borrow::Cow::Owned(unary_map(v, l, |x| x)),
-        };
+        let src = super::contiguous_cow(v, l);
         let mut out = super::alloc::zeroed_vec::<T>(src.len());
         if d == 0 {
             return out;

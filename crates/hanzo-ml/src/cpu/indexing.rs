@@ -1,16 +1,8 @@
 //! index_select, gather, scatter(_add) and index_add. Every index is bounds-checked before
 //! any write (`CpuStorage::indices`).
 
-use super::{compute_dtype, same_dtype2, unary_map, CpuStorage};
+use super::{compute_dtype, contiguous_cow, same_dtype2, unary_map, CpuStorage};
 use crate::{Error, Layout, Result, WithDType};
-use std::borrow::Cow;
-
-fn contiguous<'a, T: WithDType>(v: &'a [T], l: &Layout) -> Cow<'a, [T]> {
-    match l.contiguous_offsets() {
-        Some((s, e)) => Cow::Borrowed(&v[s..e]),
-        None => Cow::Owned(unary_map(v, l, |x| x)),
-    }
-}
 
 #[inline]
 fn add<T: WithDType>(a: T, b: T) -> T {
@@ -47,7 +39,7 @@ pub fn index_select(
         size: usize,
         inner: usize,
     ) -> Vec<T> {
-        let src = contiguous(v, l);
+        let src = contiguous_cow(v, l);
         let mut out = Vec::with_capacity(outer * idx.len() * inner);
         for o in 0..outer {
             for &i in idx {
@@ -109,7 +101,7 @@ pub fn gather(
     let idx = ids.indices(ids_l, l.dims()[dim], "gather")?;
     let offs = gather_offsets(l.dims(), ids_l.dims(), dim, &idx, "gather")?;
     Ok(compute_dtype!(s, "gather", v => {
-        let src = contiguous(v, l);
+        let src = contiguous_cow(v, l);
         CpuStorage::from_vec(offs.iter().map(|&o| src[o]).collect::<Vec<_>>())
     }))
 }
@@ -136,7 +128,7 @@ pub fn scatter(
     let idx = ids.indices(ids_l, l.dims()[dim], op)?;
     let offs = gather_offsets(l.dims(), ids_l.dims(), dim, &idx, op)?;
     Ok(same_dtype2!(s, src, op, (v, w) => {
-        let mut out = contiguous(v, l).into_owned();
+        let mut out = contiguous_cow(v, l).into_owned();
         let vals = unary_map(w, src_l, |x| x);
         for (&o, &x) in offs.iter().zip(&vals) {
             out[o] = if accumulate { add(out[o], x) } else { x };
@@ -166,8 +158,8 @@ pub fn index_add(
         });
     }
     Ok(same_dtype2!(s, src, "index_add", (v, w) => {
-        let mut out = contiguous(v, l).into_owned();
-        let vals = contiguous(w, src_l);
+        let mut out = contiguous_cow(v, l).into_owned();
+        let vals = contiguous_cow(w, src_l);
         for o in 0..outer {
             for (j, &i) in idx.iter().enumerate() {
                 let (d, sidx) = ((o * size + i) * inner, (o * idx.len() + j) * inner);

@@ -12,7 +12,7 @@ mod reduce;
 pub mod simd;
 
 pub use buffer::Buf;
-pub(crate) use elementwise::{binary_map, unary_map};
+pub(crate) use elementwise::{binary_map, contiguous_cow, unary_map};
 
 use crate::backend::{BackendStorage, MatMulDims, RopeKind};
 use crate::op::{BinaryOpT, CmpOp, ReduceOp, UnaryOpT};

@@ -1,7 +1,7 @@
 //! Reductions, prefix sums and sorting. Reduced dims are permuted to the end so every
 //! reduction is a row reduction over contiguous data (copying only when the view is strided).
 
-use super::{compute_dtype, simd, unary_map, CpuStorage};
+use super::{compute_dtype, simd, CpuStorage};
 use crate::op::ReduceOp;
 use crate::{Error, Layout, Result, WithDType};
 use rayon::prelude::*;
@@ -18,10 +18,7 @@ fn rows_with_dims_last<'a, T: WithDType>(
     perm.extend_from_slice(dims);
     let p = l.permute(&perm);
     let row: usize = dims.iter().map(|&d| l.dims()[d]).product();
-    match p.contiguous_offsets() {
-        Some((s, e)) => (Cow::Borrowed(&v[s..e]), row),
-        None => (Cow::Owned(unary_map(v, &p, |x| x)), row),
-    }
+    (super::contiguous_cow(v, &p), row)
 }
 
 fn par_rows<T: Sync, U: Send>(

@@ -19,6 +19,18 @@ pub struct Conv2dParams {
     pub groups: usize,
 }
 
+impl Conv2dParams {
+    /// A 1-D convolution as a 2-D one over a height-1 image.
+    fn along_width(padding: usize, stride: usize, dilation: usize, groups: usize) -> Self {
+        Self {
+            padding: (0, padding),
+            stride: (1, stride),
+            dilation: (1, dilation),
+            groups,
+        }
+    }
+}
+
 impl Default for Conv2dParams {
     fn default() -> Self {
         Self {
@@ -132,12 +144,7 @@ impl Tensor {
     ) -> Result<Tensor> {
         self.dims3()?;
         kernel.dims3()?;
-        let p = Conv2dParams {
-            padding: (0, padding),
-            stride: (1, stride),
-            dilation: (1, dilation),
-            groups,
-        };
+        let p = Conv2dParams::along_width(padding, stride, dilation, groups);
         self.unsqueeze(2)?
             .conv2d_with(&kernel.unsqueeze(2)?, &p)?
             .squeeze(2)
@@ -270,12 +277,7 @@ impl Tensor {
     ) -> Result<Tensor> {
         self.dims3()?;
         kernel.dims3()?;
-        let p = Conv2dParams {
-            padding: (0, padding),
-            stride: (1, stride),
-            dilation: (1, dilation),
-            groups,
-        };
+        let p = Conv2dParams::along_width(padding, stride, dilation, groups);
         self.unsqueeze(2)?
             .conv_transpose2d_with(&kernel.unsqueeze(2)?, &p, (0, output_padding))?
             .squeeze(2)

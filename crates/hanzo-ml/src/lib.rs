@@ -35,5 +35,5 @@ pub use error::{Error, Result};
 pub use layout::Layout;
 pub use shape::{All, Dim, Dims, Shape};
 pub use storage::Storage;
-pub use tensor::creation_api::{manual_seed, NdArray};
+pub use tensor::creation::{manual_seed, NdArray};
 pub use tensor::{AttentionMask, Conv2dParams, Tensor, TensorId};

@@ -5,11 +5,8 @@
 //! files by family, each with its backward rule beside its forward.
 
 mod conv;
-mod creation;
+pub(crate) mod creation;
 mod display;
-pub(crate) mod creation_api {
-    pub use super::creation::{manual_seed, NdArray};
-}
 mod elementwise;
 mod indexing;
 mod nn;

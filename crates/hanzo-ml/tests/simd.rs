@@ -547,3 +547,36 @@ fn tensor_rows_f16_bf16() -> hanzo_ml::Result<()> {
     }
     Ok(())
 }
+
+/// Both rope layouts in every kernel set against f64 math, for head dims with and without
+/// vector tails (each rotation is a 2x2 product: two roundings plus one FMA difference).
+#[test]
+fn rope_rows() {
+    let mut rng = StdRng::seed_from_u64(11);
+    for d in [2usize, 6, 8, 14, 16, 18, 64, 66, 128] {
+        let x = rand_vec(&mut rng, d, -3.0, 3.0);
+        let ang = rand_vec(&mut rng, d / 2, -3.0, 3.0);
+        let (c, s): (Vec<f32>, Vec<f32>) = ang.iter().map(|a| (a.cos(), a.sin())).unzip();
+        for k in sets() {
+            for (interleaved, f) in [(true, k.rope_interleaved), (false, k.rope_halfsplit)] {
+                let mut out = vec![f32::NAN; d];
+                f(&x, &c, &s, &mut out);
+                for i in 0..d / 2 {
+                    let (ia, ib) = if interleaved {
+                        (2 * i, 2 * i + 1)
+                    } else {
+                        (i, i + d / 2)
+                    };
+                    let (a, b, cc, ss) = (x[ia] as f64, x[ib] as f64, c[i] as f64, s[i] as f64);
+                    for (got, want) in [(out[ia], a * cc - b * ss), (out[ib], a * ss + b * cc)] {
+                        assert!(
+                            (got as f64 - want).abs() <= 4.0 * EPS * (a.abs() + b.abs()),
+                            "{} rope interleaved={interleaved} d={d} pair {i}: {got} vs {want}",
+                            k.name
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

@@ -220,12 +220,47 @@ fn rope_rows<T: Copy + Send + Sync>(
     out
 }
 
-fn f32_mul_add(a: f32, b: f32, c: f32, d: f32, plus: bool) -> f32 {
-    if plus {
-        a * b + c * d
-    } else {
-        a * b - c * d
+/// One `[t, d]` block in f32 through the SIMD rope kernel, a position at a time.
+fn rope_block_f32(
+    x: &[f32],
+    o: &mut [f32],
+    cos: &[f32],
+    sin: &[f32],
+    t: usize,
+    d: usize,
+    kind: RopeKind,
+) {
+    let k = simd::kernels();
+    let f = match kind {
+        RopeKind::Interleaved => k.rope_interleaved,
+        RopeKind::HalfSplit => k.rope_halfsplit,
+    };
+    let half = d / 2;
+    for p in 0..t {
+        let (c, s) = (
+            &cos[p * half..(p + 1) * half],
+            &sin[p * half..(p + 1) * half],
+        );
+        f(&x[p * d..(p + 1) * d], c, s, &mut o[p * d..(p + 1) * d]);
     }
+}
+
+fn rope_rows_f32(
+    x: &[f32],
+    cos: &[f32],
+    sin: &[f32],
+    t: usize,
+    d: usize,
+    kind: RopeKind,
+) -> Vec<f32> {
+    let mut out = super::alloc::zeroed_vec::<f32>(x.len());
+    if t * d == 0 {
+        return out;
+    }
+    out.par_chunks_mut(t * d)
+        .zip(x.par_chunks(t * d))
+        .for_each(|(o, x)| rope_block_f32(x, o, cos, sin, t, d, kind));
+    out
 }
 
 /// f16/bf16 rope: cos/sin are widened once; each [t, d] block of x is widened into per-thread
@@ -253,8 +288,7 @@ where
         || (vec![0f32; n], vec![0f32; n]),
         |(xf, of), (o, x)| {
             x.convert_to_f32_slice(xf);
-            of.copy_from_slice(xf);
-            rope_block(xf, of, &cf, &sf, t, d, kind, &f32_mul_add);
+            rope_block_f32(xf, of, &cf, &sf, t, d, kind);
             o.convert_from_f32_slice(of);
         },
     );
@@ -293,7 +327,17 @@ pub fn rope(
     }
     Ok(match (s, cos, sin) {
         (CpuStorage::F32(x), CpuStorage::F32(c), CpuStorage::F32(sn)) => {
-            CpuStorage::from_vec(go!(x, &c[..], &sn[..], f32_mul_add))
+            if c.len() < n || sn.len() < n {
+                return Err(Error::invalid("rope", "cos/sin smaller than [t, d/2]"));
+            }
+            CpuStorage::from_vec(rope_rows_f32(
+                &x[x_range.0..x_range.1],
+                &c[..n],
+                &sn[..n],
+                t,
+                d,
+                kind,
+            ))
         }
         (CpuStorage::F64(x), CpuStorage::F64(c), CpuStorage::F64(sn)) => CpuStorage::from_vec(go!(
             x,

@@ -34,6 +34,8 @@ pub(super) fn kernels() -> Option<Kernels> {
         log_softmax,
         rms_norm,
         layer_norm,
+        rope_halfsplit,
+        rope_interleaved,
     })
 }
 
@@ -64,6 +66,8 @@ wrap! {
     log_softmax => log_softmax_v(x: &[f32], o: &mut [f32]);
     rms_norm => rms_norm_v(x: &[f32], w: &[f32], eps: f32, o: &mut [f32]);
     layer_norm => layer_norm_v(x: &[f32], w: &[f32], b: Option<&[f32]>, eps: f32, o: &mut [f32]);
+    rope_halfsplit => rope_halfsplit_v(x: &[f32], c: &[f32], s: &[f32], o: &mut [f32]);
+    rope_interleaved => rope_interleaved_v(x: &[f32], c: &[f32], s: &[f32], o: &mut [f32]);
 }
 
 // ---- loads, stores, horizontal ops -------------------------------------------------------
@@ -483,4 +487,60 @@ fn layer_norm_v(x: &[f32], w: &[f32], b: Option<&[f32]>, eps: f32, o: &mut [f32]
             *o += b;
         }
     }
+}
+
+// ---- rotary embedding ---------------------------------------------------------------------
+
+/// Half-split pairs `(i, i + d/2)`: both halves are contiguous, so a' = a c - b s and
+/// b' = a s + b c are two FMAs per 8 pairs.
+#[target_feature(enable = "avx2,fma")]
+fn rope_halfsplit_v(x: &[f32], cos: &[f32], sin: &[f32], o: &mut [f32]) {
+    let h = x.len() / 2;
+    let (xa, xb) = x.split_at(h);
+    let (oa, ob) = o.split_at_mut(h);
+    let body = h / W * W;
+    for i in (0..body).step_by(W) {
+        let (a, b, c, s) = (ld(&xa[i..]), ld(&xb[i..]), ld(&cos[i..]), ld(&sin[i..]));
+        st(&mut oa[i..], _mm256_fmsub_ps(a, c, _mm256_mul_ps(b, s)));
+        st(&mut ob[i..], _mm256_fmadd_ps(a, s, _mm256_mul_ps(b, c)));
+    }
+    for i in body..h {
+        oa[i] = xa[i] * cos[i] - xb[i] * sin[i];
+        ob[i] = xa[i] * sin[i] + xb[i] * cos[i];
+    }
+}
+
+/// Interleaved pairs `(2i, 2i + 1)`: with cos/sin duplicated per pair and the pair-swapped
+/// vector, out = x * cos + swap(x) * (sin * [-1, 1, ...]).
+#[target_feature(enable = "avx2,fma")]
+fn rope_interleaved_v(x: &[f32], cos: &[f32], sin: &[f32], o: &mut [f32]) {
+    let h = x.len() / 2;
+    let body = h / 4 * 4;
+    let dup = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+    let sign = _mm256_setr_ps(-1.0, 1.0, -1.0, 1.0, -1.0, 1.0, -1.0, 1.0);
+    let ld4 = |c: &[f32]| {
+        let c = &c[..4];
+        // SAFETY: `c` has exactly 4 elements, so the unaligned 16-byte read is in bounds.
+        _mm256_castps128_ps256(unsafe { _mm_loadu_ps(c.as_ptr()) })
+    };
+    for p in (0..body).step_by(4) {
+        let v = ld(&x[2 * p..]);
+        let c = _mm256_permutevar8x32_ps(ld4(&cos[p..]), dup);
+        let s = _mm256_mul_ps(_mm256_permutevar8x32_ps(ld4(&sin[p..]), dup), sign);
+        let swapped = _mm256_permute_ps::<0xB1>(v);
+        st(
+            &mut o[2 * p..],
+            _mm256_fmadd_ps(swapped, s, _mm256_mul_ps(v, c)),
+        );
+    }
+    for i in body..h {
+        let (a, b) = (x[2 * i], x[2 * i + 1]);
+        o[2 * i] = a * cos[i] - b * sin[i];
+        o[2 * i + 1] = a * sin[i] + b * cos[i];
+    }
+}
+
+/// The AVX2 rope kernels, for tables of wider ISAs (every AVX-512 CPU has AVX2).
+pub(super) fn rope_kernels() -> Option<(super::RopeFn, super::RopeFn)> {
+    kernels().map(|k| (k.rope_halfsplit, k.rope_interleaved))
 }

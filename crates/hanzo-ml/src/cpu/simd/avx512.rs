@@ -17,6 +17,11 @@ pub(super) fn kernels() -> Option<Kernels> {
     if !is_x86_feature_detected!("avx512f") {
         return None;
     }
+    // Rope is not yet specialised for this ISA.
+    let rope = super::avx2::rope_kernels().unwrap_or((
+        super::scalar::rope_halfsplit,
+        super::scalar::rope_interleaved,
+    ));
     Some(Kernels {
         name: "avx512",
         sum,
@@ -34,6 +39,8 @@ pub(super) fn kernels() -> Option<Kernels> {
         log_softmax,
         rms_norm,
         layer_norm,
+        rope_halfsplit: rope.0,
+        rope_interleaved: rope.1,
     })
 }
 

@@ -20,6 +20,9 @@ use std::sync::OnceLock;
 /// `layer_norm(x, weight, bias, eps, out)`.
 pub type LayerNormFn = fn(&[f32], &[f32], Option<&[f32]>, f32, &mut [f32]);
 
+/// `rope(x, cos, sin, out)` for one position: `x`/`out` of head_dim, `cos`/`sin` of half.
+pub type RopeFn = fn(&[f32], &[f32], &[f32], &mut [f32]);
+
 /// One table of row kernels; each field is a plain fn so dispatch costs one indirect call.
 /// Binary and unary kernels work over the common length of their slices.
 #[derive(Clone, Copy)]
@@ -42,6 +45,8 @@ pub struct Kernels {
     pub log_softmax: fn(&[f32], &mut [f32]),
     pub rms_norm: fn(&[f32], &[f32], f32, &mut [f32]),
     pub layer_norm: LayerNormFn,
+    pub rope_halfsplit: RopeFn,
+    pub rope_interleaved: RopeFn,
 }
 
 impl std::fmt::Debug for Kernels {
@@ -68,6 +73,8 @@ impl Kernels {
         log_softmax: scalar::log_softmax,
         rms_norm: scalar::rms_norm,
         layer_norm: scalar::layer_norm,
+        rope_halfsplit: scalar::rope_halfsplit,
+        rope_interleaved: scalar::rope_interleaved,
     };
 
     /// Every kernel set this CPU can run, best last (scalar first). Tests compare them all.

@@ -16,6 +16,11 @@ pub(super) fn kernels() -> Option<Kernels> {
     if !std::arch::is_aarch64_feature_detected!("neon") {
         return None;
     }
+    // Rope is not yet specialised for this ISA.
+    let rope = (
+        super::scalar::rope_halfsplit,
+        super::scalar::rope_interleaved,
+    );
     Some(Kernels {
         name: "neon",
         sum,
@@ -33,6 +38,8 @@ pub(super) fn kernels() -> Option<Kernels> {
         log_softmax,
         rms_norm,
         layer_norm,
+        rope_halfsplit: rope.0,
+        rope_interleaved: rope.1,
     })
 }
 

@@ -117,3 +117,23 @@ pub fn layer_norm(x: &[f32], w: &[f32], b: Option<&[f32]>, eps: f32, out: &mut [
         *o = (v - mean) * r * w[i] + b.map_or(0.0, |b| b[i]);
     }
 }
+
+/// One position of a half-split rotary embedding: pairs `(i, i + d/2)`, `cos`/`sin` of d/2.
+pub fn rope_halfsplit(x: &[f32], cos: &[f32], sin: &[f32], out: &mut [f32]) {
+    let h = x.len() / 2;
+    let (xa, xb) = x.split_at(h);
+    let (oa, ob) = out.split_at_mut(h);
+    for i in 0..h {
+        oa[i] = xa[i] * cos[i] - xb[i] * sin[i];
+        ob[i] = xa[i] * sin[i] + xb[i] * cos[i];
+    }
+}
+
+/// One position of an interleaved rotary embedding: pairs `(2i, 2i + 1)`.
+pub fn rope_interleaved(x: &[f32], cos: &[f32], sin: &[f32], out: &mut [f32]) {
+    for i in 0..x.len() / 2 {
+        let (a, b) = (x[2 * i], x[2 * i + 1]);
+        out[2 * i] = a * cos[i] - b * sin[i];
+        out[2 * i + 1] = a * sin[i] + b * cos[i];
+    }
+}

@@ -239,7 +239,7 @@ fn unary_typed<T: WithDType, U: UnaryOpT>(v: &[T], l: &Layout) -> Result<Vec<T>>
     use std::any::TypeId;
     let t = TypeId::of::<T>();
     if t == TypeId::of::<f32>() {
-        // SAFETY-free reinterpretation through bytemuck: T is f32 here.
+        // T is f32 here; bytemuck's checked cast reinterprets the slice without unsafe.
         let v32: &[f32] = bytemuck::cast_slice(v);
         let out = match (U::F32_VEC, l.contiguous_offsets()) {
             (Some(k), Some((s, e))) => elementwise::par_map_slice(&v32[s..e], k),

@@ -20,6 +20,16 @@ pub struct Conv2dParams {
 }
 
 impl Conv2dParams {
+    /// The same padding, stride and dilation on both spatial dims.
+    pub fn square(padding: usize, stride: usize, dilation: usize, groups: usize) -> Self {
+        Self {
+            padding: (padding, padding),
+            stride: (stride, stride),
+            dilation: (dilation, dilation),
+            groups,
+        }
+    }
+
     /// A 1-D convolution as a 2-D one over a height-1 image.
     fn along_width(padding: usize, stride: usize, dilation: usize, groups: usize) -> Self {
         Self {
@@ -124,12 +134,7 @@ impl Tensor {
         dilation: usize,
         groups: usize,
     ) -> Result<Tensor> {
-        let p = Conv2dParams {
-            padding: (padding, padding),
-            stride: (stride, stride),
-            dilation: (dilation, dilation),
-            groups,
-        };
+        let p = Conv2dParams::square(padding, stride, dilation, groups);
         self.conv2d_with(kernel, &p)
     }
 
@@ -245,6 +250,7 @@ impl Tensor {
         x.conv2d_with(&k, &q)
     }
 
+    /// Transposed 2-D convolution with the same parameters on both spatial dims.
     #[allow(clippy::too_many_arguments)]
     pub fn conv_transpose2d(
         &self,
@@ -255,12 +261,7 @@ impl Tensor {
         dilation: usize,
         groups: usize,
     ) -> Result<Tensor> {
-        let p = Conv2dParams {
-            padding: (padding, padding),
-            stride: (stride, stride),
-            dilation: (dilation, dilation),
-            groups,
-        };
+        let p = Conv2dParams::square(padding, stride, dilation, groups);
         self.conv_transpose2d_with(kernel, &p, (output_padding, output_padding))
     }
 

@@ -21,6 +21,7 @@ mod error;
 pub mod io;
 pub mod layout;
 pub mod op;
+pub mod quantized;
 mod shape;
 mod storage;
 mod tensor;

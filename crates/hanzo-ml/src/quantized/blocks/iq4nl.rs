@@ -1,0 +1,139 @@
+//! IQ4_NL: 32 elements, one f16 scale, 4-bit indices into a fixed non-linear table that puts
+//! more levels near zero (where weights cluster) than a uniform grid does.
+
+use super::legacy::{BlockQ8_0, QK};
+use super::search::GROUP_MAX_EPS;
+use super::{signed_absmax, GgmlBlock, VecDotFn};
+use crate::quantized::GgmlDType;
+use half::f16;
+
+/// ggml's `kvalues_iq4nl`.
+pub const IQ4NL_VALUES: [i8; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct BlockIQ4NL {
+    pub d: f16,
+    pub qs: [u8; QK / 2],
+}
+
+const _: () = assert!(std::mem::size_of::<BlockIQ4NL>() == 18);
+
+fn indices(qs: &[u8; 16]) -> [u8; 32] {
+    std::array::from_fn(|e| {
+        if e < 16 {
+            qs[e] & 0x0F
+        } else {
+            qs[e - 16] >> 4
+        }
+    })
+}
+
+/// Index of the table value nearest to `x` (the lower one on exact ties).
+fn best_index(x: f32) -> usize {
+    let v = &IQ4NL_VALUES;
+    if x <= v[0] as f32 {
+        return 0;
+    }
+    if x >= v[15] as f32 {
+        return 15;
+    }
+    let (mut lo, mut hi) = (0usize, 15usize);
+    while hi - lo > 1 {
+        let mid = (lo + hi) / 2;
+        if x < v[mid] as f32 {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    if x - (v[hi - 1] as f32) < v[hi] as f32 - x {
+        hi - 1
+    } else {
+        hi
+    }
+}
+
+/// ggml's IQ4_NL quantizer as `llama-quantize` runs it (7 refinement steps each way,
+/// x²-weighted least squares for the scale).
+fn quantize_block(x: &[f32]) -> BlockIQ4NL {
+    const NTRY: i32 = 7;
+    let max = signed_absmax(x);
+    if max.abs() < GROUP_MAX_EPS {
+        // ggml still re-indexes with a zero inverse scale, so every index is that of the
+        // table value nearest 0 (8).
+        return BlockIQ4NL {
+            d: f16::ZERO,
+            qs: [0x88; 16],
+        };
+    }
+    let fit = |id: f32| {
+        let (mut sumqx, mut sumq2) = (0f32, 0f32);
+        for &v in x {
+            let q = IQ4NL_VALUES[best_index(id * v)] as f32;
+            let w = v * v;
+            sumqx += w * q * v;
+            sumq2 += w * q * q;
+        }
+        (sumqx, sumq2)
+    };
+    let d0 = -max / IQ4NL_VALUES[0] as f32;
+    let (sumqx, sumq2) = fit(1.0 / d0);
+    let mut d = if sumq2 > 0.0 { sumqx / sumq2 } else { 0.0 };
+    let mut best = d * sumqx;
+    for itry in -NTRY..=NTRY {
+        let id = (itry as f32 + IQ4NL_VALUES[0] as f32) / max;
+        let (sumqx, sumq2) = fit(id);
+        if sumq2 > 0.0 && sumqx * sumqx > best * sumq2 {
+            d = sumqx / sumq2;
+            best = d * sumqx;
+        }
+    }
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let l: [u8; 32] = std::array::from_fn(|i| best_index(id * x[i]) as u8);
+    BlockIQ4NL {
+        d: f16::from_f32(d),
+        qs: std::array::from_fn(|j| l[j] | (l[j + 16] << 4)),
+    }
+}
+
+impl GgmlBlock for BlockIQ4NL {
+    const DTYPE: GgmlDType = GgmlDType::IQ4NL;
+    const BLOCK_SIZE: usize = QK;
+    type Dot = BlockQ8_0;
+
+    fn dequantize(blocks: &[Self], out: &mut [f32]) {
+        for (b, o) in blocks.iter().zip(out.chunks_exact_mut(QK)) {
+            let d = b.d.to_f32();
+            for (o, i) in o.iter_mut().zip(indices(&b.qs)) {
+                *o = d * IQ4NL_VALUES[i as usize] as f32;
+            }
+        }
+    }
+
+    fn quantize(xs: &[f32], out: &mut [Self]) {
+        for (x, b) in xs.chunks_exact(QK).zip(out) {
+            *b = quantize_block(x);
+        }
+    }
+
+    fn vec_dot_scalar(w: &[Self], x: &[BlockQ8_0]) -> f32 {
+        w.iter()
+            .zip(x)
+            .map(|(w, x)| {
+                let s: i32 = indices(&w.qs)
+                    .iter()
+                    .zip(&x.qs)
+                    .map(|(&i, &q)| IQ4NL_VALUES[i as usize] as i32 * q as i32)
+                    .sum();
+                w.d.to_f32() * x.d.to_f32() * s as f32
+            })
+            .sum()
+    }
+
+    fn vec_dot_fn() -> VecDotFn<Self> {
+        Self::vec_dot_scalar
+    }
+}

@@ -1,0 +1,166 @@
+//! ggml block formats. Each block is a `#[repr(C)]` struct with ggml's exact layout (size
+//! checked at compile time) behind one trait: dequantize, quantize with ggml's algorithm, and
+//! the dot product against its activation partner type (`Dot`).
+//!
+//! Quantization follows ggml's reference (`*_ref`, no importance matrix) algorithms, which is
+//! what `llama-quantize` runs without `--imatrix`.
+
+mod float;
+mod iq4nl;
+mod kquants;
+mod legacy;
+pub(crate) mod search;
+
+pub use iq4nl::BlockIQ4NL;
+pub use kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K};
+pub use legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, QK};
+
+use super::GgmlDType;
+
+/// The half-precision float types under names the type-dispatch macro can reach from any crate.
+pub type HalfF16 = half::f16;
+pub type HalfBF16 = half::bf16;
+
+/// A dot product of weight blocks with activation blocks of the same element count.
+pub type VecDotFn<B> = fn(&[B], &[<B as GgmlBlock>::Dot]) -> f32;
+
+pub trait GgmlBlock: bytemuck::Pod + Send + Sync + 'static {
+    const DTYPE: GgmlDType;
+    /// Elements per block.
+    const BLOCK_SIZE: usize;
+    /// The type activations are quantized to before a dot product with this type.
+    type Dot: GgmlBlock;
+
+    /// `out.len() == blocks.len() * BLOCK_SIZE`.
+    fn dequantize(blocks: &[Self], out: &mut [f32]);
+    /// `xs.len() == out.len() * BLOCK_SIZE`.
+    fn quantize(xs: &[f32], out: &mut [Self]);
+    /// Portable dot product; the SIMD kernels are checked against it.
+    fn vec_dot_scalar(w: &[Self], x: &[Self::Dot]) -> f32;
+    /// The fastest dot product this CPU supports (decided at run time).
+    fn vec_dot_fn() -> VecDotFn<Self> {
+        Self::vec_dot_scalar
+    }
+}
+
+/// Runs `$body` with `$B` bound to the block type of `$dtype` (the ggml type-traits table).
+#[macro_export]
+#[doc(hidden)]
+macro_rules! with_block_type {
+    ($dtype:expr, $B:ident => $body:expr) => {{
+        use $crate::quantized::blocks::*;
+        use $crate::quantized::GgmlDType as T;
+        match $dtype {
+            T::F32 => {
+                type $B = f32;
+                $body
+            }
+            T::F16 => {
+                type $B = HalfF16;
+                $body
+            }
+            T::BF16 => {
+                type $B = HalfBF16;
+                $body
+            }
+            T::Q4_0 => {
+                type $B = BlockQ4_0;
+                $body
+            }
+            T::Q4_1 => {
+                type $B = BlockQ4_1;
+                $body
+            }
+            T::Q5_0 => {
+                type $B = BlockQ5_0;
+                $body
+            }
+            T::Q5_1 => {
+                type $B = BlockQ5_1;
+                $body
+            }
+            T::Q8_0 => {
+                type $B = BlockQ8_0;
+                $body
+            }
+            T::Q8_1 => {
+                type $B = BlockQ8_1;
+                $body
+            }
+            T::Q2K => {
+                type $B = BlockQ2K;
+                $body
+            }
+            T::Q3K => {
+                type $B = BlockQ3K;
+                $body
+            }
+            T::Q4K => {
+                type $B = BlockQ4K;
+                $body
+            }
+            T::Q5K => {
+                type $B = BlockQ5K;
+                $body
+            }
+            T::Q6K => {
+                type $B = BlockQ6K;
+                $body
+            }
+            T::Q8K => {
+                type $B = BlockQ8K;
+                $body
+            }
+            T::IQ4NL => {
+                type $B = BlockIQ4NL;
+                $body
+            }
+        }
+    }};
+}
+
+/// The element of largest magnitude (the first one on ties), with its sign.
+pub(crate) fn signed_absmax(xs: &[f32]) -> f32 {
+    let (mut amax, mut max) = (0f32, 0f32);
+    for &v in xs {
+        if amax < v.abs() {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    max
+}
+
+pub(crate) fn min_max(xs: &[f32]) -> (f32, f32) {
+    xs.iter().fold((f32::MAX, -f32::MAX), |(lo, hi), &v| {
+        (if v < lo { v } else { lo }, if v > hi { v } else { hi })
+    })
+}
+
+/// Σ a·b over i8 lanes, in i32.
+#[inline]
+pub(crate) fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
+    a.iter().zip(b).map(|(&x, &y)| x as i32 * y as i32).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_sizes_match_the_table() {
+        fn check<B: GgmlBlock>() {
+            assert_eq!(
+                std::mem::size_of::<B>(),
+                B::DTYPE.type_size(),
+                "{}",
+                B::DTYPE
+            );
+            assert_eq!(B::BLOCK_SIZE, B::DTYPE.block_size(), "{}", B::DTYPE);
+            assert!(std::mem::align_of::<B>() <= 4, "{}", B::DTYPE);
+        }
+        for dt in GgmlDType::ALL {
+            crate::with_block_type!(dt, B => check::<B>());
+        }
+    }
+}

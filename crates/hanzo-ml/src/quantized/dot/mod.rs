@@ -1,0 +1,60 @@
+//! Quantized dot-product kernels, picked at run time. Each `pick_*` returns the fastest
+//! kernel this CPU runs for one weight type; the scalar form in `blocks` is the reference the
+//! SIMD kernels are tested against.
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+
+use super::blocks::*;
+
+/// Whether the AVX2 kernel set (AVX2 + FMA + F16C) can run here.
+pub fn has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Set `HANZO_QUANT_SCALAR=1` to force the scalar kernels (for comparisons and debugging).
+fn simd_allowed() -> bool {
+    std::env::var_os("HANZO_QUANT_SCALAR").is_none()
+}
+
+macro_rules! picker {
+    ($name:ident, $block:ty, $avx2:ident) => {
+        pub fn $name() -> VecDotFn<$block> {
+            #[cfg(target_arch = "x86_64")]
+            if has_avx2() && simd_allowed() {
+                fn kernel(w: &[$block], x: &[<$block as GgmlBlock>::Dot]) -> f32 {
+                    // SAFETY: this function is only handed out after `has_avx2()` confirmed
+                    // AVX2, FMA and F16C at run time.
+                    unsafe { avx2::$avx2(w, x) }
+                }
+                return kernel;
+            }
+            <$block as GgmlBlock>::vec_dot_scalar
+        }
+    };
+}
+
+picker!(pick_q4_0, BlockQ4_0, q4_0_q8_0);
+picker!(pick_q4_1, BlockQ4_1, q4_1_q8_1);
+picker!(pick_q5_0, BlockQ5_0, q5_0_q8_0);
+picker!(pick_q8_0, BlockQ8_0, q8_0_q8_0);
+picker!(pick_q4k, BlockQ4K, q4k_q8k);
+picker!(pick_q5k, BlockQ5K, q5k_q8k);
+picker!(pick_q6k, BlockQ6K, q6k_q8k);
+
+pub fn pick_q2k() -> VecDotFn<BlockQ2K> {
+    BlockQ2K::vec_dot_scalar
+}
+
+pub fn pick_q3k() -> VecDotFn<BlockQ3K> {
+    BlockQ3K::vec_dot_scalar
+}

@@ -1,0 +1,13 @@
+//! Quantization: ggml's block formats, GGUF files, quantized tensors and the quantized matmul.
+
+pub mod blocks;
+mod dot;
+mod dtype;
+pub mod gguf;
+mod qmatmul;
+mod qtensor;
+
+pub use dot::has_avx2;
+pub use dtype::GgmlDType;
+pub use qmatmul::{matmul as qmatmul_raw, QMatMul};
+pub use qtensor::QTensor;

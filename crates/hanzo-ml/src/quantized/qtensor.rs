@@ -1,0 +1,216 @@
+//! `QTensor`: raw ggml blocks with a shape and a type, owned or borrowed from a memory map.
+
+use super::blocks::GgmlBlock;
+use super::GgmlDType;
+use crate::{DType, Device, Error, Result, Shape, Tensor};
+use rayon::prelude::*;
+use std::sync::Arc;
+
+/// Block bytes, aligned for every block type (4 bytes covers Q8_K's f32). Owned data is
+/// kept in `u32` words for that alignment; mapped data is used in place when aligned.
+#[derive(Clone)]
+enum Bytes {
+    Owned {
+        words: Vec<u32>,
+        len: usize,
+    },
+    Mapped {
+        map: Arc<memmap2::Mmap>,
+        offset: usize,
+        len: usize,
+    },
+}
+
+impl Bytes {
+    fn owned(bytes: &[u8]) -> Self {
+        let mut words = vec![0u32; bytes.len().div_ceil(4)];
+        bytemuck::cast_slice_mut::<u32, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
+        Bytes::Owned {
+            words,
+            len: bytes.len(),
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Bytes::Owned { words, len } => &bytemuck::cast_slice(words)[..*len],
+            Bytes::Mapped { map, offset, len } => &map[*offset..*offset + *len],
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct QTensor {
+    dtype: GgmlDType,
+    shape: Shape,
+    data: Bytes,
+}
+
+impl std::fmt::Debug for QTensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "QTensor({}, {:?})", self.dtype, self.shape)
+    }
+}
+
+fn check_size(dtype: GgmlDType, shape: &Shape, nbytes: usize, op: &'static str) -> Result<()> {
+    let dims = shape.dims();
+    let last = dims.last().copied().unwrap_or(1);
+    if last % dtype.block_size() != 0 {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "the last dim of {:?} is not a multiple of the {dtype} block size {}",
+                dims,
+                dtype.block_size()
+            ),
+        ));
+    }
+    let want = dtype.bytes_for(shape.elem_count())?;
+    if want != nbytes {
+        return Err(Error::invalid(
+            op,
+            format!("{dtype} {dims:?} takes {want} bytes, got {nbytes}"),
+        ));
+    }
+    Ok(())
+}
+
+impl QTensor {
+    /// Wraps raw block bytes (copied into an aligned buffer).
+    pub fn from_bytes(dtype: GgmlDType, shape: impl Into<Shape>, bytes: &[u8]) -> Result<Self> {
+        let shape = shape.into();
+        check_size(dtype, &shape, bytes.len(), "QTensor::from_bytes")?;
+        Ok(Self {
+            dtype,
+            shape,
+            data: Bytes::owned(bytes),
+        })
+    }
+
+    /// A zero-copy view of `len` bytes of `map` at `offset` (copied if misaligned).
+    pub(crate) fn from_mmap(
+        dtype: GgmlDType,
+        shape: Shape,
+        map: Arc<memmap2::Mmap>,
+        offset: usize,
+        len: usize,
+    ) -> Result<Self> {
+        check_size(dtype, &shape, len, "QTensor::from_mmap")?;
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| e <= map.len())
+            .ok_or_else(|| Error::format("QTensor", "tensor data out of the file's bounds"))?;
+        let data = if (map.as_ptr() as usize + offset) % 4 == 0 {
+            Bytes::Mapped { map, offset, len }
+        } else {
+            Bytes::owned(&map[offset..end])
+        };
+        Ok(Self { dtype, shape, data })
+    }
+
+    /// Quantizes a float tensor (any float dtype; quantization itself runs in f32) with
+    /// ggml's reference algorithm for `dtype`. The last dim must be a multiple of the block
+    /// size.
+    pub fn quantize(t: &Tensor, dtype: GgmlDType) -> Result<Self> {
+        let shape = t.shape().clone();
+        let last = shape.dims().last().copied().unwrap_or(1);
+        if last % dtype.block_size() != 0 {
+            return Err(Error::invalid(
+                "QTensor::quantize",
+                format!(
+                    "the last dim of {:?} is not a multiple of the {dtype} block size {}",
+                    shape.dims(),
+                    dtype.block_size()
+                ),
+            ));
+        }
+        let xs = t.to_dtype(DType::F32)?.to_vec_flat::<f32>()?;
+        Self::quantize_f32(&xs, shape, dtype)
+    }
+
+    /// Quantizes row-major f32 data of `shape`.
+    pub fn quantize_f32(xs: &[f32], shape: impl Into<Shape>, dtype: GgmlDType) -> Result<Self> {
+        let shape = shape.into();
+        if xs.len() != shape.elem_count() {
+            return Err(Error::invalid(
+                "QTensor::quantize",
+                format!("{} values for shape {:?}", xs.len(), shape.dims()),
+            ));
+        }
+        let nbytes = dtype.bytes_for(xs.len())?;
+        let mut words = vec![0u32; nbytes.div_ceil(4)];
+        {
+            let bytes = &mut bytemuck::cast_slice_mut::<u32, u8>(&mut words)[..nbytes];
+            crate::with_block_type!(dtype, B => quantize_into::<B>(xs, bytes));
+        }
+        let data = Bytes::Owned { words, len: nbytes };
+        check_size(dtype, &shape, nbytes, "QTensor::quantize")?;
+        Ok(Self { dtype, shape, data })
+    }
+
+    pub fn dtype(&self) -> GgmlDType {
+        self.dtype
+    }
+
+    pub fn shape(&self) -> &Shape {
+        &self.shape
+    }
+
+    pub fn elem_count(&self) -> usize {
+        self.shape.elem_count()
+    }
+
+    /// The raw block bytes, exactly as ggml stores them.
+    pub fn data(&self) -> &[u8] {
+        self.data.as_slice()
+    }
+
+    pub fn is_mapped(&self) -> bool {
+        matches!(self.data, Bytes::Mapped { .. })
+    }
+
+    /// The blocks, typed. Errors when `B` is not this tensor's type.
+    pub fn blocks<B: GgmlBlock>(&self) -> Result<&[B]> {
+        if B::DTYPE != self.dtype {
+            return Err(Error::invalid(
+                "QTensor::blocks",
+                format!("tensor is {}, asked for {}", self.dtype, B::DTYPE),
+            ));
+        }
+        bytemuck::try_cast_slice(self.data())
+            .map_err(|e| Error::invalid("QTensor::blocks", e.to_string()))
+    }
+
+    /// All values as f32, row-major.
+    pub fn dequantize_f32(&self) -> Result<Vec<f32>> {
+        let mut out = vec![0f32; self.elem_count()];
+        crate::with_block_type!(self.dtype, B => {
+            let blocks = self.blocks::<B>()?;
+            dequantize_into::<B>(blocks, &mut out);
+        });
+        Ok(out)
+    }
+
+    /// An f32 tensor with the same values.
+    pub fn dequantize(&self) -> Result<Tensor> {
+        Tensor::from_vec(self.dequantize_f32()?, self.shape.clone(), &Device::Cpu)
+    }
+}
+
+/// Blocks per parallel task: enough work to amortise scheduling.
+const PAR_BLOCKS: usize = 64;
+
+fn dequantize_into<B: GgmlBlock>(blocks: &[B], out: &mut [f32]) {
+    blocks
+        .par_chunks(PAR_BLOCKS)
+        .zip(out.par_chunks_mut(PAR_BLOCKS * B::BLOCK_SIZE))
+        .for_each(|(b, o)| B::dequantize(b, o));
+}
+
+fn quantize_into<B: GgmlBlock>(xs: &[f32], bytes: &mut [u8]) {
+    let blocks: &mut [B] = bytemuck::cast_slice_mut(bytes);
+    blocks
+        .par_chunks_mut(PAR_BLOCKS)
+        .zip(xs.par_chunks(PAR_BLOCKS * B::BLOCK_SIZE))
+        .for_each(|(b, x)| B::quantize(x, b));
+}

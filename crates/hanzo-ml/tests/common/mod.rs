@@ -1,0 +1,88 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub fn crate_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn repo_root() -> PathBuf {
+    crate_dir().join("../..")
+}
+
+/// Runs `python3 args...`, panicking with its stderr and a hint when it fails.
+pub fn python(args: &[&str]) {
+    let out = Command::new("python3")
+        .args(args)
+        .output()
+        .expect("python3 is needed for the reference tests");
+    assert!(
+        out.status.success(),
+        "python3 {args:?} failed (pip install numpy gguf, or run scripts/test.sh):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The gguf-package reference blocks: `$HANZO_GGUF_REF` when set (scripts/test.sh), else
+/// generated now into the test's temp dir.
+pub fn gguf_reference_npz() -> PathBuf {
+    if let Some(p) = std::env::var_os("HANZO_GGUF_REF") {
+        return PathBuf::from(p);
+    }
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("gguf_blocks.npz");
+    let script = crate_dir().join("tests/gguf_ref/gen.py");
+    python(&[script.to_str().unwrap(), "blocks", out.to_str().unwrap()]);
+    out
+}
+
+/// A fixture from scripts/fixtures.py (downloaded and verified on first use, then cached).
+pub fn fixture(id: &str) -> PathBuf {
+    let script = repo_root().join("scripts/fixtures.py");
+    let out = Command::new("python3")
+        .args([script.to_str().unwrap(), "--print-path", id])
+        .output()
+        .expect("python3 is needed to fetch fixtures");
+    assert!(
+        out.status.success(),
+        "fetching fixture {id} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let path = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    PathBuf::from(path)
+}
+
+/// Deterministic weight-like data: Gaussian rows whose scale varies by row, with 1% of
+/// values 8x larger (outliers are what make the k-quant scale search matter). xorshift64*
+/// and Box-Muller, so any language can regenerate the same numbers.
+pub fn synthetic_weights(rows: usize, cols: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.max(1);
+    let mut uniform = move || {
+        s ^= s >> 12;
+        s ^= s << 25;
+        s ^= s >> 27;
+        ((s.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    };
+    let mut out = Vec::with_capacity(rows * cols);
+    for r in 0..rows {
+        let scale = 0.02 * (1 + r % 7) as f64;
+        for _ in 0..cols {
+            let (u1, u2) = (uniform(), uniform());
+            let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
+            let outlier = if uniform() < 0.01 { 8.0 } else { 1.0 };
+            out.push((z * scale * outlier) as f32);
+        }
+    }
+    out
+}
+
+pub fn rmse(a: &[f32], b: &[f32]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let s: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(&x, &y)| (x as f64 - y as f64).powi(2))
+        .sum();
+    (s / a.len() as f64).sqrt()
+}

@@ -1,0 +1,200 @@
+//! Block formats against independent references:
+//! - dequantization of random blocks of every type equals the `gguf` Python package's
+//!   dequantization bit for bit;
+//! - quantization of the types `gguf` implements (Q4_0..Q8_0, F16, BF16) equals its output
+//!   byte for byte;
+//! - k-quant and IQ4_NL quantization equals ggml's C reference (bytes recorded in
+//!   tests/data/ggml_quants, produced by ggml's `ggml_quantize_chunk`), and its error is within
+//!   1% of ggml's on larger synthetic and real weight matrices.
+
+mod common;
+
+use hanzo_ml::quantized::{GgmlDType, QTensor};
+use hanzo_ml::Tensor;
+use std::collections::HashMap;
+
+fn reference() -> HashMap<String, Tensor> {
+    hanzo_ml::io::read_npz(common::gguf_reference_npz())
+        .unwrap()
+        .into_iter()
+        .collect()
+}
+
+fn bytes(t: &Tensor) -> Vec<u8> {
+    t.to_vec1::<u8>().unwrap()
+}
+
+fn floats(t: &Tensor) -> Vec<f32> {
+    t.to_vec1::<f32>().unwrap()
+}
+
+#[test]
+fn dequantization_matches_gguf_package_bit_for_bit() {
+    let r = reference();
+    let types = [
+        "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL",
+        "F16", "BF16",
+    ];
+    for name in types {
+        let dt = GgmlDType::from_name(name).unwrap();
+        let raw = bytes(&r[&format!("{name}_blocks")]);
+        let want = floats(&r[&format!("{name}_deq")]);
+        let q = QTensor::from_bytes(dt, want.len(), &raw).unwrap();
+        let got = q.dequantize_f32().unwrap();
+        let mismatches: Vec<usize> = (0..want.len())
+            .filter(|&i| {
+                got[i].to_bits() != want[i].to_bits() && !(got[i].is_nan() && want[i].is_nan())
+            })
+            .collect();
+        assert!(
+            mismatches.is_empty(),
+            "{name}: {} of {} values differ, first at {}: {} vs {}",
+            mismatches.len(),
+            want.len(),
+            mismatches[0],
+            got[mismatches[0]],
+            want[mismatches[0]]
+        );
+    }
+}
+
+#[test]
+fn quantization_matches_gguf_package_byte_for_byte() {
+    let r = reference();
+    let x = floats(&r["quant_input"]);
+    for name in ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "F16", "BF16"] {
+        let dt = GgmlDType::from_name(name).unwrap();
+        let want = bytes(&r[&format!("{name}_quant")]);
+        let got = QTensor::quantize_f32(&x, (8, 256), dt).unwrap();
+        let diff = got.data().iter().zip(&want).filter(|(a, b)| a != b).count();
+        assert_eq!(got.data().len(), want.len(), "{name}");
+        assert_eq!(diff, 0, "{name}: {diff} of {} bytes differ", want.len());
+    }
+}
+
+/// The C reference's bytes for `synthetic_weights(8, 512, 7)`; regenerate with the harness
+/// described in tests/data/ggml_quants/README.md.
+fn ggml_bytes(name: &str) -> Vec<u8> {
+    let p = common::crate_dir().join(format!("tests/data/ggml_quants/{name}.bin"));
+    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+#[test]
+fn every_quantizer_matches_ggml_c_reference_bytes() {
+    let x = common::synthetic_weights(8, 512, 7);
+    for name in [
+        "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "iq4_nl",
+    ] {
+        let dt = GgmlDType::from_name(name).unwrap();
+        let want = ggml_bytes(name);
+        let got = QTensor::quantize_f32(&x, (8, 512), dt).unwrap();
+        assert_eq!(got.data().len(), want.len(), "{name}");
+        let bs = dt.type_size();
+        let blocks_differ = got
+            .data()
+            .chunks(bs)
+            .zip(want.chunks(bs))
+            .filter(|(a, b)| a != b)
+            .count();
+        assert_eq!(
+            blocks_differ,
+            0,
+            "{name}: {blocks_differ} of {} blocks differ from ggml",
+            want.len() / bs
+        );
+    }
+}
+
+fn quant_rmse(x: &[f32], rows: usize, cols: usize, dt: GgmlDType) -> f64 {
+    let q = QTensor::quantize_f32(x, (rows, cols), dt).unwrap();
+    common::rmse(x, &q.dequantize_f32().unwrap())
+}
+
+/// ggml's RMSE on the same data, recorded by the C harness (tests/data/ggml_quants/README.md).
+fn ggml_rmse() -> serde_json::Value {
+    let p = common::crate_dir().join("tests/data/ggml_quants/rmse.json");
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+#[test]
+fn quantization_error_within_one_percent_of_ggml_on_synthetic_weights() {
+    let refs = ggml_rmse();
+    let x = common::synthetic_weights(64, 4096, 11);
+    for (name, want) in refs["synthetic_64x4096_seed11"].as_object().unwrap() {
+        let dt = GgmlDType::from_name(name).unwrap();
+        let got = quant_rmse(&x, 64, 4096, dt);
+        let want = want.as_f64().unwrap();
+        assert!(
+            (got / want - 1.0).abs() <= 0.01,
+            "{name}: rmse {got:.6e} vs ggml {want:.6e}"
+        );
+    }
+}
+
+#[test]
+fn quantization_error_within_one_percent_of_ggml_on_real_weights() {
+    // all-MiniLM-L6-v2's layer-0 FFN output projection: [384, 1536] f32.
+    let dir = common::fixture("minilm");
+    let st = hanzo_ml::io::safetensors::load(dir.join("model.safetensors")).unwrap();
+    let w = st
+        .iter()
+        .find(|(k, _)| k.ends_with("encoder.layer.0.output.dense.weight"))
+        .map(|(_, t)| t.clone())
+        .expect("weight present");
+    let (rows, cols) = w.dims2().unwrap();
+    let x = w.to_vec_flat::<f32>().unwrap();
+    let refs = ggml_rmse();
+    for (name, want) in refs["minilm_layer0_output_dense"].as_object().unwrap() {
+        let dt = GgmlDType::from_name(name).unwrap();
+        let got = quant_rmse(&x, rows, cols, dt);
+        let want = want.as_f64().unwrap();
+        assert!(
+            (got / want - 1.0).abs() <= 0.01,
+            "{name}: rmse {got:.6e} vs ggml {want:.6e}"
+        );
+    }
+}
+
+#[test]
+fn more_bits_give_less_error() {
+    let x = common::synthetic_weights(16, 1024, 3);
+    let e = |n: &str| quant_rmse(&x, 16, 1024, GgmlDType::from_name(n).unwrap());
+    let order = ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_0"];
+    for w in order.windows(2) {
+        assert!(e(w[0]) > e(w[1]), "{} should be worse than {}", w[0], w[1]);
+    }
+    assert!(e("F16") < e("Q8_0") && e("F32") == 0.0);
+}
+
+#[test]
+fn misshapen_input_is_an_error_not_a_panic() {
+    let x = vec![0f32; 300];
+    assert!(QTensor::quantize_f32(&x, (300,), GgmlDType::Q4K).is_err());
+    assert!(QTensor::quantize_f32(&x, (10, 30), GgmlDType::Q8_0).is_err());
+    assert!(QTensor::quantize_f32(&x, (2, 256), GgmlDType::Q4K).is_err());
+    assert!(QTensor::from_bytes(GgmlDType::Q4_0, 32, &[0u8; 17]).is_err());
+    assert!(GgmlDType::from_u32(4).is_err());
+    assert!(GgmlDType::from_u32(16)
+        .unwrap_err()
+        .to_string()
+        .contains("IQ2_XXS"));
+}
+
+/// Writes the synthetic inputs above as raw little-endian f32 for the C reference harness:
+/// `HANZO_DUMP_DIR=/tmp/x cargo test --test quant_formats -- --ignored dump`.
+#[test]
+#[ignore]
+fn dump_synthetic_inputs() {
+    let dir = std::path::PathBuf::from(std::env::var("HANZO_DUMP_DIR").expect("HANZO_DUMP_DIR"));
+    for (name, rows, cols, seed) in [
+        ("small_8x512_seed7", 8, 512, 7),
+        ("synthetic_64x4096_seed11", 64, 4096, 11),
+    ] {
+        let x = common::synthetic_weights(rows, cols, seed);
+        std::fs::write(
+            dir.join(format!("{name}.f32")),
+            bytemuck::cast_slice::<f32, u8>(&x),
+        )
+        .unwrap();
+    }
+}

@@ -91,14 +91,17 @@ def dump(path, out, full=False):
     tensors = []
     if not full:
         for t in r.tensors:
-            deq = quants.dequantize(t.data, t.tensor_type)
+            try:
+                d = digest(quants.dequantize(t.data, t.tensor_type))
+            except NotImplementedError:  # gguf has no Q8_1/Q8_K dequantizer
+                d = None
             tensors.append({
                 "name": t.name,
                 "type": t.tensor_type.name,
                 "ne": [int(x) for x in t.shape],
                 "offset": int(t.data_offset),
                 "n_bytes": int(t.n_bytes),
-                "digest": digest(deq),
+                "digest": d,
             })
     with open(out, "w") as fh:
         json.dump({"alignment": r.alignment, "data_offset": int(r.data_offset),

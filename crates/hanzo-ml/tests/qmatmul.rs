@@ -1,0 +1,202 @@
+//! QMatMul against dequantize-then-f32-matmul, for every quantized type and for awkward
+//! shapes (output rows not a multiple of any chunk size, k a multiple of the block size only,
+//! one and several activation rows).
+//!
+//! Two references:
+//! - exact: the activations are passed through the same 8-bit quantization QMatMul applies
+//!   (Q8_0/Q8_1/Q8_K), then multiplied in f64 — QMatMul must agree to float rounding (1e-5
+//!   of the output scale), which pins down the integer kernels;
+//! - plain: f32 activations, no quantization — the error must stay below 1% of
+//!   `‖w_r‖·‖x‖` (the Cauchy–Schwarz bound on the output; what activation quantization costs).
+
+mod common;
+
+use hanzo_ml::quantized::blocks::*;
+use hanzo_ml::quantized::{GgmlDType, QMatMul, QTensor};
+use hanzo_ml::{Device, Tensor};
+
+const QUANT_TYPES: [GgmlDType; 12] = [
+    GgmlDType::Q4_0,
+    GgmlDType::Q4_1,
+    GgmlDType::Q5_0,
+    GgmlDType::Q5_1,
+    GgmlDType::Q8_0,
+    GgmlDType::Q8_1,
+    GgmlDType::Q2K,
+    GgmlDType::Q3K,
+    GgmlDType::Q4K,
+    GgmlDType::Q5K,
+    GgmlDType::Q6K,
+    GgmlDType::IQ4NL,
+];
+
+/// The activation row exactly as QMatMul sees it after quantization.
+fn through_dot_type(dt: GgmlDType, x: &[f32]) -> Vec<f32> {
+    fn go<B: GgmlBlock>(x: &[f32]) -> Vec<f32> {
+        let mut q = vec![
+            <B::Dot as bytemuck::Zeroable>::zeroed();
+            x.len() / <B::Dot as GgmlBlock>::BLOCK_SIZE
+        ];
+        <B::Dot as GgmlBlock>::quantize(x, &mut q);
+        let mut out = vec![0f32; x.len()];
+        <B::Dot as GgmlBlock>::dequantize(&q, &mut out);
+        out
+    }
+    hanzo_ml::with_block_type!(dt, B => go::<B>(x))
+}
+
+/// For types multiplied against Q8_1: per block, the stored f16 `s` minus the exact sum of the
+/// dequantized activations.
+fn q8_1_sum_rounding(dt: GgmlDType, x: &[f32]) -> Option<Vec<f64>> {
+    if !matches!(dt, GgmlDType::Q4_1 | GgmlDType::Q5_1) {
+        return None;
+    }
+    let mut q = vec![<BlockQ8_1 as bytemuck::Zeroable>::zeroed(); x.len() / 32];
+    BlockQ8_1::quantize(x, &mut q);
+    Some(
+        q.iter()
+            .map(|b| {
+                let exact: f64 = b.qs.iter().map(|&v| v as f64 * b.d.to_f32() as f64).sum();
+                b.s.to_f32() as f64 - exact
+            })
+            .collect(),
+    )
+}
+
+fn block_mins(w: &QTensor, dt: GgmlDType, row: usize, k: usize) -> Vec<f32> {
+    let per_row = k / 32;
+    let range = row * per_row..(row + 1) * per_row;
+    match dt {
+        GgmlDType::Q4_1 => w.blocks::<BlockQ4_1>().unwrap()[range]
+            .iter()
+            .map(|b| b.m.to_f32())
+            .collect(),
+        GgmlDType::Q5_1 => w.blocks::<BlockQ5_1>().unwrap()[range]
+            .iter()
+            .map(|b| b.m.to_f32())
+            .collect(),
+        _ => unreachable!(),
+    }
+}
+
+fn check(dt: GgmlDType, n: usize, k: usize, m: usize) {
+    let w = common::synthetic_weights(n, k, 5 + n as u64);
+    let x = common::synthetic_weights(m, k, 99 + m as u64);
+    let qw = QTensor::quantize_f32(&w, (n, k), dt).unwrap();
+    let wd = qw.dequantize_f32().unwrap();
+    let qw_blocks = qw.clone();
+    let mm = QMatMul::from_qtensor(qw).unwrap();
+    let xt = Tensor::from_vec(x.clone(), (m, k), &Device::Cpu).unwrap();
+    let got = mm.forward(&xt).unwrap();
+    assert_eq!(got.dims(), &[m, n]);
+    let got = got.to_vec_flat::<f32>().unwrap();
+    for j in 0..m {
+        let xj = &x[j * k..(j + 1) * k];
+        let xq = through_dot_type(dt, xj);
+        let s_fix = q8_1_sum_rounding(dt, xj);
+        let mut scale = 0f64;
+        let mut worst_exact = 0f64;
+        let mut worst_plain = 0f64;
+        let norm = |v: &[f32]| v.iter().map(|&a| a as f64 * a as f64).sum::<f64>().sqrt();
+        for r in 0..n {
+            let wr = &wd[r * k..(r + 1) * k];
+            let mut exact: f64 = wr.iter().zip(&xq).map(|(&a, &b)| a as f64 * b as f64).sum();
+            if let Some(fix) = &s_fix {
+                // Q4_1/Q5_1 fold their minimum in through Q8_1's f16 block sum `s`.
+                let mins = block_mins(&qw_blocks, dt, r, k);
+                exact += mins
+                    .iter()
+                    .zip(fix)
+                    .map(|(&m, &f)| m as f64 * f)
+                    .sum::<f64>();
+            }
+            let plain: f64 = wr.iter().zip(xj).map(|(&a, &b)| a as f64 * b as f64).sum();
+            scale = scale.max(plain.abs());
+            let g = got[j * n + r] as f64;
+            worst_exact = worst_exact.max((g - exact).abs());
+            worst_plain = worst_plain.max((g - plain).abs() / (norm(wr) * norm(xj)));
+        }
+        assert!(worst_exact <= 1e-5 * scale, "{dt} n={n} k={k} m={m} row {j}: exact-reference error {worst_exact:e} (scale {scale:e})");
+        assert!(
+            worst_plain <= 1e-2,
+            "{dt} n={n} k={k} m={m} row {j}: relative error vs f32 {worst_plain:e}"
+        );
+    }
+}
+
+#[test]
+fn qmatmul_matches_dequantized_matmul_for_every_type_and_odd_shapes() {
+    for dt in QUANT_TYPES {
+        let k_small = dt.block_size() * 3; // 96 or 768: a multiple of the block size only
+        for (n, k) in [(37, k_small), (19, 512 * dt.block_size() / 32)] {
+            for m in [1, 3, 17] {
+                check(dt, n, k, m);
+            }
+        }
+    }
+}
+
+#[test]
+fn simd_kernels_agree_with_scalar_reference() {
+    fn go<B: GgmlBlock>(k: usize) -> (f32, f32) {
+        let w = common::synthetic_weights(1, k, 1234);
+        let x = common::synthetic_weights(1, k, 4321);
+        let mut wq = vec![<B as bytemuck::Zeroable>::zeroed(); k / B::BLOCK_SIZE];
+        B::quantize(&w, &mut wq);
+        let mut xq =
+            vec![<B::Dot as bytemuck::Zeroable>::zeroed(); k / <B::Dot as GgmlBlock>::BLOCK_SIZE];
+        <B::Dot as GgmlBlock>::quantize(&x, &mut xq);
+        (B::vec_dot_fn()(&wq, &xq), B::vec_dot_scalar(&wq, &xq))
+    }
+    eprintln!("AVX2 kernels in use: {}", hanzo_ml::quantized::has_avx2());
+    for dt in QUANT_TYPES {
+        let (fast, scalar) = hanzo_ml::with_block_type!(dt, B => go::<B>(4096));
+        assert!(
+            (fast - scalar).abs() <= 1e-5 * scalar.abs().max(1e-3),
+            "{dt}: {fast} vs {scalar}"
+        );
+    }
+}
+
+#[test]
+fn float_weights_and_batched_inputs() {
+    // F16/F32 weights go through the dense path; a 3-D input keeps its leading dims.
+    let (n, k) = (5, 64);
+    let w = common::synthetic_weights(n, k, 8);
+    let x = Tensor::from_vec(common::synthetic_weights(6, k, 9), (2, 3, k), &Device::Cpu).unwrap();
+    let want = x
+        .matmul(
+            &Tensor::from_vec(w.clone(), (n, k), &Device::Cpu)
+                .unwrap()
+                .t()
+                .unwrap(),
+        )
+        .unwrap();
+    for dt in [GgmlDType::F32, GgmlDType::F16, GgmlDType::Q8_0] {
+        let mm = QMatMul::from_qtensor(QTensor::quantize_f32(&w, (n, k), dt).unwrap()).unwrap();
+        let got = mm.forward(&x).unwrap();
+        assert_eq!(got.dims(), &[2, 3, n]);
+        let diff = (got - &want)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_vec0::<f32>()
+            .unwrap();
+        assert!(diff < 2e-2, "{dt}: {diff}");
+    }
+}
+
+#[test]
+fn wrong_input_width_is_an_error() {
+    let mm =
+        QMatMul::from_qtensor(QTensor::quantize_f32(&[0.5; 64], (2, 32), GgmlDType::Q8_0).unwrap())
+            .unwrap();
+    let x = Tensor::zeros((1, 31), hanzo_ml::DType::F32, &Device::Cpu).unwrap();
+    assert!(mm.forward(&x).is_err());
+    assert!(QMatMul::from_qtensor(
+        QTensor::quantize_f32(&[0.5; 64], (64,), GgmlDType::Q8_0).unwrap()
+    )
+    .is_err());
+}

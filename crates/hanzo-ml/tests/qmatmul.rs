@@ -200,3 +200,46 @@ fn wrong_input_width_is_an_error() {
     )
     .is_err());
 }
+
+#[test]
+fn isq_quantizes_real_safetensors_weights_on_load() {
+    use hanzo_ml::quantized::isq::{fallback_type, IsqLoader};
+    assert_eq!(fallback_type(GgmlDType::Q4K, 640), GgmlDType::Q5_0);
+    assert_eq!(fallback_type(GgmlDType::Q6K, 640), GgmlDType::Q8_0);
+    assert_eq!(fallback_type(GgmlDType::Q4_0, 100), GgmlDType::F16);
+    let dir = common::fixture("minilm");
+    let name = "encoder.layer.0.intermediate.dense.weight"; // [1536, 384]: 384 is not a multiple of 256
+    for dt in [GgmlDType::Q8_0, GgmlDType::Q4K, GgmlDType::Q6K] {
+        let l = IsqLoader::open(dir.join("model.safetensors"), dt).unwrap();
+        let full = l
+            .names()
+            .into_iter()
+            .find(|n| n.ends_with(name))
+            .unwrap()
+            .to_string();
+        let w = l.tensor(&full).unwrap();
+        let mm = l.qmatmul(&full).unwrap();
+        let x =
+            Tensor::from_vec(common::synthetic_weights(2, 384, 1), (2, 384), &Device::Cpu).unwrap();
+        let want = x.matmul(&w.t().unwrap()).unwrap();
+        let got = mm.forward(&x).unwrap();
+        let err = (got - &want)
+            .unwrap()
+            .sqr()
+            .unwrap()
+            .mean_all()
+            .unwrap()
+            .to_vec0::<f32>()
+            .unwrap()
+            .sqrt();
+        let scale = want
+            .sqr()
+            .unwrap()
+            .mean_all()
+            .unwrap()
+            .to_vec0::<f32>()
+            .unwrap()
+            .sqrt();
+        assert!(err < 0.05 * scale, "{dt}: rms error {err} vs rms {scale}");
+    }
+}

@@ -151,7 +151,7 @@ impl GgmlDType {
     /// the size overflows.
     pub fn bytes_for(self, n: usize) -> Result<usize> {
         let bs = self.block_size();
-        if n % bs != 0 {
+        if !n.is_multiple_of(bs) {
             return Err(Error::invalid(
                 "ggml type",
                 format!(

@@ -4,6 +4,7 @@ pub mod blocks;
 mod dot;
 mod dtype;
 pub mod gguf;
+pub mod isq;
 mod qmatmul;
 mod qtensor;
 

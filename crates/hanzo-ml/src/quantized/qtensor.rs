@@ -100,7 +100,7 @@ impl QTensor {
             .checked_add(len)
             .filter(|&e| e <= map.len())
             .ok_or_else(|| Error::format("QTensor", "tensor data out of the file's bounds"))?;
-        let data = if (map.as_ptr() as usize + offset) % 4 == 0 {
+        let data = if (map.as_ptr() as usize + offset).is_multiple_of(4) {
             Bytes::Mapped { map, offset, len }
         } else {
             Bytes::owned(&map[offset..end])

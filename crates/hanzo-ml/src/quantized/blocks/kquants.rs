@@ -4,6 +4,10 @@
 //! scalar dot products and the quantizers all go through those, so the bit layouts are
 //! written down once.
 
+// The layouts index several arrays by the same element number; explicit indices read closer
+// to the format description than zipped iterators.
+#![allow(clippy::needless_range_loop)]
+
 use super::search::{make_q3_quants, make_qkx2_quants, make_qx_quants, nearest_int, GROUP_MAX_EPS};
 use super::{signed_absmax, GgmlBlock, VecDotFn};
 use crate::quantized::GgmlDType;

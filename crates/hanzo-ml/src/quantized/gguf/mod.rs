@@ -69,6 +69,17 @@ impl GgufFile {
         &self.content.tensors
     }
 
+    /// The stored bytes of the named tensor, straight from the map.
+    pub fn tensor_bytes(&self, name: &str) -> Result<&[u8]> {
+        let info = self
+            .content
+            .tensor_info(name)
+            .ok_or_else(|| Error::format("gguf", format!("no tensor named {name:?}")))?;
+        let start = info.offset as usize;
+        // In bounds: the parser checked every tensor's span against the file length.
+        Ok(&self.map[start..start + info.size])
+    }
+
     /// The named tensor, borrowing the file's memory (no copy when aligned).
     pub fn tensor(&self, name: &str) -> Result<QTensor> {
         let info = self

@@ -306,7 +306,7 @@ fn tensor_info(
             .ok_or_else(|| bad(format!("element count of {ggml_dims:?} overflows")))?;
     }
     let bs = dtype.block_size() as u64;
-    if ggml_dims[0] % bs != 0 {
+    if !ggml_dims[0].is_multiple_of(bs) {
         return Err(bad(format!(
             "row length {} is not a multiple of the {dtype} block size {bs}",
             ggml_dims[0]
@@ -315,7 +315,7 @@ fn tensor_info(
     let size = (count / bs)
         .checked_mul(dtype.type_size() as u64)
         .ok_or_else(|| bad("byte size overflows".into()))?;
-    if offset % alignment != 0 {
+    if !offset.is_multiple_of(alignment) {
         return Err(bad(format!(
             "offset {offset} is not a multiple of the alignment {alignment}"
         )));

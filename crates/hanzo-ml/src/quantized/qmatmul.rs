@@ -6,7 +6,7 @@
 //! activation rows (prefill), a small tile of weight rows stays in L1 while every activation
 //! row passes over it.
 
-use super::blocks::GgmlBlock;
+use super::blocks::{GgmlBlock, TileFn, VecDotFn};
 use super::{GgmlDType, QTensor};
 use crate::{DType, Error, Result, Tensor};
 use rayon::prelude::*;
@@ -24,7 +24,7 @@ pub enum QMatMul {
 /// Weight rows per task for decode; small enough to balance, large enough to amortise.
 const MATVEC_ROWS: usize = 16;
 /// Weight rows kept hot while all activation rows pass (prefill).
-const TILE_ROWS: usize = 8;
+const TILE_ROWS: usize = 32;
 
 impl QMatMul {
     pub fn from_qtensor(w: QTensor) -> Result<Self> {
@@ -89,16 +89,19 @@ pub fn matmul<B: GgmlBlock>(w: &[B], n: usize, k: usize, x: &[f32], m: usize) ->
     xq.par_chunks_mut(xpr.max(1))
         .zip(x.par_chunks(k.max(1)))
         .for_each(|(q, x)| <B::Dot as GgmlBlock>::quantize(x, q));
-    let dot = B::vec_dot_fn();
-    let wrow = |r: usize| &w[r * wpr..(r + 1) * wpr];
+    let kernels = Kernels::<B>::pick();
+    let wrows = Rows {
+        blocks: w,
+        per_row: wpr,
+    };
+    let xrows = Rows {
+        blocks: &xq,
+        per_row: xpr,
+    };
     if m == 1 {
         out.par_chunks_mut(MATVEC_ROWS)
             .enumerate()
-            .for_each(|(c, o)| {
-                for (i, o) in o.iter_mut().enumerate() {
-                    *o = dot(wrow(c * MATVEC_ROWS + i), &xq);
-                }
-            });
+            .for_each(|(c, o)| kernels.matvec(&wrows, c * MATVEC_ROWS, xrows.row(0), o));
         return out;
     }
     // Each task fills a [TILE_ROWS, m] tile of the transposed output.
@@ -106,20 +109,102 @@ pub fn matmul<B: GgmlBlock>(w: &[B], n: usize, k: usize, x: &[f32], m: usize) ->
     out_t
         .par_chunks_mut(TILE_ROWS * m)
         .enumerate()
-        .for_each(|(t, tile)| {
-            let r0 = t * TILE_ROWS;
-            let rows = tile.len() / m;
-            for j in 0..m {
-                let xj = &xq[j * xpr..(j + 1) * xpr];
-                for r in 0..rows {
-                    tile[r * m + j] = dot(wrow(r0 + r), xj);
-                }
-            }
-        });
+        .for_each(|(t, tile)| kernels.tile(&wrows, t * TILE_ROWS, &xrows, m, tile));
     for (j, o) in out.chunks_exact_mut(n).enumerate() {
         for (r, o) in o.iter_mut().enumerate() {
             *o = out_t[r * m + j];
         }
     }
     out
+}
+
+/// A matrix of blocks stored row after row.
+struct Rows<'a, B> {
+    blocks: &'a [B],
+    per_row: usize,
+}
+
+impl<'a, B> Rows<'a, B> {
+    fn row(&self, r: usize) -> &'a [B] {
+        &self.blocks[r * self.per_row..(r + 1) * self.per_row]
+    }
+}
+
+/// The kernels for one weight type: tiles where the CPU has them, the single dot for the
+/// edges (and for every type without tiles).
+struct Kernels<B: GgmlBlock> {
+    one: VecDotFn<B>,
+    rows: Option<TileFn<B, MATVEC_TILE, 1>>,
+    tile: Option<TileFn<B, TILE_R, TILE_C>>,
+}
+
+/// Weight rows per kernel call in decode.
+const MATVEC_TILE: usize = 4;
+/// Prefill tile: weight rows × activation rows per kernel call.
+const TILE_R: usize = 2;
+const TILE_C: usize = 4;
+/// Activation rows per pass over a task's weight rows.
+const COLUMN_CHUNK: usize = 16;
+
+impl<B: GgmlBlock> Kernels<B> {
+    fn pick() -> Self {
+        // Several rows per call pay off for the 32-element types, where the activation block
+        // and its scale are a large share of each step; the k-quant kernels already hold
+        // enough state per row that more rows spill registers (measured slower).
+        let short_blocks = B::BLOCK_SIZE == 32;
+        Self {
+            one: B::vec_dot_fn(),
+            rows: if short_blocks { B::tile_fn() } else { None },
+            tile: B::tile_fn(),
+        }
+    }
+
+    /// `out[i] = w[r0 + i] · x`.
+    fn matvec(&self, w: &Rows<B>, r0: usize, x: &[B::Dot], out: &mut [f32]) {
+        let mut i = 0;
+        if let Some(rows) = self.rows {
+            while i + MATVEC_TILE <= out.len() {
+                let y = rows(std::array::from_fn(|k| w.row(r0 + i + k)), [x]);
+                for (k, y) in y.iter().enumerate() {
+                    out[i + k] = y[0];
+                }
+                i += MATVEC_TILE;
+            }
+        }
+        for (k, o) in out.iter_mut().enumerate().skip(i) {
+            *o = (self.one)(w.row(r0 + k), x);
+        }
+    }
+
+    /// `out[i * m + j] = w[r0 + i] · x[j]` for every activation row j (m of them).
+    fn tile(&self, w: &Rows<B>, r0: usize, x: &Rows<B::Dot>, m: usize, out: &mut [f32]) {
+        let rows = out.len() / m;
+        // Columns go in chunks small enough to stay in L2 while every row pair of this task
+        // passes over them (each pair itself staying in L1).
+        for c0 in (0..m).step_by(COLUMN_CHUNK) {
+            let cols = COLUMN_CHUNK.min(m - c0);
+            let (mut i, mut j) = (0, 0);
+            if let Some(tile) = self.tile {
+                while i + TILE_R <= rows {
+                    j = 0;
+                    while j + TILE_C <= cols {
+                        let xs = std::array::from_fn(|c| x.row(c0 + j + c));
+                        let y = tile(std::array::from_fn(|r| w.row(r0 + i + r)), xs);
+                        for (r, y) in y.iter().enumerate() {
+                            out[(i + r) * m + c0 + j..][..TILE_C].copy_from_slice(y);
+                        }
+                        j += TILE_C;
+                    }
+                    i += TILE_R;
+                }
+            }
+            // The ragged right and bottom edges take the single dot.
+            for r in 0..rows {
+                let from = if r < i { j } else { 0 };
+                for c in from..cols {
+                    out[r * m + c0 + c] = (self.one)(w.row(r0 + r), x.row(c0 + c));
+                }
+            }
+        }
+    }
 }

@@ -65,7 +65,12 @@ fn check_size(dtype: GgmlDType, shape: &Shape, nbytes: usize, op: &'static str) 
             ),
         ));
     }
-    let want = dtype.bytes_for(shape.elem_count())?;
+    // Checked: a shape from a file may hold dims whose product overflows.
+    let count = dims
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .ok_or_else(|| Error::invalid(op, format!("element count of {dims:?} overflows")))?;
+    let want = dtype.bytes_for(count)?;
     if want != nbytes {
         return Err(Error::invalid(
             op,

@@ -9,6 +9,7 @@
                                and a digest of every tensor dequantized by gguf
   gen.py read FILE.gguf OUT.json
                                metadata values in full (for files we wrote)
+  gen.py seeds DIR             small GGUF files written by gguf.GGUFWriter (fuzzing seeds)
 """
 import json
 import sys
@@ -108,6 +109,28 @@ def dump(path, out, full=False):
                    "metadata": meta, "tensors": tensors}, fh)
 
 
+def seeds(out_dir):
+    """A few small files covering every metadata type and a tensor of several block types."""
+    import os
+    from gguf import GGUFWriter
+    rng = np.random.default_rng(7)
+    for n, (qtype, shape) in enumerate([(T.F32, (4, 8)), (T.Q8_0, (2, 64)), (T.Q4_0, (3, 32)),
+                                        (T.F16, (5,))]):
+        path = os.path.join(out_dir, f"seed{n}.gguf")
+        w = GGUFWriter(path, "llama")
+        w.add_uint8("u8", 7); w.add_int8("i8", -7); w.add_uint16("u16", 700)
+        w.add_int16("i16", -700); w.add_uint32("u32", 70000); w.add_int32("i32", -70000)
+        w.add_uint64("u64", 1 << 40); w.add_int64("i64", -(1 << 40)); w.add_float32("f32", 1.5)
+        w.add_float64("f64", 2.5); w.add_bool("b", True); w.add_string("s", "hanzo")
+        w.add_array("a", [1, 2, 3]); w.add_array("as", ["x", "yz"])
+        x = rng.standard_normal(shape).astype(np.float32)
+        data = x if qtype == T.F32 else (x.astype(np.float16) if qtype == T.F16
+                                          else quants.quantize(x, qtype))
+        w.add_tensor("t", data, raw_dtype=qtype if qtype not in (T.F32, T.F16) else None)
+        w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file()
+        w.close()
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "blocks":
@@ -116,5 +139,7 @@ if __name__ == "__main__":
         dump(sys.argv[2], sys.argv[3])
     elif cmd == "read":
         dump(sys.argv[2], sys.argv[3], full=True)
+    elif cmd == "seeds":
+        seeds(sys.argv[2])
     else:
         sys.exit(f"unknown command {cmd}")

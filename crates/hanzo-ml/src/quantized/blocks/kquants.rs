@@ -9,7 +9,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::search::{make_q3_quants, make_qkx2_quants, make_qx_quants, nearest_int, GROUP_MAX_EPS};
-use super::{signed_absmax, GgmlBlock, VecDotFn};
+use super::{signed_absmax, GgmlBlock, TileFn, VecDotFn};
 use crate::quantized::GgmlDType;
 use half::f16;
 
@@ -492,6 +492,10 @@ impl GgmlBlock for BlockQ4K {
     fn vec_dot_fn() -> VecDotFn<Self> {
         crate::quantized::dot::pick_q4k()
     }
+
+    fn tile_fn<const R: usize, const C: usize>() -> Option<TileFn<Self, R, C>> {
+        crate::quantized::dot::tile_q4k::<R, C>()
+    }
 }
 
 impl GgmlBlock for BlockQ5K {
@@ -532,6 +536,10 @@ impl GgmlBlock for BlockQ5K {
 
     fn vec_dot_fn() -> VecDotFn<Self> {
         crate::quantized::dot::pick_q5k()
+    }
+
+    fn tile_fn<const R: usize, const C: usize>() -> Option<TileFn<Self, R, C>> {
+        crate::quantized::dot::tile_q5k::<R, C>()
     }
 }
 
@@ -613,6 +621,10 @@ impl GgmlBlock for BlockQ6K {
     fn vec_dot_fn() -> VecDotFn<Self> {
         crate::quantized::dot::pick_q6k()
     }
+
+    fn tile_fn<const R: usize, const C: usize>() -> Option<TileFn<Self, R, C>> {
+        crate::quantized::dot::tile_q6k::<R, C>()
+    }
 }
 
 // ---------------------------------------------------------------- Q8_K
@@ -631,22 +643,7 @@ impl GgmlBlock for BlockQ8K {
     }
 
     fn quantize(xs: &[f32], out: &mut [Self]) {
-        for (x, b) in xs.chunks_exact(QK_K).zip(out) {
-            let max = signed_absmax(x);
-            if max == 0.0 {
-                *b = bytemuck::Zeroable::zeroed();
-                continue;
-            }
-            // -127 (not -128) keeps every level within ±127.
-            let iscale = -127.0 / max;
-            for (q, &v) in b.qs.iter_mut().zip(x) {
-                *q = nearest_int(iscale * v).min(127) as i8;
-            }
-            for (g, s) in b.bsums.iter_mut().enumerate() {
-                *s = b.qs[16 * g..16 * g + 16].iter().map(|&q| q as i16).sum();
-            }
-            b.d = 1.0 / iscale;
-        }
+        crate::quantized::dot::pick_quantize_q8k()(xs, out)
     }
 
     fn vec_dot_scalar(w: &[Self], x: &[BlockQ8K]) -> f32 {
@@ -654,5 +651,25 @@ impl GgmlBlock for BlockQ8K {
             .zip(x)
             .map(|(w, x)| w.d * x.d * group_dot(&w.qs, &x.qs) as f32)
             .sum()
+    }
+}
+
+/// ggml's `quantize_row_q8_K_ref`; `BlockQ8K::quantize` runs a SIMD copy of it where it can.
+pub fn quantize_q8k_ref(xs: &[f32], out: &mut [BlockQ8K]) {
+    for (x, b) in xs.chunks_exact(QK_K).zip(out) {
+        let max = signed_absmax(x);
+        if max == 0.0 {
+            *b = bytemuck::Zeroable::zeroed();
+            continue;
+        }
+        // -127 (not -128) keeps every level within ±127.
+        let iscale = -127.0 / max;
+        for (q, &v) in b.qs.iter_mut().zip(x) {
+            *q = nearest_int(iscale * v).min(127) as i8;
+        }
+        for (g, s) in b.bsums.iter_mut().enumerate() {
+            *s = b.qs[16 * g..16 * g + 16].iter().map(|&q| q as i16).sum();
+        }
+        b.d = 1.0 / iscale;
     }
 }

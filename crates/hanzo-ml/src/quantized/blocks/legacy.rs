@@ -4,7 +4,7 @@
 //! `j + 16` in its high nibble; the 5th bits of Q5 live in the 32-bit `qh`, bit `j` for
 //! element `j`.
 
-use super::{dot_i8, min_max, signed_absmax, GgmlBlock, VecDotFn};
+use super::{dot_i8, min_max, signed_absmax, GgmlBlock, TileFn, VecDotFn};
 use crate::quantized::GgmlDType;
 use half::f16;
 
@@ -139,6 +139,15 @@ fn quantize_q8(xs: &[f32]) -> (f32, [i8; 32]) {
     (d, q)
 }
 
+/// ggml's `quantize_row_q8_0_ref`; `BlockQ8_0::quantize` runs a SIMD copy of it where it can.
+pub fn quantize_q8_0_ref(xs: &[f32], out: &mut [BlockQ8_0]) {
+    for (x, b) in xs.chunks_exact(QK).zip(out) {
+        let (d, q) = quantize_q8(x);
+        b.d = f16::from_f32(d);
+        b.qs = q;
+    }
+}
+
 fn as_i8(levels: &[u8; 32], offset: i8) -> [i8; 32] {
     levels.map(|l| l as i8 - offset)
 }
@@ -177,6 +186,10 @@ impl GgmlBlock for BlockQ4_0 {
 
     fn vec_dot_fn() -> VecDotFn<Self> {
         crate::quantized::dot::pick_q4_0()
+    }
+
+    fn tile_fn<const R: usize, const C: usize>() -> Option<TileFn<Self, R, C>> {
+        crate::quantized::dot::tile_q4_0::<R, C>()
     }
 }
 
@@ -253,6 +266,10 @@ impl GgmlBlock for BlockQ5_0 {
     fn vec_dot_fn() -> VecDotFn<Self> {
         crate::quantized::dot::pick_q5_0()
     }
+
+    fn tile_fn<const R: usize, const C: usize>() -> Option<TileFn<Self, R, C>> {
+        crate::quantized::dot::tile_q5_0::<R, C>()
+    }
 }
 
 impl GgmlBlock for BlockQ5_1 {
@@ -304,11 +321,7 @@ impl GgmlBlock for BlockQ8_0 {
     }
 
     fn quantize(xs: &[f32], out: &mut [Self]) {
-        for (x, b) in xs.chunks_exact(QK).zip(out) {
-            let (d, q) = quantize_q8(x);
-            b.d = f16::from_f32(d);
-            b.qs = q;
-        }
+        crate::quantized::dot::pick_quantize_q8_0()(xs, out)
     }
 
     fn vec_dot_scalar(w: &[Self], x: &[BlockQ8_0]) -> f32 {
@@ -320,6 +333,10 @@ impl GgmlBlock for BlockQ8_0 {
 
     fn vec_dot_fn() -> VecDotFn<Self> {
         crate::quantized::dot::pick_q8_0()
+    }
+
+    fn tile_fn<const R: usize, const C: usize>() -> Option<TileFn<Self, R, C>> {
+        crate::quantized::dot::tile_q8_0::<R, C>()
     }
 }
 

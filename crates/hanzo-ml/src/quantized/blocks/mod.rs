@@ -12,8 +12,12 @@ mod legacy;
 pub(crate) mod search;
 
 pub use iq4nl::BlockIQ4NL;
-pub use kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K};
-pub use legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, QK};
+pub use kquants::{
+    quantize_q8k_ref, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K,
+};
+pub use legacy::{
+    quantize_q8_0_ref, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, QK,
+};
 
 use super::GgmlDType;
 
@@ -23,6 +27,11 @@ pub type HalfBF16 = half::bf16;
 
 /// A dot product of weight blocks with activation blocks of the same element count.
 pub type VecDotFn<B> = fn(&[B], &[<B as GgmlBlock>::Dot]) -> f32;
+
+/// Dot products of `R` weight rows with `C` activation rows, `out[r][c]`, all rows the same
+/// number of blocks. One call shares every load and every unpacked block across the tile.
+pub type TileFn<B, const R: usize, const C: usize> =
+    fn([&[B]; R], [&[<B as GgmlBlock>::Dot]; C]) -> [[f32; C]; R];
 
 pub trait GgmlBlock: bytemuck::Pod + Send + Sync + 'static {
     const DTYPE: GgmlDType;
@@ -40,6 +49,10 @@ pub trait GgmlBlock: bytemuck::Pod + Send + Sync + 'static {
     /// The fastest dot product this CPU supports (decided at run time).
     fn vec_dot_fn() -> VecDotFn<Self> {
         Self::vec_dot_scalar
+    }
+    /// An `R x C` tile kernel, where this CPU has one for this type.
+    fn tile_fn<const R: usize, const C: usize>() -> Option<TileFn<Self, R, C>> {
+        None
     }
 }
 

@@ -21,16 +21,54 @@ unsafe fn load256_i8(p: &[i8]) -> __m256i {
     unsafe { _mm256_loadu_si256(p.as_ptr() as *const __m256i) }
 }
 
+/// Two halves (`bits` low and high 16) → lanes 0 and 1, by `vmovd` from a general register
+/// and `vcvtph2ps`. Written as assembly because LLVM, left to itself, loads a lone half with
+/// `vpinsrw` into whatever vector register is free, often a live accumulator, which chains
+/// every block to the previous block's sum (2.5x slower Q8_0 dots measured). `vmovd` writes
+/// the whole register, so nothing waits on older values. (Converting in general registers
+/// instead is slow too: k-quant super-block scales of real weights are mostly subnormal.)
+#[inline(always)]
+fn cvt_f16x2(bits: u32) -> __m128 {
+    let out: __m128;
+    // SAFETY: two register-only instructions; every caller runs with F16C enabled (the
+    // kernels here are reached only after `has_avx2()` checked AVX2, FMA and F16C).
+    unsafe {
+        std::arch::asm!(
+            "vmovd {v}, {g:e}",
+            "vcvtph2ps {v}, {v}",
+            g = in(reg) bits,
+            v = out(xmm_reg) out,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    out
+}
+
+#[inline(always)]
+fn f16_to_f32(h: half::f16) -> f32 {
+    // SAFETY: reading lane 0 of a vector has no preconditions.
+    unsafe { _mm_cvtss_f32(cvt_f16x2(h.to_bits() as u32)) }
+}
+
+/// `a · b` for two halves, converted together.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn f16_to_f32(h: half::f16) -> f32 {
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h.to_bits() as i32)))
+unsafe fn f16_product(a: half::f16, b: half::f16) -> f32 {
+    let v = cvt_f16x2(a.to_bits() as u32 | (b.to_bits() as u32) << 16);
+    _mm_cvtss_f32(_mm_mul_ss(v, _mm_movehdup_ps(v)))
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn hsum(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn hsum128(s: __m128) -> f32 {
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
 }
@@ -65,16 +103,6 @@ unsafe fn bits_32(qh: [u8; 4]) -> __m256i {
     _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi64x(-1))
 }
 
-/// Σ of signed × signed bytes, in 8 i32 lanes (each the sum of four products).
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn dot_i8_i32(x: __m256i, y: __m256i) -> __m256i {
-    // maddubs wants one unsigned operand: move x's sign onto y.
-    let ax = _mm256_sign_epi8(x, x);
-    let sy = _mm256_sign_epi8(y, x);
-    _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), _mm256_set1_epi16(1))
-}
-
 /// Σ of unsigned × signed bytes, in 8 i32 lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
@@ -82,54 +110,82 @@ unsafe fn dot_u8_i32(x: __m256i, y: __m256i) -> __m256i {
     _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), _mm256_set1_epi16(1))
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn q8_0_q8_0(w: &[BlockQ8_0], x: &[BlockQ8_0]) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    for (w, x) in w.iter().zip(x) {
-        // SAFETY: f16_to_f32 and the loads need the features this function enables.
-        unsafe {
-            let d = _mm256_set1_ps(f16_to_f32(w.d) * f16_to_f32(x.d));
-            let p = dot_i8_i32(load256_i8(&w.qs), load256_i8(&x.qs));
-            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+/// Every block against every activation row of a tile: `R` weight rows by `C` activation rows
+/// share each load and each unpacked block. All slices hold the same number of blocks.
+macro_rules! check_tile {
+    ($w:expr, $x:expr) => {
+        let nb = $x[0].len();
+        assert!($w.iter().all(|w| w.len() == nb) && $x.iter().all(|x| x.len() == nb));
+    };
+}
+
+/// The Q4_0/Q5_0/Q8_0 tile: `levels` gives a block's 32 signed levels and its scale.
+#[inline(always)]
+unsafe fn legacy_tile<B, const R: usize, const C: usize>(
+    w: [&[B]; R],
+    x: [&[BlockQ8_0]; C],
+    levels: impl Fn(&B) -> (__m256i, half::f16),
+) -> [[f32; C]; R] {
+    check_tile!(w, x);
+    // SAFETY: the callers enable AVX2, FMA and F16C; loads stay inside block fields.
+    unsafe {
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [[_mm256_setzero_ps(); C]; R];
+        for i in 0..x[0].len() {
+            let xs: [(__m256i, f32); C] =
+                std::array::from_fn(|c| (load256_i8(&x[c][i].qs), f16_to_f32(x[c][i].d)));
+            for r in 0..R {
+                let (q, d) = levels(&w[r][i]);
+                let wd = f16_to_f32(d);
+                // maddubs wants one unsigned operand: move the weight's sign onto x.
+                let aq = _mm256_sign_epi8(q, q);
+                for c in 0..C {
+                    let p = _mm256_maddubs_epi16(aq, _mm256_sign_epi8(xs[c].0, q));
+                    let p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+                    acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(wd * xs[c].1), p, acc[r][c]);
+                }
+            }
         }
+        acc.map(|row| row.map(|a| hsum(a)))
     }
-    // SAFETY: same features.
-    unsafe { hsum(acc) }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn q4_0_q8_0(w: &[BlockQ4_0], x: &[BlockQ8_0]) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    for (w, x) in w.iter().zip(x) {
-        // SAFETY: as in q8_0_q8_0.
-        unsafe {
-            let d = _mm256_set1_ps(f16_to_f32(w.d) * f16_to_f32(x.d));
-            let q = _mm256_sub_epi8(nibbles_32(&w.qs), _mm256_set1_epi8(8));
-            let p = dot_i8_i32(q, load256_i8(&x.qs));
-            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
-        }
-    }
-    // SAFETY: same features.
-    unsafe { hsum(acc) }
+pub unsafe fn q8_0_tile<const R: usize, const C: usize>(
+    w: [&[BlockQ8_0]; R],
+    x: [&[BlockQ8_0]; C],
+) -> [[f32; C]; R] {
+    // SAFETY: this function enables the features legacy_tile needs.
+    unsafe { legacy_tile(w, x, |b| (load256_i8(&b.qs), b.d)) }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn q5_0_q8_0(w: &[BlockQ5_0], x: &[BlockQ8_0]) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    for (w, x) in w.iter().zip(x) {
-        // SAFETY: as in q8_0_q8_0.
-        unsafe {
-            let d = _mm256_set1_ps(f16_to_f32(w.d) * f16_to_f32(x.d));
+pub unsafe fn q4_0_tile<const R: usize, const C: usize>(
+    w: [&[BlockQ4_0]; R],
+    x: [&[BlockQ8_0]; C],
+) -> [[f32; C]; R] {
+    // SAFETY: as in q8_0_tile.
+    unsafe {
+        let eight = _mm256_set1_epi8(8);
+        legacy_tile(w, x, |b| (_mm256_sub_epi8(nibbles_32(&b.qs), eight), b.d))
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn q5_0_tile<const R: usize, const C: usize>(
+    w: [&[BlockQ5_0]; R],
+    x: [&[BlockQ8_0]; C],
+) -> [[f32; C]; R] {
+    // SAFETY: as in q8_0_tile.
+    unsafe {
+        let f0 = _mm256_set1_epi8(0xF0u8 as i8);
+        legacy_tile(w, x, |b| {
             // level - 16 as a signed byte: the nibble where the 5th bit is set, the nibble
             // with 0xF0 or-ed in (i.e. minus 16) where it is not.
-            let high = _mm256_andnot_si256(bits_32(w.qh), _mm256_set1_epi8(0xF0u8 as i8));
-            let q = _mm256_or_si256(nibbles_32(&w.qs), high);
-            let p = dot_i8_i32(q, load256_i8(&x.qs));
-            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
-        }
+            let high = _mm256_andnot_si256(bits_32(b.qh), f0);
+            (_mm256_or_si256(nibbles_32(&b.qs), high), b.d)
+        })
     }
-    // SAFETY: same features.
-    unsafe { hsum(acc) }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -139,7 +195,7 @@ pub unsafe fn q4_1_q8_1(w: &[BlockQ4_1], x: &[BlockQ8_1]) -> f32 {
     for (w, x) in w.iter().zip(x) {
         // SAFETY: as in q8_0_q8_0.
         unsafe {
-            let d = _mm256_set1_ps(f16_to_f32(w.d) * f16_to_f32(x.d));
+            let d = _mm256_set1_ps(f16_product(w.d, x.d));
             mins += f16_to_f32(w.m) * f16_to_f32(x.s);
             let p = dot_u8_i32(nibbles_32(&w.qs), load256_i8(&x.qs));
             acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
@@ -149,9 +205,10 @@ pub unsafe fn q4_1_q8_1(w: &[BlockQ4_1], x: &[BlockQ8_1]) -> f32 {
     unsafe { hsum(acc) + mins }
 }
 
-/// Q4_K/Q5_K packed 6-bit scales and mins → ([scale; 8], [min; 8]).
-#[inline(always)]
-fn k4_scales_mins(q: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
+/// Q4_K/Q5_K packed 6-bit scales and mins → 16 i16 lanes: the 8 scales, then the 8 mins.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn k4_scales_mins(q: &[u8; 12]) -> __m256i {
     const M1: u32 = 0x3f3f_3f3f;
     const M2: u32 = 0x0f0f_0f0f;
     const M3: u32 = 0x0303_0303;
@@ -161,141 +218,407 @@ fn k4_scales_mins(q: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
     let sc_hi = (u2 & M2) | (((u0 >> 6) & M3) << 4);
     let m_lo = u1 & M1;
     let m_hi = ((u2 >> 4) & M2) | (((u1 >> 6) & M3) << 4);
-    let cat = |a: u32, b: u32| {
-        let (a, b) = (a.to_le_bytes(), b.to_le_bytes());
-        [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
-    };
-    (cat(sc_lo, sc_hi), cat(m_lo, m_hi))
+    let bytes = _mm_set_epi32(m_hi as i32, m_lo as i32, sc_hi as i32, sc_lo as i32);
+    _mm256_cvtepu8_epi16(bytes)
 }
 
-/// Σ_j mins[j] · (sum of activation sub-block j), from the 16-element group sums.
+/// For `shuffle_epi8` on 8 i16 per 128-bit half: every lane takes lane `k`.
 #[inline(always)]
-fn k4_min_term(mins: &[u8; 8], bsums: &[i16; 16]) -> i32 {
-    (0..8)
-        .map(|j| mins[j] as i32 * (bsums[2 * j] as i32 + bsums[2 * j + 1] as i32))
-        .sum()
+fn pick_i16(k: i32) -> i32 {
+    let pair = (2 * k) | ((2 * k + 1) << 8);
+    pair | (pair << 16)
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn q4k_q8k(w: &[BlockQ4K], x: &[BlockQ8K]) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    let mut acc_min = 0f32;
-    let low = _mm256_set1_epi8(0x0F);
-    for (w, x) in w.iter().zip(x) {
-        let (scales, mins) = k4_scales_mins(&w.scales);
-        // SAFETY: as in q8_0_q8_0; every load is 32 bytes inside a block field.
-        unsafe {
-            let d = x.d * f16_to_f32(w.d);
-            acc_min += x.d * f16_to_f32(w.dmin) * k4_min_term(&mins, &x.bsums) as f32;
-            let mut sumi = _mm256_setzero_si256();
-            for c in 0..4 {
-                let q4 = load256(&w.qs[32 * c..]);
-                let q4l = _mm256_and_si256(q4, low);
-                let q4h = _mm256_and_si256(_mm256_srli_epi16(q4, 4), low);
-                let pl = _mm256_maddubs_epi16(q4l, load256_i8(&x.qs[64 * c..]));
-                let ph = _mm256_maddubs_epi16(q4h, load256_i8(&x.qs[64 * c + 32..]));
-                let pl = _mm256_madd_epi16(pl, _mm256_set1_epi16(scales[2 * c] as i16));
-                let ph = _mm256_madd_epi16(ph, _mm256_set1_epi16(scales[2 * c + 1] as i16));
-                sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+/// The Q4_K/Q5_K tile. `levels(block, c)` yields the 64 unsigned levels of sub-blocks 2c and
+/// 2c+1 (two 32-byte vectors); each is multiplied by the activations and its 6-bit scale, and
+/// the mins come off through the activations' group sums.
+#[inline(always)]
+unsafe fn k4_tile<B, const R: usize, const C: usize>(
+    w: [&[B]; R],
+    x: [&[BlockQ8K]; C],
+    header: impl Fn(&B) -> (half::f16, half::f16, &[u8; 12]),
+    levels: impl Fn(&B, usize) -> (__m256i, __m256i),
+) -> [[f32; C]; R] {
+    check_tile!(w, x);
+    // SAFETY: the callers enable AVX2, FMA and F16C; loads stay inside block fields.
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); C]; R];
+        let mut acc_min = [[_mm_setzero_ps(); C]; R];
+        for i in 0..x[0].len() {
+            let xb: [&BlockQ8K; C] = std::array::from_fn(|c| &x[c][i]);
+            let bsums = xb.map(|x| {
+                let b = _mm256_loadu_si256(x.bsums.as_ptr() as *const __m256i);
+                // Lane j: the sum of sub-block j (two 16-element groups).
+                _mm_hadd_epi16(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1))
+            });
+            for r in 0..R {
+                let b = &w[r][i];
+                let (d, dmin, packed) = header(b);
+                let sm = k4_scales_mins(packed);
+                let dd = cvt_f16x2(d.to_bits() as u32 | (dmin.to_bits() as u32) << 16);
+                let (d, dmin) = (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_movehdup_ps(dd)));
+                let mins = _mm256_extracti128_si256(sm, 1);
+                let sc = _mm256_castsi256_si128(sm);
+                let scales = _mm256_set_m128i(sc, sc);
+                let mut sumi = [_mm256_setzero_si256(); C];
+                for k in 0..4 {
+                    let (lo, hi) = levels(b, k);
+                    let sl = _mm256_shuffle_epi8(scales, _mm256_set1_epi32(pick_i16(2 * k as i32)));
+                    let sh =
+                        _mm256_shuffle_epi8(scales, _mm256_set1_epi32(pick_i16(2 * k as i32 + 1)));
+                    for c in 0..C {
+                        let pl = _mm256_maddubs_epi16(lo, load256_i8(&xb[c].qs[64 * k..]));
+                        let ph = _mm256_maddubs_epi16(hi, load256_i8(&xb[c].qs[64 * k + 32..]));
+                        let p =
+                            _mm256_add_epi32(_mm256_madd_epi16(pl, sl), _mm256_madd_epi16(ph, sh));
+                        sumi[c] = _mm256_add_epi32(sumi[c], p);
+                    }
+                }
+                for c in 0..C {
+                    let s = _mm256_set1_ps(d * xb[c].d);
+                    acc[r][c] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(sumi[c]), acc[r][c]);
+                    let m = _mm_cvtepi32_ps(_mm_madd_epi16(mins, bsums[c]));
+                    acc_min[r][c] = _mm_fmadd_ps(_mm_set1_ps(dmin * xb[c].d), m, acc_min[r][c]);
+                }
             }
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
         }
+        std::array::from_fn(|r| std::array::from_fn(|c| hsum(acc[r][c]) - hsum128(acc_min[r][c])))
     }
-    // SAFETY: same features.
-    unsafe { hsum(acc) - acc_min }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn q5k_q8k(w: &[BlockQ5K], x: &[BlockQ8K]) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    let mut acc_min = 0f32;
+pub unsafe fn q4k_tile<const R: usize, const C: usize>(
+    w: [&[BlockQ4K]; R],
+    x: [&[BlockQ8K]; C],
+) -> [[f32; C]; R] {
+    let low = _mm256_set1_epi8(0x0F);
+    // SAFETY: this function enables the features k4_tile needs; loads are 32 bytes of qs.
+    unsafe {
+        k4_tile(
+            w,
+            x,
+            |b| (b.d, b.dmin, &b.scales),
+            |b, k| {
+                let q4 = load256(&b.qs[32 * k..]);
+                (
+                    _mm256_and_si256(q4, low),
+                    _mm256_and_si256(_mm256_srli_epi16(q4, 4), low),
+                )
+            },
+        )
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn q5k_tile<const R: usize, const C: usize>(
+    w: [&[BlockQ5K]; R],
+    x: [&[BlockQ8K]; C],
+) -> [[f32; C]; R] {
     let low = _mm256_set1_epi8(0x0F);
     let one = _mm256_set1_epi8(1);
-    for (w, x) in w.iter().zip(x) {
-        let (scales, mins) = k4_scales_mins(&w.scales);
-        // SAFETY: as in q4k_q8k.
-        unsafe {
-            let d = x.d * f16_to_f32(w.d);
-            acc_min += x.d * f16_to_f32(w.dmin) * k4_min_term(&mins, &x.bsums) as f32;
-            let hbits = load256(&w.qh);
-            let mut sumi = _mm256_setzero_si256();
-            for c in 0..4 {
-                let q4 = load256(&w.qs[32 * c..]);
-                // Bit 2c (low half) and 2c+1 (high half) of qh give the 5th bit, moved to 0x10.
+    // SAFETY: as in q4k_tile; qh is exactly 32 bytes.
+    unsafe {
+        k4_tile(
+            w,
+            x,
+            |b| (b.d, b.dmin, &b.scales),
+            |b, k| {
+                let q4 = load256(&b.qs[32 * k..]);
+                let hbits = load256(&b.qh);
+                // Bit 2k (low half) and 2k+1 (high half) of qh give the 5th bit, moved to 0x10.
                 let hl = _mm256_and_si256(
-                    _mm256_srl_epi16(hbits, _mm_cvtsi32_si128(2 * c as i32)),
+                    _mm256_srl_epi16(hbits, _mm_cvtsi32_si128(2 * k as i32)),
                     one,
                 );
                 let hh = _mm256_and_si256(
-                    _mm256_srl_epi16(hbits, _mm_cvtsi32_si128(2 * c as i32 + 1)),
+                    _mm256_srl_epi16(hbits, _mm_cvtsi32_si128(2 * k as i32 + 1)),
                     one,
                 );
-                let q5l = _mm256_or_si256(_mm256_and_si256(q4, low), _mm256_slli_epi16(hl, 4));
-                let q5h = _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16(q4, 4), low),
-                    _mm256_slli_epi16(hh, 4),
-                );
-                let pl = _mm256_maddubs_epi16(q5l, load256_i8(&x.qs[64 * c..]));
-                let ph = _mm256_maddubs_epi16(q5h, load256_i8(&x.qs[64 * c + 32..]));
-                let pl = _mm256_madd_epi16(pl, _mm256_set1_epi16(scales[2 * c] as i16));
-                let ph = _mm256_madd_epi16(ph, _mm256_set1_epi16(scales[2 * c + 1] as i16));
-                sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
-            }
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-        }
+                (
+                    _mm256_or_si256(_mm256_and_si256(q4, low), _mm256_slli_epi16(hl, 4)),
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16(q4, 4), low),
+                        _mm256_slli_epi16(hh, 4),
+                    ),
+                )
+            },
+        )
     }
-    // SAFETY: same features.
-    unsafe { hsum(acc) - acc_min }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn q6k_q8k(w: &[BlockQ6K], x: &[BlockQ8K]) -> f32 {
-    let mut acc = _mm256_setzero_ps();
+pub unsafe fn q6k_tile<const R: usize, const C: usize>(
+    w: [&[BlockQ6K]; R],
+    x: [&[BlockQ8K]; C],
+) -> [[f32; C]; R] {
+    check_tile!(w, x);
     let low = _mm256_set1_epi8(0x0F);
     let three = _mm256_set1_epi8(3);
-    for (w, x) in w.iter().zip(x) {
-        // SAFETY: as in q4k_q8k; the scale and bsum loads read exactly 16 and 32 bytes.
-        unsafe {
-            let d = x.d * f16_to_f32(w.d);
-            let scales16 =
-                _mm256_cvtepi8_epi16(_mm_loadu_si128(w.scales.as_ptr() as *const __m128i));
-            // Levels are stored +32: take Σ sc·32·Σy back out once per block.
-            let bsums = _mm256_loadu_si256(x.bsums.as_ptr() as *const __m256i);
-            let offset = _mm256_slli_epi32(_mm256_madd_epi16(scales16, bsums), 5);
-            let mut sumi = _mm256_sub_epi32(_mm256_setzero_si256(), offset);
-            for n in 0..2 {
-                let ql1 = load256(&w.ql[64 * n..]);
-                let ql2 = load256(&w.ql[64 * n + 32..]);
-                let qh = load256(&w.qh[32 * n..]);
-                let parts = [
-                    (_mm256_and_si256(ql1, low), _mm256_and_si256(qh, three)),
-                    (
-                        _mm256_and_si256(ql2, low),
-                        _mm256_and_si256(_mm256_srli_epi16(qh, 2), three),
-                    ),
-                    (
-                        _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low),
-                        _mm256_and_si256(_mm256_srli_epi16(qh, 4), three),
-                    ),
-                    (
-                        _mm256_and_si256(_mm256_srli_epi16(ql2, 4), low),
-                        _mm256_and_si256(_mm256_srli_epi16(qh, 6), three),
-                    ),
+    // SAFETY: this function enables the features used; the scale and bsum loads read exactly
+    // 16 and 32 bytes, every other load 32 bytes inside ql, qh or qs.
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); C]; R];
+        for i in 0..x[0].len() {
+            let xb: [&BlockQ8K; C] = std::array::from_fn(|c| &x[c][i]);
+            let bsums = xb.map(|x| _mm256_loadu_si256(x.bsums.as_ptr() as *const __m256i));
+            for r in 0..R {
+                let b = &w[r][i];
+                let scales8 = _mm_loadu_si128(b.scales.as_ptr() as *const __m128i);
+                let scales16 = _mm256_cvtepi8_epi16(scales8);
+                // Scales 0-7 in both halves, then 8-15: one byte shuffle per 32 levels picks a
+                // pair of them (the first for the low 16 products, the second for the high).
+                let halves = [
+                    _mm256_permute2x128_si256::<0x00>(scales16, scales16),
+                    _mm256_permute2x128_si256::<0x11>(scales16, scales16),
                 ];
-                for (k, (lo, hi)) in parts.into_iter().enumerate() {
-                    let q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
-                    let g = 8 * n + 2 * k;
-                    let p = _mm256_maddubs_epi16(q, load256_i8(&x.qs[128 * n + 32 * k..]));
-                    let sc = _mm256_set_m128i(
-                        _mm_set1_epi16(w.scales[g + 1] as i16),
-                        _mm_set1_epi16(w.scales[g] as i16),
-                    );
-                    sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, sc));
+                // Levels are stored +32: take Σ sc·32·Σy back out once per block.
+                let mut sumi: [__m256i; C] = std::array::from_fn(|c| {
+                    let offset = _mm256_slli_epi32(_mm256_madd_epi16(scales16, bsums[c]), 5);
+                    _mm256_sub_epi32(_mm256_setzero_si256(), offset)
+                });
+                for n in 0..2 {
+                    let ql1 = load256(&b.ql[64 * n..]);
+                    let ql2 = load256(&b.ql[64 * n + 32..]);
+                    let qh = load256(&b.qh[32 * n..]);
+                    let parts = [
+                        (_mm256_and_si256(ql1, low), _mm256_and_si256(qh, three)),
+                        (
+                            _mm256_and_si256(ql2, low),
+                            _mm256_and_si256(_mm256_srli_epi16(qh, 2), three),
+                        ),
+                        (
+                            _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low),
+                            _mm256_and_si256(_mm256_srli_epi16(qh, 4), three),
+                        ),
+                        (
+                            _mm256_and_si256(_mm256_srli_epi16(ql2, 4), low),
+                            _mm256_and_si256(_mm256_srli_epi16(qh, 6), three),
+                        ),
+                    ];
+                    for (k, (lo, hi)) in parts.into_iter().enumerate() {
+                        let q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+                        let g = 8 * n + 2 * k;
+                        let (lo, hi) = (g % 8, g % 8 + 1);
+                        let pick = _mm256_set_m128i(
+                            _mm_set1_epi32(pick_i16(hi as i32)),
+                            _mm_set1_epi32(pick_i16(lo as i32)),
+                        );
+                        let sc = _mm256_shuffle_epi8(halves[g / 8], pick);
+                        for c in 0..C {
+                            let p =
+                                _mm256_maddubs_epi16(q, load256_i8(&xb[c].qs[128 * n + 32 * k..]));
+                            sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(p, sc));
+                        }
+                    }
+                }
+                let d = f16_to_f32(b.d);
+                for c in 0..C {
+                    let s = _mm256_set1_ps(d * xb[c].d);
+                    acc[r][c] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(sumi[c]), acc[r][c]);
                 }
             }
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        }
+        acc.map(|row| row.map(|a| hsum(a)))
+    }
+}
+
+/// Any lane NaN or ±inf? Such blocks go to the reference quantizer, whose scalar NaN rules
+/// the vector instructions do not share.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn any_nonfinite(abs: __m256) -> bool {
+    _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_NLE_UQ>(abs, _mm256_set1_ps(f32::MAX))) != 0
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn hmax(v: __m256) -> f32 {
+    let m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)))
+}
+
+/// `f32::round` (halves away from zero), exactly: truncate, then step out where the
+/// (exactly computed) remainder is at least a half.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn round_half_away(y: __m256) -> __m256 {
+    let t = _mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(y);
+    let abs_frac = _mm256_andnot_ps(_mm256_set1_ps(-0.0), _mm256_sub_ps(y, t));
+    let step = _mm256_or_ps(_mm256_and_ps(y, _mm256_set1_ps(-0.0)), _mm256_set1_ps(1.0));
+    let away = _mm256_cmp_ps::<_CMP_GE_OQ>(abs_frac, _mm256_set1_ps(0.5));
+    _mm256_add_ps(t, _mm256_and_ps(away, step))
+}
+
+/// Four vectors of 8 i32 (each within i8 range) → 32 bytes in order.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn pack_i32x32(v: [__m256i; 4]) -> __m256i {
+    let a = _mm256_packs_epi32(v[0], v[1]);
+    let b = _mm256_packs_epi32(v[2], v[3]);
+    // The packs interleave 128-bit lanes: undo it with one cross-lane permute.
+    let bytes = _mm256_packs_epi16(a, b);
+    _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
+}
+
+/// `BlockQ8_0::quantize`, byte for byte, 32 floats at a time.
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn quantize_q8_0(xs: &[f32], out: &mut [BlockQ8_0]) {
+    let sign = _mm256_set1_ps(-0.0);
+    for (x, b) in xs.chunks_exact(QK).zip(out) {
+        // SAFETY: x holds exactly 32 floats; the store writes the 32 bytes of b.qs.
+        unsafe {
+            let v: [__m256; 4] = std::array::from_fn(|i| _mm256_loadu_ps(x[8 * i..].as_ptr()));
+            let abs = v.map(|v| _mm256_andnot_ps(sign, v));
+            let m = _mm256_max_ps(_mm256_max_ps(abs[0], abs[1]), _mm256_max_ps(abs[2], abs[3]));
+            if any_nonfinite(m) {
+                crate::quantized::blocks::quantize_q8_0_ref(x, std::slice::from_mut(b));
+                continue;
+            }
+            let d = hmax(m) / 127.0;
+            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+            if !id.is_finite() {
+                // A subnormal scale: its reciprocal overflows, and the reference's saturating
+                // casts of ±inf and NaN decide the bytes.
+                crate::quantized::blocks::quantize_q8_0_ref(x, std::slice::from_mut(b));
+                continue;
+            }
+            let id = _mm256_set1_ps(id);
+            let q = v.map(|v| _mm256_cvttps_epi32(round_half_away(_mm256_mul_ps(v, id))));
+            _mm256_storeu_si256(b.qs.as_mut_ptr() as *mut __m256i, pack_i32x32(q));
+            b.d = half::f16::from_f32(d);
         }
     }
-    // SAFETY: same features.
-    unsafe { hsum(acc) }
+}
+
+/// `BlockQ8K::quantize`, byte for byte, 256 floats at a time.
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn quantize_q8k(xs: &[f32], out: &mut [BlockQ8K]) {
+    let sign = _mm256_set1_ps(-0.0);
+    for (x, b) in xs.chunks_exact(QK_K).zip(out) {
+        // SAFETY: x holds exactly 256 floats, read 8 at a time; each store writes 32 bytes
+        // inside b.qs.
+        unsafe {
+            let mut m = _mm256_setzero_ps();
+            for c in x.chunks_exact(8) {
+                m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(c.as_ptr())));
+            }
+            if any_nonfinite(m) {
+                crate::quantized::blocks::quantize_q8k_ref(x, std::slice::from_mut(b));
+                continue;
+            }
+            let amax = hmax(m);
+            if amax == 0.0 {
+                *b = bytemuck::Zeroable::zeroed();
+                continue;
+            }
+            // The reference scales by the first element of largest magnitude, sign included.
+            let target = _mm256_set1_ps(amax);
+            let max = x
+                .chunks_exact(8)
+                .find_map(|c| {
+                    let a = _mm256_andnot_ps(sign, _mm256_loadu_ps(c.as_ptr()));
+                    let hit = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_EQ_OQ>(a, target));
+                    (hit != 0).then(|| c[hit.trailing_zeros() as usize])
+                })
+                .expect("amax is some element's magnitude");
+            let iscale = -127.0 / max;
+            if !iscale.is_finite() {
+                crate::quantized::blocks::quantize_q8k_ref(x, std::slice::from_mut(b));
+                continue;
+            }
+            let is = _mm256_set1_ps(iscale);
+            let ones = _mm256_set1_epi8(1);
+            let ones16 = _mm256_set1_epi16(1);
+            for (c, x) in x.chunks_exact(32).enumerate() {
+                // cvtps rounds halves to even, as nearest_int's magic-number trick does.
+                let q = std::array::from_fn(|i| {
+                    let v = _mm256_mul_ps(is, _mm256_loadu_ps(x[8 * i..].as_ptr()));
+                    _mm256_min_epi32(_mm256_cvtps_epi32(v), _mm256_set1_epi32(127))
+                });
+                let bytes = pack_i32x32(q);
+                _mm256_storeu_si256(b.qs[32 * c..].as_mut_ptr() as *mut __m256i, bytes);
+                // Sums of 4 consecutive levels, then of 16: groups 2c and 2c+1.
+                let s4 = _mm256_madd_epi16(_mm256_maddubs_epi16(ones, bytes), ones16);
+                let s8 = _mm256_hadd_epi32(s4, s4);
+                let s16 = _mm256_hadd_epi32(s8, s8);
+                b.bsums[2 * c] = _mm256_extract_epi32::<0>(s16) as i16;
+                b.bsums[2 * c + 1] = _mm256_extract_epi32::<4>(s16) as i16;
+            }
+            b.d = 1.0 / iscale;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn f16_to_f32_matches_half_for_every_bit_pattern() {
+        if !super::super::has_avx2() {
+            return;
+        }
+        for b in 0..=u16::MAX {
+            let h = half::f16::from_bits(b);
+            let (ours, reference) = (super::f16_to_f32(h), h.to_f32());
+            assert!(
+                ours.to_bits() == reference.to_bits() || (ours.is_nan() && reference.is_nan()),
+                "{b:#06x}: {ours} != {reference}"
+            );
+        }
+    }
+
+    /// Rows with ties at every rounding step, zeros, denormals, equal-magnitude extremes of
+    /// both signs, NaN and inf: the SIMD quantizers must give the reference's bytes.
+    #[test]
+    fn simd_activation_quantizers_match_the_reference_bytes() {
+        if !super::super::has_avx2() {
+            return;
+        }
+        use crate::quantized::blocks::*;
+        let mut s = 0x2545_F491_4F6C_DD1Du64;
+        let mut rows: Vec<Vec<f32>> = (0..40)
+            .map(|r| {
+                (0..512)
+                    .map(|i| {
+                        s ^= s << 13;
+                        s ^= s >> 7;
+                        s ^= s << 17;
+                        let u = (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
+                        match r % 4 {
+                            // Multiples of 1/2 of the step: exact ties after scaling.
+                            0 => ((u * 254.0).round() / 2.0) * if i % 32 == 0 { 1.0 } else { 0.5 },
+                            1 => u * 1e-38,
+                            2 => (u * 8.0).round(),
+                            _ => u,
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        rows[1][3] = f32::NAN;
+        rows[2][300] = f32::INFINITY;
+        rows[3].iter_mut().take(256).for_each(|v| *v = 0.0);
+        rows[4][0] = -3.0;
+        rows[4][1] = 3.0;
+        for x in &rows {
+            let mut a = vec![<BlockQ8_0 as bytemuck::Zeroable>::zeroed(); 16];
+            let mut b = a.clone();
+            quantize_q8_0_ref(x, &mut a);
+            // SAFETY: has_avx2() was checked above.
+            unsafe { super::quantize_q8_0(x, &mut b) };
+            assert_eq!(
+                bytemuck::cast_slice::<_, u8>(&a),
+                bytemuck::cast_slice::<_, u8>(&b)
+            );
+            let mut a = vec![<BlockQ8K as bytemuck::Zeroable>::zeroed(); 2];
+            let mut b = a.clone();
+            quantize_q8k_ref(x, &mut a);
+            // SAFETY: as above.
+            unsafe { super::quantize_q8k(x, &mut b) };
+            assert_eq!(
+                bytemuck::cast_slice::<_, u8>(&a),
+                bytemuck::cast_slice::<_, u8>(&b)
+            );
+        }
+    }
 }

@@ -23,8 +23,36 @@ pub fn has_avx2() -> bool {
 
 /// Set `HANZO_QUANT_SCALAR=1` to force the scalar kernels (for comparisons and debugging).
 fn simd_allowed() -> bool {
-    std::env::var_os("HANZO_QUANT_SCALAR").is_none()
+    static ALLOWED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ALLOWED.get_or_init(|| std::env::var_os("HANZO_QUANT_SCALAR").is_none())
 }
+
+/// Quantizes a row of activations; the SIMD forms give the reference's exact bytes.
+pub type QuantizeFn<B> = fn(&[f32], &mut [B]);
+
+macro_rules! quantize_picker {
+    ($name:ident, $block:ty, $avx2:ident, $reference:ident) => {
+        pub fn $name() -> QuantizeFn<$block> {
+            #[cfg(target_arch = "x86_64")]
+            if has_avx2() && simd_allowed() {
+                fn kernel(xs: &[f32], out: &mut [$block]) {
+                    // SAFETY: handed out only after `has_avx2()` confirmed AVX2 and FMA.
+                    unsafe { avx2::$avx2(xs, out) }
+                }
+                return kernel;
+            }
+            $reference
+        }
+    };
+}
+
+quantize_picker!(
+    pick_quantize_q8_0,
+    BlockQ8_0,
+    quantize_q8_0,
+    quantize_q8_0_ref
+);
+quantize_picker!(pick_quantize_q8k, BlockQ8K, quantize_q8k, quantize_q8k_ref);
 
 macro_rules! picker {
     ($name:ident, $block:ty, $avx2:ident) => {
@@ -43,13 +71,45 @@ macro_rules! picker {
     };
 }
 
-picker!(pick_q4_0, BlockQ4_0, q4_0_q8_0);
+/// `$one` picks the single dot product (the 1x1 tile) and `$tile` the `R x C` tiles.
+macro_rules! tile_picker {
+    ($one:ident, $tile:ident, $block:ty, $avx2:ident) => {
+        pub fn $tile<const R: usize, const C: usize>() -> Option<TileFn<$block, R, C>> {
+            #[cfg(target_arch = "x86_64")]
+            if has_avx2() && simd_allowed() {
+                fn kernel<const R: usize, const C: usize>(
+                    w: [&[$block]; R],
+                    x: [&[<$block as GgmlBlock>::Dot]; C],
+                ) -> [[f32; C]; R] {
+                    // SAFETY: handed out only after `has_avx2()` confirmed AVX2, FMA and F16C.
+                    unsafe { avx2::$avx2::<R, C>(w, x) }
+                }
+                return Some(kernel::<R, C>);
+            }
+            None
+        }
+
+        pub fn $one() -> VecDotFn<$block> {
+            #[cfg(target_arch = "x86_64")]
+            if has_avx2() && simd_allowed() {
+                fn kernel(w: &[$block], x: &[<$block as GgmlBlock>::Dot]) -> f32 {
+                    // SAFETY: as above.
+                    unsafe { avx2::$avx2::<1, 1>([w], [x])[0][0] }
+                }
+                return kernel;
+            }
+            <$block as GgmlBlock>::vec_dot_scalar
+        }
+    };
+}
+
+tile_picker!(pick_q4_0, tile_q4_0, BlockQ4_0, q4_0_tile);
+tile_picker!(pick_q5_0, tile_q5_0, BlockQ5_0, q5_0_tile);
+tile_picker!(pick_q8_0, tile_q8_0, BlockQ8_0, q8_0_tile);
+tile_picker!(pick_q4k, tile_q4k, BlockQ4K, q4k_tile);
+tile_picker!(pick_q5k, tile_q5k, BlockQ5K, q5k_tile);
+tile_picker!(pick_q6k, tile_q6k, BlockQ6K, q6k_tile);
 picker!(pick_q4_1, BlockQ4_1, q4_1_q8_1);
-picker!(pick_q5_0, BlockQ5_0, q5_0_q8_0);
-picker!(pick_q8_0, BlockQ8_0, q8_0_q8_0);
-picker!(pick_q4k, BlockQ4K, q4k_q8k);
-picker!(pick_q5k, BlockQ5K, q5k_q8k);
-picker!(pick_q6k, BlockQ6K, q6k_q8k);
 
 pub fn pick_q2k() -> VecDotFn<BlockQ2K> {
     BlockQ2K::vec_dot_scalar

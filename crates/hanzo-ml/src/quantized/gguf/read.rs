@@ -296,14 +296,19 @@ fn tensor_info(
 ) -> Result<TensorInfo> {
     let bad = |msg: String| err(format!("tensor {name:?}: {msg}"));
     let mut count: u64 = 1;
+    // The product of the non-zero dims must fit too: with a zero dim the element count is 0,
+    // but every partial product a consumer might form (in any dim order) must not overflow.
+    let mut nonzero: u64 = 1;
     for &d in ggml_dims {
         if d > i64::MAX as u64 {
             return Err(bad(format!("dimension {d} out of range")));
         }
-        count = count
-            .checked_mul(d)
+        let overflow = || bad(format!("element count of {ggml_dims:?} overflows"));
+        nonzero = nonzero
+            .checked_mul(d.max(1))
             .filter(|&c| c <= i64::MAX as u64)
-            .ok_or_else(|| bad(format!("element count of {ggml_dims:?} overflows")))?;
+            .ok_or_else(overflow)?;
+        count = count.checked_mul(d).ok_or_else(overflow)?;
     }
     let bs = dtype.block_size() as u64;
     if !ggml_dims[0].is_multiple_of(bs) {

@@ -1,0 +1,93 @@
+//! Quantized matmul: the weight types of the Gemma 3 Q4_K_M file (Q4_K, Q6_K, Q8_0, Q5_0) at a
+//! 4096x4096 and a 640x2048 ([out, in], Gemma's FFN down projection) weight, times one column
+//! (decode: reported as GB/s of weights streamed) and 512 columns (prefill: reported as
+//! elements = flops, so criterion's Gelem/s reads as GFLOP/s).
+//!
+//! `cargo bench -p hanzo-ml --bench quant` (RAYON_NUM_THREADS sets the thread count). Runs
+//! inside the rayon pool, as a model's forward pass does, so the calling thread computes too
+//! instead of waiting on the pool for every product.
+
+use criterion::{black_box, BenchmarkId, Criterion, Throughput};
+use hanzo_ml::quantized::blocks::GgmlBlock;
+use hanzo_ml::quantized::{qmatmul_raw, GgmlDType, QTensor};
+
+fn weights(n: usize, k: usize) -> Vec<f32> {
+    let mut s = 0x9E37_79B9_7F4A_7C15u64;
+    (0..n * k)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.1
+        })
+        .collect()
+}
+
+fn run<B: GgmlBlock>(q: &QTensor, n: usize, k: usize, x: &[f32], m: usize) -> Vec<f32> {
+    qmatmul_raw::<B>(q.blocks::<B>().unwrap(), n, k, x, m)
+}
+
+fn bench_in_pool(c: &mut Criterion) {
+    let types = [
+        GgmlDType::Q4K,
+        GgmlDType::Q6K,
+        GgmlDType::Q8_0,
+        GgmlDType::Q5_0,
+    ];
+    let shapes = [(4096usize, 4096usize), (640, 2048)];
+    let mut g = c.benchmark_group("qmatvec");
+    g.sample_size(30);
+    for &(n, k) in &shapes {
+        let w = weights(n, k);
+        let x = weights(1, k);
+        for dt in types {
+            let q = QTensor::quantize_f32(&w, (n, k), dt).unwrap();
+            g.throughput(Throughput::Bytes(q.data().len() as u64));
+            g.bench_with_input(
+                BenchmarkId::new(dt.name(), format!("{n}x{k}")),
+                &q,
+                |b, q| {
+                    b.iter(
+                        || hanzo_ml::with_block_type!(dt, B => black_box(run::<B>(q, n, k, &x, 1))),
+                    )
+                },
+            );
+        }
+    }
+    g.finish();
+
+    let m = 512;
+    let mut g = c.benchmark_group("qmatmul512");
+    g.sample_size(10);
+    for &(n, k) in &shapes {
+        let w = weights(n, k);
+        let x = weights(m, k);
+        for dt in types {
+            let q = QTensor::quantize_f32(&w, (n, k), dt).unwrap();
+            g.throughput(Throughput::Elements((2 * n * k * m) as u64));
+            g.bench_with_input(
+                BenchmarkId::new(dt.name(), format!("{n}x{k}")),
+                &q,
+                |b, q| {
+                    b.iter(
+                        || hanzo_ml::with_block_type!(dt, B => black_box(run::<B>(q, n, k, &x, m))),
+                    )
+                },
+            );
+        }
+    }
+    g.finish();
+}
+
+// A hand-written main instead of `criterion_main!`: `Criterion` is not `Send`, so it is built
+// inside the pool rather than carried into it.
+fn main() {
+    rayon::ThreadPoolBuilder::new()
+        .build()
+        .expect("thread pool")
+        .install(|| {
+            let mut c = Criterion::default().configure_from_args();
+            bench_in_pool(&mut c);
+            c.final_summary();
+        })
+}

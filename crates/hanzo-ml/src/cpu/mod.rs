@@ -542,3 +542,30 @@ impl BackendStorage for CpuStorage {
         fused::rope(self, l, cos, sin, kind).map(Some)
     }
 }
+
+impl CpuStorage {
+    /// Copies `src` (viewed through `src_layout`, same dtype) into this contiguous buffer of
+    /// shape `dims` at `start..` along `dim`. Shapes were checked by `Tensor::write_slice`.
+    pub(crate) fn write_block(
+        &mut self,
+        dims: &[usize],
+        dim: usize,
+        start: usize,
+        src: &CpuStorage,
+        src_layout: &Layout,
+    ) -> Result<()> {
+        let outer: usize = dims[..dim].iter().product();
+        let inner: usize = dims[dim + 1..].iter().product();
+        let n = src_layout.dims()[dim];
+        same_dtype2!(self, src, "write_slice", (d, s) => {
+            let s = contiguous_cow(s, src_layout);
+            let d = d.make_mut();
+            let (block, stride) = (n * inner, dims[dim] * inner);
+            for o in 0..outer {
+                let at = o * stride + start * inner;
+                d[at..at + block].copy_from_slice(&s[o * block..(o + 1) * block]);
+            }
+        });
+        Ok(())
+    }
+}

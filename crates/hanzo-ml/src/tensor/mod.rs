@@ -8,6 +8,7 @@ mod conv;
 pub(crate) mod creation;
 mod display;
 mod elementwise;
+mod in_place;
 mod indexing;
 mod nn;
 mod reduce;

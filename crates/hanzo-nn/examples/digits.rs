@@ -3,7 +3,7 @@
 //!
 //! ```sh
 //! python3 scripts/fixtures.py digits          # exports digits.npz once
-//! cargo run --release -p hanzo-nn --example digits [-- mlp|cnn] [--save PATH]
+//! cargo run --release -p hanzo-nn --example digits [-- mlp|cnn|cnn-avgpool] [--save DIR]
 //! ```
 //!
 //! The split is fixed (a seeded shuffle; 1437 train / 360 test images), so runs are comparable.
@@ -75,6 +75,24 @@ fn mlp(vb: &VarBuilder) -> Result<Sequential> {
 }
 
 fn cnn(vb: &VarBuilder) -> Result<Sequential> {
+    cnn_with(vb, false)
+}
+
+/// The FHE-friendly architecture: average pooling from the start, so converting it only
+/// approximates the activations.
+fn cnn_avgpool(vb: &VarBuilder) -> Result<Sequential> {
+    cnn_with(vb, true)
+}
+
+fn pool(avg: bool) -> Box<dyn Layer> {
+    if avg {
+        Box::new(AvgPool2d(2))
+    } else {
+        Box::new(MaxPool2d(2))
+    }
+}
+
+fn cnn_with(vb: &VarBuilder, avg: bool) -> Result<Sequential> {
     let same = ConvConfig {
         padding: 1,
         ..Default::default()
@@ -83,10 +101,10 @@ fn cnn(vb: &VarBuilder) -> Result<Sequential> {
         .add(|x: &Tensor| x.reshape((x.dims()[0], 1, 8, 8)))
         .add(Conv2d::load(1, 16, 3, same, true, &vb.pp("conv1"))?)
         .add(Activation::Relu)
-        .add(|x: &Tensor| x.max_pool2d((2, 2), (2, 2))) // 16 x 4 x 4
+        .add_boxed(pool(avg)) // 16 x 4 x 4
         .add(Conv2d::load(16, 32, 3, same, true, &vb.pp("conv2"))?)
         .add(Activation::Relu)
-        .add(|x: &Tensor| x.max_pool2d((2, 2), (2, 2))) // 32 x 2 x 2
+        .add_boxed(pool(avg)) // 32 x 2 x 2
         .add(|x: &Tensor| x.flatten(1, 3))
         .add(Linear::load(128, 10, true, &vb.pp("fc"))?))
 }
@@ -153,26 +171,59 @@ fn train(
     Ok((model, map, acc))
 }
 
+/// The same trained weights with every activation replaced by a Chebyshev fit (calibrated on
+/// training images) and max pooling by average pooling: what an FHE deployment would run.
+fn polynomial_accuracy(name: &str, model: &Sequential, data: &Data, exact: f64) -> Result<()> {
+    let calib = data.train_x.narrow(0, 0, 512)?;
+    for degree in [7, 15, 31] {
+        let cfg = poly::PolyConfig {
+            degree,
+            ..Default::default()
+        };
+        let (converted, subs) = poly::to_polynomial(model, &calib, &cfg)?;
+        let acc = accuracy(&converted, &data.test_x, &data.test_y)?;
+        if degree == 7 {
+            for s in &subs {
+                println!(
+                    "{name}: layer {}: {} on [{:.2}, {:.2}]",
+                    s.layer, s.what, s.interval.0, s.interval.1
+                );
+            }
+        }
+        println!(
+            "{name}: polynomial (degree {degree:2}) test accuracy {:.2}% (exact {:.2}%, drop {:.2} points)",
+            acc * 100.0,
+            exact * 100.0,
+            (exact - acc) * 100.0
+        );
+    }
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let which = args
-        .iter()
-        .find(|a| a.as_str() == "mlp" || a.as_str() == "cnn")
-        .cloned();
     let save = args
         .iter()
         .position(|a| a == "--save")
         .and_then(|i| args.get(i + 1))
         .cloned();
+    let which = args
+        .iter()
+        .find(|a| ["mlp", "cnn", "cnn-avgpool"].contains(&a.as_str()))
+        .cloned();
     let data = load()?;
-    for (name, build, epochs) in [
-        ("mlp", mlp as fn(&VarBuilder) -> Result<Sequential>, 40),
+    type Build = fn(&VarBuilder) -> Result<Sequential>;
+    let models: [(&str, Build, usize); 3] = [
+        ("mlp", mlp, 40),
         ("cnn", cnn, 25),
-    ] {
+        ("cnn-avgpool", cnn_avgpool, 60),
+    ];
+    for (name, build, epochs) in models {
         if which.as_deref().is_some_and(|w| w != name) {
             continue;
         }
-        let (_, map, acc) = train(name, build, &data, epochs)?;
+        let (model, map, acc) = train(name, build, &data, epochs)?;
+        polynomial_accuracy(name, &model, &data, acc)?;
         if let Some(dir) = &save {
             std::fs::create_dir_all(dir)?;
             map.save(std::path::Path::new(dir).join(format!("digits-{name}.safetensors")))?;

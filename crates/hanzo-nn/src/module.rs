@@ -1,6 +1,8 @@
 //! The `Module` trait and a sequential container.
 
 use hanzo_ml::{Result, Tensor};
+use std::any::Any;
+use std::sync::Arc;
 
 /// A layer: a function of one tensor.
 pub trait Module {
@@ -24,10 +26,23 @@ impl<F: Fn(&Tensor) -> Result<Tensor>> Module for F {
     }
 }
 
-/// Layers applied in order.
-#[derive(Default)]
+/// A layer held by a [`Sequential`]: any `ModuleT`, inspectable by type (converters such as
+/// [`crate::poly::to_polynomial`] find activations, norms and pools this way).
+pub trait Layer: ModuleT + Send + Sync + Any {
+    fn as_any(&self) -> &dyn Any;
+}
+
+impl<T: ModuleT + Send + Sync + Any> Layer for T {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Layers applied in order. Layers are shared (`Arc`), so a converted copy of a model reuses
+/// the weights of every layer it does not replace.
+#[derive(Clone, Default)]
 pub struct Sequential {
-    layers: Vec<Box<dyn ModuleT + Send + Sync>>,
+    layers: Vec<Arc<dyn Layer>>,
 }
 
 impl Sequential {
@@ -36,9 +51,22 @@ impl Sequential {
     }
 
     #[allow(clippy::should_implement_trait)]
-    pub fn add<M: ModuleT + Send + Sync + 'static>(mut self, layer: M) -> Self {
-        self.layers.push(Box::new(layer));
+    pub fn add<M: Layer>(mut self, layer: M) -> Self {
+        self.layers.push(Arc::new(layer));
         self
+    }
+
+    pub fn add_boxed(mut self, layer: Box<dyn Layer>) -> Self {
+        self.layers.push(Arc::from(layer));
+        self
+    }
+
+    pub fn push_shared(&mut self, layer: Arc<dyn Layer>) {
+        self.layers.push(layer);
+    }
+
+    pub fn layers(&self) -> &[Arc<dyn Layer>] {
+        &self.layers
     }
 
     pub fn len(&self) -> usize {

@@ -142,7 +142,9 @@ impl Tensor {
     pub fn dims4(&self) -> Result<(usize, usize, usize, usize)> {
         self.shape().dims4()
     }
-    pub(crate) fn op(&self) -> Option<&BackpropOp> {
+    /// The recorded op that produced this tensor (its name and inputs), when gradients are
+    /// tracked: walk it to inspect a computation graph.
+    pub fn op(&self) -> Option<&BackpropOp> {
         self.0.op.as_ref()
     }
     pub fn is_variable(&self) -> bool {

@@ -200,6 +200,33 @@ impl QTensor {
     pub fn dequantize(&self) -> Result<Tensor> {
         Tensor::from_vec(self.dequantize_f32()?, self.shape.clone(), &Device::Cpu)
     }
+
+    /// Rows `ids` of a 2-D `[rows, cols]` tensor as an f32 `[ids.len(), cols]` tensor: an
+    /// embedding lookup that touches only the rows it needs (the table stays quantized).
+    pub fn dequantize_rows(&self, ids: &[u32]) -> Result<Tensor> {
+        let &[rows, cols] = self.shape.dims() else {
+            return Err(Error::invalid(
+                "QTensor::dequantize_rows",
+                format!("needs a 2-D tensor, got {:?}", self.shape.dims()),
+            ));
+        };
+        if let Some(&bad) = ids.iter().find(|&&i| i as usize >= rows) {
+            return Err(Error::invalid(
+                "QTensor::dequantize_rows",
+                format!("row {bad} out of range for {rows} rows"),
+            ));
+        }
+        let mut out = vec![0f32; ids.len() * cols];
+        crate::with_block_type!(self.dtype, B => {
+            let blocks = self.blocks::<B>()?;
+            let per_row = cols / B::BLOCK_SIZE;
+            for (&id, o) in ids.iter().zip(out.chunks_mut(cols.max(1))) {
+                let start = id as usize * per_row;
+                B::dequantize(&blocks[start..start + per_row], o);
+            }
+        });
+        Tensor::from_vec(out, (ids.len(), cols), &Device::Cpu)
+    }
 }
 
 /// Blocks per parallel task: enough work to amortise scheduling.

@@ -1,0 +1,12 @@
+//! Tokenizers, chat templates, transformer models, sampling and the text-generation and
+//! embedding pipelines that the engine and the edge runtime share.
+//!
+//! Data flow of one generation: chat template → tokenizer → model forward (with its KV
+//! cache) → logits → sampler → streaming detokenizer.
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod error;
+pub mod tokenizer;
+
+pub use error::{Error, Result};
+pub use tokenizer::Tokenizer;

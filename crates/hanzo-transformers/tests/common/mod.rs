@@ -1,0 +1,40 @@
+//! Helpers shared by the model tests: fixture paths and the reference data.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Path of a fixture (fetched and verified by scripts/fixtures.py if not cached yet).
+pub fn fixture(id: &str) -> PathBuf {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/fixtures.py");
+    let out = Command::new("python3")
+        .args([script.to_str().unwrap(), "--print-path", id])
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+pub fn reference_path(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/reference")
+        .join(name)
+}
+
+/// A JSON file from tests/reference.
+pub fn reference(name: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(reference_path(name)).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+pub fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}

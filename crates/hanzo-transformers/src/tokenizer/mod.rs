@@ -63,11 +63,11 @@ impl Tokenizer {
                     .get("tokenizer.ggml.pre")
                     .and_then(Value::as_str)
                     .unwrap_or("default");
-                Model::Bpe(bpe::Bpe::new(
+                Model::Bpe(Box::new(bpe::Bpe::new(
                     &vocab,
                     merges,
                     Pretokenizer::from_name(pre)?,
-                )?)
+                )?))
             }
             other => {
                 return Err(Error::Tokenizer(format!(

@@ -130,6 +130,25 @@ impl RotaryEmbedding {
         })
     }
 
+    /// Divides each pair's frequency by a per-pair factor, as GGUF files of Llama 3.1+ store
+    /// their scaling (`rope_freqs.weight`) instead of the scaling parameters.
+    pub fn with_freq_factors(mut self, factors: &[f32]) -> Result<Self> {
+        if factors.len() != self.inv_freq.len() || factors.iter().any(|&f| f <= 0.0) {
+            return Err(Error::invalid(
+                "RotaryEmbedding",
+                format!(
+                    "need {} positive frequency factors, got {}",
+                    self.inv_freq.len(),
+                    factors.len()
+                ),
+            ));
+        }
+        for (f, &d) in self.inv_freq.iter_mut().zip(factors) {
+            *f /= d as f64;
+        }
+        Ok(self)
+    }
+
     pub fn inv_freq(&self) -> &[f64] {
         &self.inv_freq
     }

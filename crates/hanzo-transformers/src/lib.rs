@@ -6,7 +6,9 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod error;
+pub mod models;
 pub mod tokenizer;
 
 pub use error::{Error, Result};
+pub use models::{load_gguf, Cache, LanguageModel, Logits, ModelInfo};
 pub use tokenizer::Tokenizer;

@@ -1,0 +1,231 @@
+//! The Llama family from GGUF: Llama 2/3/3.x, Mistral, SmolLM (`llama`), Qwen2/2.5 (`qwen2`,
+//! biased Q/K/V), Qwen3 (`qwen3`, RMS-normed Q/K). Pre-norm blocks, RoPE, grouped-query
+//! attention, SiLU-gated MLP; output tied to the embedding when the file has no
+//! `output.weight`.
+
+use super::attention::{attention, Dims, Window};
+use super::meta::Gguf;
+use super::{check_tokens, rope_heads, Cache, LanguageModel, Logits, ModelInfo};
+use crate::{Error, Result};
+use hanzo_ml::quantized::{QMatMul, QTensor};
+use hanzo_ml::{Device, RopeKind, Tensor};
+use hanzo_nn::{RopeScaling, RotaryEmbedding};
+use std::sync::Arc;
+
+struct Proj {
+    w: QMatMul,
+    bias: Option<Tensor>,
+}
+
+impl Proj {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let y = self.w.forward(x)?;
+        Ok(match &self.bias {
+            Some(b) => y.broadcast_add(b)?,
+            None => y,
+        })
+    }
+}
+
+struct Layer {
+    attn_norm: Tensor,
+    q: Proj,
+    k: Proj,
+    v: Proj,
+    o: QMatMul,
+    qk_norm: Option<(Tensor, Tensor)>,
+    ffn_norm: Tensor,
+    gate: QMatMul,
+    up: QMatMul,
+    down: QMatMul,
+}
+
+pub struct Llama {
+    info: ModelInfo,
+    embed: Arc<QTensor>,
+    output: QMatMul,
+    final_norm: Tensor,
+    layers: Vec<Layer>,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    eps: f64,
+    rope: RotaryEmbedding,
+    rope_kind: RopeKind,
+    window: Window,
+}
+
+impl Llama {
+    pub(crate) fn from_gguf(g: &Gguf) -> Result<Self> {
+        let hidden = g.usize("embedding_length")?;
+        let n_layers = g.usize("block_count")?;
+        let ffn = g.usize("feed_forward_length")?;
+        let heads = g.usize("attention.head_count")?;
+        let kv_heads = g.opt_usize("attention.head_count_kv")?.unwrap_or(heads);
+        if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 {
+            return Err(Error::model(
+                &g.arch,
+                format!("{heads} heads do not group over {kv_heads} KV heads"),
+            ));
+        }
+        let head_dim = g.opt_usize("attention.key_length")?.unwrap_or(hidden / heads);
+        let rot_dim = g.opt_usize("rope.dimension_count")?.unwrap_or(head_dim);
+        let eps = g.f64_or("attention.layer_norm_rms_epsilon", 1e-5)?;
+        let ctx = g.opt_usize("context_length")?.unwrap_or(4096);
+        let base = g.f64_or("rope.freq_base", 10_000.0)?;
+        let scaling = match g
+            .file
+            .get(&format!("{}.rope.scaling.type", g.arch))
+            .and_then(|v| v.as_str())
+        {
+            None | Some("none") => RopeScaling::None,
+            Some("linear") => RopeScaling::Linear {
+                factor: g.f64_or("rope.scaling.factor", 1.0)?,
+            },
+            Some("yarn") => RopeScaling::Yarn {
+                factor: g.f64_or("rope.scaling.factor", 1.0)?,
+                original_max_position: g
+                    .opt_usize("rope.scaling.original_context_length")?
+                    .unwrap_or(ctx),
+                beta_fast: 32.0,
+                beta_slow: 1.0,
+                attention_factor: None,
+            },
+            Some(other) => {
+                return Err(Error::model(
+                    &g.arch,
+                    format!("rope scaling {other:?} is not supported"),
+                ))
+            }
+        };
+        // ggml's "norm" rope rotates adjacent pairs; the converter permutes Llama's Q/K rows
+        // for it. Qwen files keep Hugging Face's half-split layout ("neox").
+        let rope_kind = match g.arch.as_str() {
+            "llama" | "mistral" => RopeKind::Interleaved,
+            _ => RopeKind::HalfSplit,
+        };
+        let mut rope = RotaryEmbedding::new(base, rot_dim, &scaling, rope_kind)?;
+        if g.has_tensor("rope_freqs.weight") {
+            let f = g.qtensor("rope_freqs.weight")?.dequantize_f32()?;
+            rope = rope.with_freq_factors(&f)?;
+        }
+        let embed = Arc::new(g.qtensor("token_embd.weight")?);
+        let vocab = embed.shape().dims()[0];
+        if embed.shape().dims() != [vocab, hidden] {
+            return Err(Error::model(
+                &g.arch,
+                format!("token_embd.weight has shape {:?}", embed.shape().dims()),
+            ));
+        }
+        let output = if g.has_tensor("output.weight") {
+            g.matmul("output.weight", vocab, hidden)?
+        } else {
+            QMatMul::from_arc(embed.clone())?
+        };
+        let mut layers = Vec::with_capacity(n_layers);
+        for i in 0..n_layers {
+            let n = |s: &str| format!("blk.{i}.{s}.weight");
+            let proj = |s: &str, out: usize| -> Result<Proj> {
+                Ok(Proj {
+                    w: g.matmul(&n(s), out, hidden)?,
+                    bias: g.opt_vector(&format!("blk.{i}.{s}.bias"), out)?,
+                })
+            };
+            let qk_norm = match g.opt_vector(&n("attn_q_norm"), head_dim)? {
+                Some(qn) => Some((qn, g.vector(&n("attn_k_norm"), head_dim)?)),
+                None => None,
+            };
+            layers.push(Layer {
+                attn_norm: g.vector(&n("attn_norm"), hidden)?,
+                q: proj("attn_q", heads * head_dim)?,
+                k: proj("attn_k", kv_heads * head_dim)?,
+                v: proj("attn_v", kv_heads * head_dim)?,
+                o: g.matmul(&n("attn_output"), hidden, heads * head_dim)?,
+                qk_norm,
+                ffn_norm: g.vector(&n("ffn_norm"), hidden)?,
+                gate: g.matmul(&n("ffn_gate"), ffn, hidden)?,
+                up: g.matmul(&n("ffn_up"), ffn, hidden)?,
+                down: g.matmul(&n("ffn_down"), hidden, ffn)?,
+            });
+        }
+        let window = match g.opt_usize("attention.sliding_window")? {
+            Some(w) if w > 0 && w < ctx => Window::Sliding(w),
+            _ => Window::Full,
+        };
+        Ok(Self {
+            info: ModelInfo {
+                architecture: g.arch.clone(),
+                vocab_size: vocab,
+                context_length: ctx,
+                hidden_size: hidden,
+                layers: n_layers,
+                kv_row: kv_heads * head_dim,
+            },
+            embed,
+            output,
+            final_norm: g.vector("output_norm.weight", hidden)?,
+            layers,
+            heads,
+            kv_heads,
+            head_dim,
+            eps,
+            rope,
+            rope_kind,
+            window,
+        })
+    }
+}
+
+impl LanguageModel for Llama {
+    fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    fn forward(&self, tokens: &[u32], cache: &mut Cache, logits: Logits) -> Result<Tensor> {
+        check_tokens(tokens, self.info.vocab_size)?;
+        let t = tokens.len();
+        cache.check_room(t)?;
+        let start = cache.len;
+        let positions: Vec<usize> = (start..start + t).collect();
+        let (cos, sin) = self.rope.cos_sin(&positions, &Device::Cpu)?;
+        let (hd, eps) = (self.head_dim, self.eps);
+        let dims = Dims {
+            heads: self.heads,
+            kv_heads: self.kv_heads,
+            head_dim: hd,
+        };
+        let scale = 1.0 / (hd as f64).sqrt();
+        let mut x = self.embed.dequantize_rows(tokens)?;
+        for (layer, kv) in self.layers.iter().zip(cache.layers.iter_mut()) {
+            let h = x.rms_norm(&layer.attn_norm, eps)?;
+            let (qn, kn) = match &layer.qk_norm {
+                Some((q, k)) => (Some(q), Some(k)),
+                None => (None, None),
+            };
+            let heads = |p: &Proj, n: usize, norm: Option<&Tensor>| -> Result<Tensor> {
+                let mut y = p.forward(&h)?.reshape((t, n, hd))?;
+                if let Some(w) = norm {
+                    y = y.rms_norm(w, eps)?;
+                }
+                rope_heads(&y, &cos, &sin, self.rope_kind)
+            };
+            let q = heads(&layer.q, self.heads, qn)?.affine(scale, 0.0)?;
+            let k = heads(&layer.k, self.kv_heads, kn)?;
+            let v = layer.v.forward(&h)?;
+            kv.append(&k.to_vec_flat()?, &v.to_vec_flat()?, t);
+            let a = attention(&q.to_vec_flat()?, kv, start, self.window, dims);
+            let a = Tensor::from_vec(a, (t, self.heads * hd), &Device::Cpu)?;
+            x = x.add(&layer.o.forward(&a)?)?;
+            let h = x.rms_norm(&layer.ffn_norm, eps)?;
+            let gate = layer.gate.forward(&h)?.silu()?;
+            let y = layer.down.forward(&gate.mul(&layer.up.forward(&h)?)?)?;
+            x = x.add(&y)?;
+        }
+        cache.len += t;
+        let x = match logits {
+            Logits::Last => x.narrow(0, t - 1, 1)?,
+            Logits::All => x,
+        };
+        Ok(self.output.forward(&x.rms_norm(&self.final_norm, eps)?)?)
+    }
+}

@@ -1,7 +1,7 @@
 //! `hanzo-engine`: the command-line entry point.
 
 use clap::{Parser, Subcommand};
-use hanzo_engine::quantize;
+use hanzo_engine::{commands, quantize};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -20,6 +20,14 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Generate text from a prompt (streams the continuation to stdout).
+    Run(commands::run::Args),
+    /// Print a text's token ids as a JSON array.
+    Tokenize(commands::tokenize::Args),
+    /// Perplexity of a text file, computed like llama.cpp's llama-perplexity.
+    Perplexity(commands::perplexity::Args),
+    /// Prompt-processing and generation speed, like llama-bench.
+    Bench(commands::bench::Args),
     /// Quantize a GGUF or safetensors model into a GGUF file.
     Quantize(quantize::Args),
 }
@@ -47,6 +55,10 @@ fn main() -> ExitCode {
         }
     }
     let result = match cli.command {
+        Command::Run(args) => commands::run::run(args),
+        Command::Tokenize(args) => commands::tokenize::run(args),
+        Command::Perplexity(args) => commands::perplexity::run(args),
+        Command::Bench(args) => commands::bench::run(args),
         Command::Quantize(args) => quantize::run(args),
     };
     match result {

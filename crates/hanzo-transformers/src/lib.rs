@@ -5,10 +5,16 @@
 //! cache) → logits → sampler → streaming detokenizer.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod chat_template;
 mod error;
 pub mod models;
+pub mod pipeline;
+pub mod sampler;
 pub mod tokenizer;
 
+pub use chat_template::{ChatTemplate, Message};
 pub use error::{Error, Result};
 pub use models::{load_gguf, Cache, LanguageModel, Logits, ModelInfo};
+pub use pipeline::{Finish, GenerateOptions, Generated, TextGeneration};
+pub use sampler::{Sampler, SamplingParams};
 pub use tokenizer::Tokenizer;

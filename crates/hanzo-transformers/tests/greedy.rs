@@ -39,7 +39,16 @@ fn gemma3_greedy_equals_llama_cpp() {
         for step in steps {
             let lp = log_softmax(&logits.flatten_all().unwrap().to_vec1::<f32>().unwrap());
             let ours = argmax(&lp);
-            if std::env::var("DBG").is_ok() { for t5 in step["top5"].as_array().unwrap() { let id = t5["id"].as_u64().unwrap() as usize; eprintln!("  step {checked} id {id} ref {:.4} ours {:.4}", t5["logprob"].as_f64().unwrap(), lp[id]); } }
+            if std::env::var("DBG").is_ok() {
+                for t5 in step["top5"].as_array().unwrap() {
+                    let id = t5["id"].as_u64().unwrap() as usize;
+                    eprintln!(
+                        "  step {checked} id {id} ref {:.4} ours {:.4}",
+                        t5["logprob"].as_f64().unwrap(),
+                        lp[id]
+                    );
+                }
+            }
             let want = step["id"].as_u64().unwrap() as u32;
             let margin = step["margin_top1_top2"].as_f64().unwrap();
             assert_eq!(
@@ -48,7 +57,16 @@ fn gemma3_greedy_equals_llama_cpp() {
                 item["prompt"]
             );
             let d = (lp[want as usize] - step["logprob"].as_f64().unwrap() as f32).abs();
-            if std::env::var("DBG").is_ok() { for t5 in step["top5"].as_array().unwrap() { let id = t5["id"].as_u64().unwrap() as usize; eprintln!("  step {checked} id {id} ref {:.4} ours {:.4}", t5["logprob"].as_f64().unwrap(), lp[id]); } }
+            if std::env::var("DBG").is_ok() {
+                for t5 in step["top5"].as_array().unwrap() {
+                    let id = t5["id"].as_u64().unwrap() as usize;
+                    eprintln!(
+                        "  step {checked} id {id} ref {:.4} ours {:.4}",
+                        t5["logprob"].as_f64().unwrap(),
+                        lp[id]
+                    );
+                }
+            }
             worst = worst.max(d);
             checked += 1;
             if margin < 0.1 {
@@ -56,7 +74,10 @@ fn gemma3_greedy_equals_llama_cpp() {
             }
             logits = model.forward(&[ours], &mut cache, Logits::Last).unwrap();
         }
-        eprintln!("{:?}: {checked} steps equal, max |dlogprob| {worst:.4}", item["prompt"]);
+        eprintln!(
+            "{:?}: {checked} steps equal, max |dlogprob| {worst:.4}",
+            item["prompt"]
+        );
         assert!(worst < 0.05, "logprob drift {worst}");
     }
 }

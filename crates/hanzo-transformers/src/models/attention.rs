@@ -106,7 +106,15 @@ pub fn attention(q: &[f32], kv: &KvF16, start: usize, window: Window, dims: Dims
 }
 
 /// Online softmax over keys `from..to` for one query, accumulating values in f16.
-fn one_query(q: &[f32], keys: &[f32], vals: &[f32], from: usize, to: usize, d: usize, out: &mut [f32]) {
+fn one_query(
+    q: &[f32],
+    keys: &[f32],
+    vals: &[f32],
+    from: usize,
+    to: usize,
+    d: usize,
+    out: &mut [f32],
+) {
     let mut m = f32::NEG_INFINITY;
     let mut s_sum = 0f32;
     let mut acc = vec![0f32; d];
@@ -208,7 +216,8 @@ mod x86 {
         for (a, x) in acc.chunks_exact_mut(8).zip(v.chunks_exact(8)) {
             // SAFETY: both chunks hold 8 f32s.
             unsafe {
-                let r = _mm256_fmadd_ps(_mm256_loadu_ps(x.as_ptr()), sv, _mm256_loadu_ps(a.as_ptr()));
+                let r =
+                    _mm256_fmadd_ps(_mm256_loadu_ps(x.as_ptr()), sv, _mm256_loadu_ps(a.as_ptr()));
                 let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(r);
                 _mm256_storeu_ps(a.as_mut_ptr(), _mm256_cvtph_ps(h));
             }

@@ -58,7 +58,9 @@ impl Gemma3 {
         let ffn = g.usize("feed_forward_length")?;
         let heads = g.usize("attention.head_count")?;
         let kv_heads = g.opt_usize("attention.head_count_kv")?.unwrap_or(heads);
-        let head_dim = g.opt_usize("attention.key_length")?.unwrap_or(hidden / heads);
+        let head_dim = g
+            .opt_usize("attention.key_length")?
+            .unwrap_or(hidden / heads);
         let eps = g.f64_or("attention.layer_norm_rms_epsilon", 1e-6)?;
         let window = g.opt_usize("attention.sliding_window")?;
         let ctx = g.opt_usize("context_length")?.unwrap_or(32_768);
@@ -179,7 +181,10 @@ impl LanguageModel for Gemma3 {
             x = x.add(&a)?;
             let h = x.rms_norm(&layer.ffn_norm, eps)?;
             let m = geglu(&layer.gate.forward(&h)?, &layer.up.forward(&h)?)?;
-            let y = layer.down.forward(&m)?.rms_norm(&layer.post_ffn_norm, eps)?;
+            let y = layer
+                .down
+                .forward(&m)?
+                .rms_norm(&layer.post_ffn_norm, eps)?;
             x = x.add(&y)?;
         }
         cache.len += t;

@@ -68,7 +68,9 @@ impl Llama {
                 format!("{heads} heads do not group over {kv_heads} KV heads"),
             ));
         }
-        let head_dim = g.opt_usize("attention.key_length")?.unwrap_or(hidden / heads);
+        let head_dim = g
+            .opt_usize("attention.key_length")?
+            .unwrap_or(hidden / heads);
         let rot_dim = g.opt_usize("rope.dimension_count")?.unwrap_or(head_dim);
         let eps = g.f64_or("attention.layer_norm_rms_epsilon", 1e-5)?;
         let ctx = g.opt_usize("context_length")?.unwrap_or(4096);

@@ -45,18 +45,19 @@ impl<'a> Gguf<'a> {
                     )),
                 }
             }
-            Some(v) => v.to_usize().map(Some).ok_or_else(|| {
-                Error::model("gguf", format!("{}.{key} is not a count", self.arch))
-            }),
+            Some(v) => v
+                .to_usize()
+                .map(Some)
+                .ok_or_else(|| Error::model("gguf", format!("{}.{key} is not a count", self.arch))),
         }
     }
 
     pub fn f64_or(&self, key: &str, default: f64) -> Result<f64> {
         match self.value(key) {
             None => Ok(default),
-            Some(v) => v
-                .to_f64()
-                .ok_or_else(|| Error::model("gguf", format!("{}.{key} is not a number", self.arch))),
+            Some(v) => v.to_f64().ok_or_else(|| {
+                Error::model("gguf", format!("{}.{key} is not a number", self.arch))
+            }),
         }
     }
 

@@ -13,9 +13,9 @@ pub use gemma3::Gemma3;
 pub use llama::Llama;
 
 use crate::{Error, Result};
+use attention::KvF16;
 use hanzo_ml::quantized::gguf::GgufFile;
 use hanzo_ml::{RopeKind, Tensor};
-use attention::KvF16;
 
 /// What a model is, as read from its file.
 #[derive(Clone, Debug)]

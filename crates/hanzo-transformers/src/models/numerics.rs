@@ -2,8 +2,8 @@
 //! reproduce llama.cpp's outputs token for token (see `f16_attention` for why that takes
 //! matching its roundings).
 
-use hanzo_ml::{Device, Tensor};
 use half::f16;
+use hanzo_ml::{Device, Tensor};
 use rayon::prelude::*;
 use std::sync::OnceLock;
 

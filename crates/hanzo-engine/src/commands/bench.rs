@@ -1,0 +1,141 @@
+//! `hanzo-engine bench`: llama-bench's two tests. pp<N>: one forward pass over N prompt
+//! tokens (logits for the last only); tg<N>: N single-token decode steps from an empty
+//! cache. Random token ids (BOS first), one untimed warm-up run, then REPS timed runs;
+//! the reported speed is the median.
+
+use anyhow::{bail, Result};
+use clap::Args as ClapArgs;
+use hanzo_transformers::{LanguageModel, Logits};
+use rand::{Rng, SeedableRng};
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(ClapArgs, Debug)]
+pub struct Args {
+    /// GGUF model file.
+    #[arg(short, long)]
+    pub model: PathBuf,
+    /// Prompt tokens for the pp test (0 = skip).
+    #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
+    pub n_prompt: usize,
+    /// Generated tokens for the tg test (0 = skip).
+    #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
+    pub n_gen: usize,
+    /// Timed repetitions per test.
+    #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
+    pub reps: usize,
+    /// Print a JSON array instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+struct Row {
+    test: String,
+    tokens: usize,
+    samples: Vec<f64>,
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn tokens(
+    model: &dyn LanguageModel,
+    bos: Option<u32>,
+    n: usize,
+    rng: &mut rand::rngs::StdRng,
+) -> Vec<u32> {
+    let vocab = model.info().vocab_size as u32;
+    let mut t: Vec<u32> = (0..n).map(|_| rng.gen_range(0..vocab)).collect();
+    if let (Some(b), Some(first)) = (bos, t.first_mut()) {
+        *first = b;
+    }
+    t
+}
+
+fn pp(model: &dyn LanguageModel, toks: &[u32]) -> Result<f64> {
+    let mut cache = model.new_cache(toks.len());
+    let t0 = Instant::now();
+    for chunk in toks.chunks(hanzo_transformers::pipeline::PREFILL_CHUNK) {
+        model.forward(chunk, &mut cache, Logits::Last)?;
+    }
+    Ok(toks.len() as f64 / t0.elapsed().as_secs_f64())
+}
+
+fn tg(model: &dyn LanguageModel, toks: &[u32]) -> Result<f64> {
+    let mut cache = model.new_cache(toks.len());
+    let t0 = Instant::now();
+    for &t in toks {
+        model.forward(&[t], &mut cache, Logits::Last)?;
+    }
+    Ok(toks.len() as f64 / t0.elapsed().as_secs_f64())
+}
+
+pub fn run(a: Args) -> Result<()> {
+    if a.reps == 0 {
+        bail!("--repetitions must be at least 1");
+    }
+    let p = super::load(&a.model)?;
+    let model = p.model.as_ref();
+    let bos = p.tokenizer.special().bos;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(1234);
+    let threads = rayon::current_num_threads();
+    let mut rows = Vec::new();
+    type Test = fn(&dyn LanguageModel, &[u32]) -> Result<f64>;
+    for (name, n, f) in [("pp", a.n_prompt, pp as Test), ("tg", a.n_gen, tg as Test)] {
+        if n == 0 {
+            continue;
+        }
+        let toks = tokens(model, bos, n, &mut rng);
+        f(model, &toks)?; // warm-up: page in the weights
+        let samples = (0..a.reps)
+            .map(|_| f(model, &toks))
+            .collect::<Result<Vec<_>>>()?;
+        rows.push(Row {
+            test: format!("{name}{n}"),
+            tokens: n,
+            samples,
+        });
+    }
+    let info = model.info();
+    if a.json {
+        let out: Vec<_> = rows
+            .iter_mut()
+            .map(|r| {
+                let mut s = r.samples.clone();
+                serde_json::json!({
+                    "model": a.model.file_name().map(|f| f.to_string_lossy().into_owned()),
+                    "architecture": info.architecture,
+                    "test": r.test,
+                    "n_tokens": r.tokens,
+                    "threads": threads,
+                    "repetitions": a.reps,
+                    "tokens_per_second": median(&mut s),
+                    "samples_tokens_per_second": r.samples,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        println!("| model | threads | test | t/s (median) | min | max |");
+        println!("|---|---|---|---|---|---|");
+        for r in &rows {
+            let mut s = r.samples.clone();
+            let med = median(&mut s);
+            println!(
+                "| {} | {threads} | {} | {med:.2} | {:.2} | {:.2} |",
+                info.architecture,
+                r.test,
+                s[0],
+                s[s.len() - 1]
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,270 @@
+//! The text-generation pipeline: model + tokenizer + chat template + sampler + KV cache,
+//! streaming text through a callback. The CLI, the server and the edge runtime all drive
+//! generation through it.
+
+use crate::chat_template::{builtin_for, ChatTemplate, Message};
+use crate::models::{load_gguf, LanguageModel, Logits};
+use crate::sampler::{Sampler, SamplingParams};
+use crate::tokenizer::{StreamDecoder, Tokenizer};
+use crate::{Error, Result};
+use hanzo_ml::quantized::gguf::{GgufFile, Value};
+use std::path::Path;
+use std::time::Instant;
+
+/// Prompt tokens per forward pass while prefilling.
+pub const PREFILL_CHUNK: usize = 512;
+
+#[derive(Clone, Debug)]
+pub struct GenerateOptions {
+    pub max_tokens: usize,
+    pub sampling: SamplingParams,
+    /// Generation stops before any of these strings; they are not part of the output.
+    pub stop: Vec<String>,
+    /// Tokens that end generation besides the model's EOS / end-of-turn.
+    pub stop_tokens: Vec<u32>,
+    /// Let the repetition penalties see the prompt too (llama.cpp does).
+    pub penalize_prompt: bool,
+}
+
+impl Default for GenerateOptions {
+    fn default() -> Self {
+        Self {
+            max_tokens: 256,
+            sampling: SamplingParams::default(),
+            stop: Vec::new(),
+            stop_tokens: Vec::new(),
+            penalize_prompt: true,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Finish {
+    /// `max_tokens` reached.
+    Length,
+    /// A stop string or stop token.
+    Stop,
+    /// The model's end-of-sequence / end-of-turn token.
+    EndOfText,
+    /// The callback asked to stop (client went away).
+    Cancelled,
+}
+
+#[derive(Clone, Debug)]
+pub struct Generated {
+    pub text: String,
+    pub tokens: Vec<u32>,
+    pub prompt_tokens: usize,
+    pub finish: Finish,
+    pub prompt_seconds: f64,
+    pub generate_seconds: f64,
+}
+
+pub struct TextGeneration {
+    pub model: Box<dyn LanguageModel>,
+    pub tokenizer: Tokenizer,
+    pub template: ChatTemplate,
+    /// Whether the template came from the file (false: built-in fallback).
+    pub template_from_file: bool,
+}
+
+impl TextGeneration {
+    /// Model, tokenizer and chat template from one GGUF file.
+    pub fn from_gguf(path: impl AsRef<Path>) -> Result<Self> {
+        let file = GgufFile::open(path)?;
+        Self::from_gguf_file(&file)
+    }
+
+    pub fn from_gguf_file(file: &GgufFile) -> Result<Self> {
+        let model = load_gguf(file)?;
+        let tokenizer = Tokenizer::from_gguf(file)?;
+        if tokenizer.vocab().len() > model.info().vocab_size {
+            return Err(Error::model(
+                "gguf",
+                format!(
+                    "tokenizer has {} tokens but the model only {} embeddings",
+                    tokenizer.vocab().len(),
+                    model.info().vocab_size
+                ),
+            ));
+        }
+        let text = |id: Option<u32>| {
+            id.and_then(|i| tokenizer.vocab().text(i))
+                .unwrap_or_default()
+                .to_string()
+        };
+        let (bos, eos) = (text(tokenizer.special().bos), text(tokenizer.special().eos));
+        let from_file = file.get("tokenizer.chat_template").and_then(Value::as_str);
+        let source = from_file.unwrap_or_else(|| builtin_for(&model.info().architecture));
+        Ok(Self {
+            template: ChatTemplate::new(source, &bos, &eos)?,
+            template_from_file: from_file.is_some(),
+            model,
+            tokenizer,
+        })
+    }
+
+    /// Token ids of a chat, ready for generation (template applied, specials parsed; the
+    /// template writes BOS itself where the model wants one).
+    pub fn chat_tokens(&self, messages: &[Message]) -> Result<Vec<u32>> {
+        let text = self.template.render(messages, true)?;
+        let mut ids = self.tokenizer.encode(&text, false, true);
+        let sp = self.tokenizer.special();
+        if sp.add_bos && sp.bos.is_some() && ids.first() != sp.bos.as_ref() {
+            ids.insert(0, sp.bos.expect("checked"));
+        }
+        Ok(ids)
+    }
+
+    /// Token ids of raw text, with BOS/EOS as the model's flags say.
+    pub fn text_tokens(&self, text: &str) -> Vec<u32> {
+        self.tokenizer.encode(text, true, true)
+    }
+
+    /// Generates from `prompt` ids, passing each completed piece of text to `on_text`
+    /// (return `false` to stop).
+    pub fn generate(
+        &self,
+        prompt: &[u32],
+        opts: &GenerateOptions,
+        on_text: &mut dyn FnMut(&str) -> bool,
+    ) -> Result<Generated> {
+        opts.sampling.validate().map_err(Error::Invalid)?;
+        if prompt.is_empty() {
+            return Err(Error::Invalid("the prompt is empty".into()));
+        }
+        let ctx = self.model.info().context_length;
+        if prompt.len() >= ctx {
+            return Err(Error::ContextFull {
+                needed: prompt.len() + 1,
+                limit: ctx,
+            });
+        }
+        let mut cache = self.model.new_cache(prompt.len() + opts.max_tokens.max(1));
+        let mut sampler = Sampler::new(opts.sampling.clone());
+        if opts.penalize_prompt {
+            sampler.observe(prompt);
+        }
+        let t0 = Instant::now();
+        let mut logits = None;
+        for chunk in prompt.chunks(PREFILL_CHUNK) {
+            logits = Some(self.model.forward(chunk, &mut cache, Logits::Last)?);
+        }
+        let prompt_seconds = t0.elapsed().as_secs_f64();
+        let t1 = Instant::now();
+        let mut stream = StreamDecoder::new();
+        let mut stops = StopFilter::new(&opts.stop);
+        let mut tokens = Vec::new();
+        let mut text = String::new();
+        let mut finish = Finish::Length;
+        let mut logits = logits.expect("non-empty prompt");
+        while tokens.len() < opts.max_tokens {
+            let row = logits.flatten_all()?.to_vec1::<f32>()?;
+            let tok = sampler.sample(&row);
+            if self.tokenizer.vocab().is_end_of_generation(tok) {
+                finish = Finish::EndOfText;
+                break;
+            }
+            if opts.stop_tokens.contains(&tok) {
+                finish = Finish::Stop;
+                break;
+            }
+            tokens.push(tok);
+            let (out, hit) = stops.push(&stream.push(&self.tokenizer, tok));
+            text.push_str(&out);
+            if !out.is_empty() && !on_text(&out) {
+                finish = Finish::Cancelled;
+                break;
+            }
+            if hit {
+                finish = Finish::Stop;
+                break;
+            }
+            if tokens.len() == opts.max_tokens || cache.len() >= cache.limit() {
+                break;
+            }
+            logits = self.model.forward(&[tok], &mut cache, Logits::Last)?;
+        }
+        if finish != Finish::Stop && finish != Finish::Cancelled {
+            let (out, _) = stops.push(&stream.finish());
+            let out = out + &stops.flush();
+            text.push_str(&out);
+            if !out.is_empty() {
+                on_text(&out);
+            }
+        }
+        Ok(Generated {
+            text,
+            tokens,
+            prompt_tokens: prompt.len(),
+            finish,
+            prompt_seconds,
+            generate_seconds: t1.elapsed().as_secs_f64(),
+        })
+    }
+}
+
+/// Holds back text that may be the start of a stop string, so a stop string is never
+/// streamed, even in part.
+struct StopFilter<'a> {
+    stops: &'a [String],
+    pending: String,
+}
+
+impl<'a> StopFilter<'a> {
+    fn new(stops: &'a [String]) -> Self {
+        Self {
+            stops,
+            pending: String::new(),
+        }
+    }
+
+    /// Adds text; returns what is safe to emit and whether a stop string was reached.
+    fn push(&mut self, s: &str) -> (String, bool) {
+        self.pending.push_str(s);
+        let hit = self
+            .stops
+            .iter()
+            .filter(|st| !st.is_empty())
+            .filter_map(|st| self.pending.find(st.as_str()))
+            .min();
+        if let Some(at) = hit {
+            let out = self.pending[..at].to_string();
+            self.pending.clear();
+            return (out, true);
+        }
+        // Keep the longest suffix that is a proper prefix of some stop string.
+        let mut keep = 0;
+        for st in self.stops {
+            for (i, _) in st.char_indices().skip(1) {
+                if self.pending.ends_with(&st[..i]) {
+                    keep = keep.max(i);
+                }
+            }
+        }
+        let cut = self.pending.len() - keep;
+        let out = self.pending[..cut].to_string();
+        self.pending.drain(..cut);
+        (out, false)
+    }
+
+    fn flush(&mut self) -> String {
+        std::mem::take(&mut self.pending)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StopFilter;
+
+    #[test]
+    fn stop_strings_are_never_streamed() {
+        let stops = vec!["</end>".to_string(), "STOP".to_string()];
+        let mut f = StopFilter::new(&stops);
+        assert_eq!(f.push("hello <"), ("hello ".to_string(), false));
+        assert_eq!(f.push("/en"), (String::new(), false));
+        assert_eq!(f.push("x"), ("</enx".to_string(), false));
+        assert_eq!(f.push("ab ST"), ("ab ".to_string(), false));
+        assert_eq!(f.push("OP tail"), (String::new(), true));
+    }
+}

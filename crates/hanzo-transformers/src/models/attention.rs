@@ -41,6 +41,10 @@ impl KvF16 {
         self.len
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     pub fn truncate(&mut self, len: usize, row: usize) {
         self.len = self.len.min(len);
         self.k.truncate(self.len * row);
@@ -55,6 +59,9 @@ impl KvF16 {
         self.len += t;
     }
 }
+
+/// Queries per call from which ggml uses its tiled kernel.
+const TILED_FROM: usize = 64;
 
 /// Shapes of one attention call.
 #[derive(Clone, Copy, Debug)]
@@ -90,46 +97,51 @@ pub fn attention(q: &[f32], kv: &KvF16, start: usize, window: Window, dims: Dims
     };
     let (k32, v32) = (widen(&kv.k), widen(&kv.v));
     let g = heads / kv_heads;
+    // ggml switches to a tiled kernel (f32 queries, f32 value sums) from 64 queries on.
+    let f16_sums = t < TILED_FROM;
     let mut out = vec![0f32; q.len()];
     out.par_chunks_mut(d).enumerate().for_each(|(idx, o)| {
         let (i, h) = (idx / heads, idx % heads);
         let p = start + i;
         let kh = h / g;
         let mut qh: Vec<f32> = q[idx * d..(idx + 1) * d].to_vec();
-        round_f16(&mut qh);
+        if f16_sums {
+            round_f16(&mut qh);
+        }
         let first = window.first_key(p).max(k0) - k0;
         let keys = &k32[kh * n * d..(kh + 1) * n * d];
         let vals = &v32[kh * n * d..(kh + 1) * n * d];
-        one_query(&qh, keys, vals, first, p - k0 + 1, d, o);
+        one_query(&qh, keys, vals, first..p - k0 + 1, f16_sums, o);
     });
     out
 }
 
-/// Online softmax over keys `from..to` for one query, accumulating values in f16.
+/// Online softmax over `keys[range]` for one query, accumulating values in f16
+/// (`f16_sums`, ggml's per-query kernel) or in f32 (its tiled kernel).
 fn one_query(
     q: &[f32],
     keys: &[f32],
     vals: &[f32],
-    from: usize,
-    to: usize,
-    d: usize,
+    range: std::ops::Range<usize>,
+    f16_sums: bool,
     out: &mut [f32],
 ) {
+    let d = q.len();
     let mut m = f32::NEG_INFINITY;
     let mut s_sum = 0f32;
     let mut acc = vec![0f32; d];
-    for j in from..to {
+    for j in range {
         let s = dot(&keys[j * d..(j + 1) * d], q);
         let (mut ms, mut vs) = (1f32, 1f32);
         if s > m {
             let old = m;
             m = s;
             ms = (old - m).exp();
-            scale_f16(&mut acc, ms);
+            scale(&mut acc, ms, f16_sums);
         } else {
             vs = (s - m).exp();
         }
-        mad_f16(&mut acc, &vals[j * d..(j + 1) * d], vs);
+        mad(&mut acc, &vals[j * d..(j + 1) * d], vs, f16_sums);
         s_sum = s_sum * ms + vs;
     }
     let inv = 1.0 / s_sum;
@@ -162,16 +174,24 @@ pub fn round_f16(xs: &mut [f32]) {
     }
 }
 
-/// `acc = f16(acc * s)` element-wise.
-fn scale_f16(acc: &mut [f32], s: f32) {
+/// `acc = acc * s` element-wise, rounded to f16 if `f16`.
+fn scale(acc: &mut [f32], s: f32, f16: bool) {
     for a in acc.iter_mut() {
         *a *= s;
     }
-    round_f16(acc);
+    if f16 {
+        round_f16(acc);
+    }
 }
 
-/// `acc = f16(fma(v, s, acc))` element-wise.
-fn mad_f16(acc: &mut [f32], v: &[f32], s: f32) {
+/// `acc = fma(v, s, acc)` element-wise, rounded to f16 if `f16`.
+fn mad(acc: &mut [f32], v: &[f32], s: f32, f16: bool) {
+    if !f16 {
+        for (a, &x) in acc.iter_mut().zip(v) {
+            *a += x * s;
+        }
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     if has_f16c() && acc.len().is_multiple_of(8) {
         // SAFETY: the CPU supports avx2/fma/f16c (checked above); lengths are equal.

@@ -1,0 +1,194 @@
+//! `hanzo-engine run / tokenize / perplexity / bench` end to end on the Gemma 3 fixture,
+//! against llama.cpp's recorded outputs, and the errors bad input gets.
+
+use hanzo_ml::quantized::gguf::{write_gguf, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn fixture(id: &str) -> PathBuf {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/fixtures.py");
+    let out = Command::new("python3")
+        .args([script.to_str().unwrap(), "--print-path", id])
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+fn reference(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../hanzo-transformers/tests/reference")
+        .join(name)
+}
+
+fn engine(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hanzo-engine"))
+        .args(args)
+        .output()
+        .expect("run hanzo-engine")
+}
+
+fn stdout(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+#[test]
+fn tokenize_prints_llama_cpp_ids() {
+    let m = fixture("gemma3");
+    let out = stdout(&engine(&[
+        "tokenize",
+        "--model",
+        m.to_str().unwrap(),
+        "The capital of France is",
+    ]));
+    assert_eq!(out.trim(), "[2,818,5279,529,7001,563]");
+    let out = stdout(&engine(&[
+        "tokenize",
+        "--no-bos",
+        "-m",
+        m.to_str().unwrap(),
+        "Hello world",
+    ]));
+    assert_eq!(out.trim(), "[9259,1902]");
+}
+
+/// Only the continuation reaches stdout; it is llama.cpp's greedy continuation.
+#[test]
+fn run_streams_the_greedy_continuation() {
+    let m = fixture("gemma3");
+    let o = engine(&[
+        "run",
+        "--model",
+        m.to_str().unwrap(),
+        "--temp",
+        "0",
+        "-n",
+        "8",
+        "-t",
+        "2",
+        "The capital of France is",
+    ]);
+    assert_eq!(stdout(&o), " the capital of the country of France.");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("loaded gemma3") && err.contains("generated: 8 tokens"),
+        "{err}"
+    );
+    // Same seed, same text; the chat template path runs too.
+    let chat = |seed: &str| {
+        stdout(&engine(&[
+            "run",
+            "-m",
+            m.to_str().unwrap(),
+            "--chat",
+            "--system",
+            "Answer briefly.",
+            "-n",
+            "12",
+            "--seed",
+            seed,
+            "What is the capital of France?",
+        ]))
+    };
+    let a = chat("7");
+    assert_eq!(a, chat("7"));
+    assert!(!a.trim().is_empty());
+}
+
+/// llama.cpp b10470 reports PPL = 26.6860 for this text at -c 128.
+#[test]
+fn perplexity_is_close_to_llama_cpp() {
+    let m = fixture("gemma3");
+    let f = reference("perplexity-text.txt");
+    let out = stdout(&engine(&[
+        "perplexity",
+        "-m",
+        m.to_str().unwrap(),
+        "-f",
+        f.to_str().unwrap(),
+        "-c",
+        "128",
+    ]));
+    let ppl: f64 = out
+        .trim()
+        .strip_prefix("PPL = ")
+        .and_then(|s| s.split(' ').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected output {out:?}"));
+    let rel = (ppl / 26.6860 - 1.0).abs();
+    eprintln!("PPL {ppl:.4} vs llama.cpp 26.6860: {:.2}%", rel * 100.0);
+    assert!(
+        rel < 0.015,
+        "PPL {ppl} is {:.2}% from llama.cpp",
+        rel * 100.0
+    );
+    assert!(out.contains("+/-"));
+}
+
+#[test]
+fn bench_json_reports_median_speeds() {
+    let m = fixture("gemma3");
+    let out = stdout(&engine(&[
+        "bench",
+        "-m",
+        m.to_str().unwrap(),
+        "-p",
+        "16",
+        "-n",
+        "4",
+        "-r",
+        "3",
+        "--json",
+    ]));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let tests: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["test"].as_str().unwrap())
+        .collect();
+    assert_eq!(tests, ["pp16", "tg4"]);
+    for r in v.as_array().unwrap() {
+        assert!(r["tokens_per_second"].as_f64().unwrap() > 0.0);
+        assert_eq!(r["samples_tokens_per_second"].as_array().unwrap().len(), 3);
+    }
+}
+
+#[test]
+fn bad_models_get_clear_errors() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let missing = engine(&["run", "-m", "/nonexistent/model.gguf", "hi"]);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("/nonexistent/model.gguf"));
+
+    let junk = dir.join("junk.gguf");
+    std::fs::write(&junk, b"not a gguf file at all").unwrap();
+    let o = engine(&["run", "-m", junk.to_str().unwrap(), "hi"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("error") && err.contains("junk.gguf"), "{err}");
+
+    // A well-formed GGUF of an architecture we do not run names it.
+    let other = dir.join("other-arch.gguf");
+    let mut f = std::fs::File::create(&other).unwrap();
+    let meta = vec![(
+        "general.architecture".to_string(),
+        Value::String("mamba".into()),
+    )];
+    write_gguf(&mut f, &meta, &[], |_| unreachable!()).unwrap();
+    let o = engine(&["run", "-m", other.to_str().unwrap(), "hi"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("unsupported architecture \"mamba\""),
+        "{err}"
+    );
+}

@@ -24,6 +24,8 @@ enum Command {
     Run(commands::run::Args),
     /// Print a text's token ids as a JSON array.
     Tokenize(commands::tokenize::Args),
+    /// Embed texts with a BERT-family model (prints a JSON array of vectors).
+    Embed(commands::embed::Args),
     /// Perplexity of a text file, computed like llama.cpp's llama-perplexity.
     Perplexity(commands::perplexity::Args),
     /// Prompt-processing and generation speed, like llama-bench.
@@ -57,6 +59,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => commands::run::run(args),
         Command::Tokenize(args) => commands::tokenize::run(args),
+        Command::Embed(args) => commands::embed::run(args),
         Command::Perplexity(args) => commands::perplexity::run(args),
         Command::Bench(args) => commands::bench::run(args),
         Command::Quantize(args) => quantize::run(args),

@@ -192,3 +192,25 @@ fn bad_models_get_clear_errors() {
         "{err}"
     );
 }
+
+#[test]
+fn embed_prints_normalised_vectors() {
+    let m = fixture("minilm");
+    let out = stdout(&engine(&[
+        "embed",
+        "-m",
+        m.to_str().unwrap(),
+        "Hello world",
+        "Rust is a systems programming language.",
+    ]));
+    let v: Vec<Vec<f32>> = serde_json::from_str(&out).unwrap();
+    assert_eq!(v.len(), 2);
+    for e in &v {
+        assert_eq!(e.len(), 384);
+        let n: f32 = e.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((n - 1.0).abs() < 1e-5);
+    }
+    let o = engine(&["embed", "-m", fixture("gemma3").to_str().unwrap(), "x"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("model directory"));
+}

@@ -6,6 +6,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod chat_template;
+pub mod embedding;
 mod error;
 pub mod models;
 pub mod pipeline;
@@ -13,6 +14,7 @@ pub mod sampler;
 pub mod tokenizer;
 
 pub use chat_template::{ChatTemplate, Message};
+pub use embedding::{Embedder, Pooling};
 pub use error::{Error, Result};
 pub use models::{load_gguf, Cache, LanguageModel, Logits, ModelInfo};
 pub use pipeline::{Finish, GenerateOptions, Generated, TextGeneration};

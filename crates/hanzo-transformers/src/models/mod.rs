@@ -4,6 +4,7 @@
 //! [`Cache`], so one model serves many sequences.
 
 pub mod attention;
+pub mod bert;
 mod gemma3;
 mod llama;
 pub(crate) mod meta;

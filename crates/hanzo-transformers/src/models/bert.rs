@@ -58,7 +58,11 @@ pub struct Bert {
 
 impl Bert {
     pub fn load(vb: &VarBuilder, config: BertConfig) -> Result<Self> {
-        if config.num_attention_heads == 0 || !config.hidden_size.is_multiple_of(config.num_attention_heads) {
+        if config.num_attention_heads == 0
+            || !config
+                .hidden_size
+                .is_multiple_of(config.num_attention_heads)
+        {
             return Err(Error::model(
                 "bert",
                 format!(

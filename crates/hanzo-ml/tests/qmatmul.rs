@@ -243,3 +243,20 @@ fn isq_quantizes_real_safetensors_weights_on_load() {
         assert!(err < 0.05 * scale, "{dt}: rms error {err} vs rms {scale}");
     }
 }
+
+#[test]
+fn qmatmul_row_widths_of_real_models() {
+    // SmolLM2's hidden 576 (18 blocks of 32) and Qwen2.5's 896 (28), as decode and prefill.
+    for dt in [
+        GgmlDType::Q8_0,
+        GgmlDType::Q4_1,
+        GgmlDType::Q5_0,
+        GgmlDType::Q4_0,
+    ] {
+        for k in [576, 896] {
+            for m in [1, 37] {
+                check(dt, 300, k, m);
+            }
+        }
+    }
+}

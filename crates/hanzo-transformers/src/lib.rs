@@ -16,7 +16,9 @@ pub mod tokenizer;
 pub use chat_template::{ChatTemplate, Message};
 pub use embedding::{Embedder, Pooling};
 pub use error::{Error, Result};
-pub use models::{load_gguf, Cache, LanguageModel, Logits, ModelInfo};
+pub use models::{
+    load_dir, load_gguf, load_gguf_with, Cache, LanguageModel, Logits, ModelInfo, WeightMode,
+};
 pub use pipeline::{Finish, GenerateOptions, Generated, TextGeneration};
 pub use sampler::{Sampler, SamplingParams};
 pub use tokenizer::Tokenizer;

@@ -3,7 +3,7 @@
 //! generation through it.
 
 use crate::chat_template::{builtin_for, ChatTemplate, Message};
-use crate::models::{load_gguf, LanguageModel, Logits};
+use crate::models::{load_dir, load_gguf_with, LanguageModel, Logits, WeightMode};
 use crate::sampler::{Sampler, SamplingParams};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 use crate::{Error, Result};
@@ -71,16 +71,41 @@ pub struct TextGeneration {
 impl TextGeneration {
     /// Model, tokenizer and chat template from one GGUF file.
     pub fn from_gguf(path: impl AsRef<Path>) -> Result<Self> {
-        let file = GgufFile::open(path)?;
-        Self::from_gguf_file(&file)
+        Self::load(path.as_ref(), WeightMode::AsStored)
     }
 
-    pub fn from_gguf_file(file: &GgufFile) -> Result<Self> {
-        let model = load_gguf(file)?;
+    /// A GGUF file or a Hugging Face directory (config.json, safetensors, tokenizer.json),
+    /// weights held as `mode` says.
+    pub fn load(path: &Path, mode: WeightMode) -> Result<Self> {
+        if path.is_dir() {
+            let model = load_dir(path, mode)?;
+            let tokenizer = Tokenizer::from_hf_dir(path)?;
+            let template = crate::tokenizer::hf::chat_template(path)?;
+            Self::assemble(model, tokenizer, template)
+        } else {
+            let file = GgufFile::open(path)?;
+            Self::from_gguf_file(&file, mode)
+        }
+    }
+
+    pub fn from_gguf_file(file: &GgufFile, mode: WeightMode) -> Result<Self> {
+        let model = load_gguf_with(file, mode)?;
         let tokenizer = Tokenizer::from_gguf(file)?;
+        let template = file
+            .get("tokenizer.chat_template")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        Self::assemble(model, tokenizer, template)
+    }
+
+    fn assemble(
+        model: Box<dyn LanguageModel>,
+        tokenizer: Tokenizer,
+        template: Option<String>,
+    ) -> Result<Self> {
         if tokenizer.vocab().len() > model.info().vocab_size {
             return Err(Error::model(
-                "gguf",
+                &model.info().architecture,
                 format!(
                     "tokenizer has {} tokens but the model only {} embeddings",
                     tokenizer.vocab().len(),
@@ -94,11 +119,12 @@ impl TextGeneration {
                 .to_string()
         };
         let (bos, eos) = (text(tokenizer.special().bos), text(tokenizer.special().eos));
-        let from_file = file.get("tokenizer.chat_template").and_then(Value::as_str);
-        let source = from_file.unwrap_or_else(|| builtin_for(&model.info().architecture));
+        let source = template
+            .as_deref()
+            .unwrap_or_else(|| builtin_for(&model.info().architecture));
         Ok(Self {
             template: ChatTemplate::new(source, &bos, &eos)?,
-            template_from_file: from_file.is_some(),
+            template_from_file: template.is_some(),
             model,
             tokenizer,
         })

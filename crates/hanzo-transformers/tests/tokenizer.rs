@@ -106,3 +106,41 @@ fn smollm2_and_qwen2_bpe_ids_equal_llama_cpp() {
         }
     }
 }
+
+/// Qwen2.5's tokenizer as a tokenizer.json (a `Split` regex pre-tokenizer, written by
+/// scripts/gguf_to_hf.py): our reader, the tokenizers crate and llama.cpp agree.
+#[test]
+fn qwen2_tokenizer_json_gives_llama_cpp_ids() {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("qwen2-tokenizer");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/gguf_to_hf.py");
+    let src = common::fixture("qwen2");
+    let ok = std::process::Command::new("python3")
+        .args([
+            script,
+            "--tokenizer-only",
+            src.to_str().unwrap(),
+            dir.to_str().unwrap(),
+        ])
+        .status()
+        .expect("python3")
+        .success();
+    assert!(ok, "gguf_to_hf.py failed");
+    let ours = Tokenizer::from_hf_dir(&dir).unwrap();
+    let hf = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json")).unwrap();
+    let r = common::reference("bpe-tokenize-llamacpp.json");
+    let cases = r["items"]["qwen2"].as_array().unwrap();
+    assert!(!cases.is_empty());
+    for case in cases {
+        let text = case["text"].as_str().unwrap();
+        let want = common::ids(&case["ids"]);
+        assert_eq!(ours.encode(text, false, true), want, "{text:?}");
+        assert_eq!(
+            hf.encode(text, false).unwrap().get_ids(),
+            want,
+            "tokenizers on {text:?}"
+        );
+    }
+    let text = "I'm sure they'll say \"it's fine\" — won't they? 12345 🦀\n\n\tdone";
+    let want = hf.encode(text, false).unwrap().get_ids().to_vec();
+    assert_eq!(ours.encode(text, false, true), want);
+}

@@ -7,14 +7,12 @@ use anyhow::{bail, Result};
 use clap::Args as ClapArgs;
 use hanzo_transformers::{LanguageModel, Logits};
 use rand::{Rng, SeedableRng};
-use std::path::PathBuf;
 use std::time::Instant;
 
 #[derive(ClapArgs, Debug)]
 pub struct Args {
-    /// GGUF model file.
-    #[arg(short, long)]
-    pub model: PathBuf,
+    #[command(flatten)]
+    pub model: super::ModelArgs,
     /// Prompt tokens for the pp test (0 = skip).
     #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
     pub n_prompt: usize,
@@ -110,7 +108,7 @@ pub fn run(a: Args) -> Result<()> {
             .map(|r| {
                 let mut s = r.samples.clone();
                 serde_json::json!({
-                    "model": a.model.file_name().map(|f| f.to_string_lossy().into_owned()),
+                    "model": a.model.model.file_name().map(|f| f.to_string_lossy().into_owned()),
                     "architecture": info.architecture,
                     "test": r.test,
                     "n_tokens": r.tokens,

@@ -6,24 +6,46 @@ pub mod perplexity;
 pub mod run;
 pub mod tokenize;
 
-use anyhow::{bail, Context, Result};
-use hanzo_transformers::TextGeneration;
-use std::path::Path;
+use anyhow::{Context, Result};
+use hanzo_ml::quantized::GgmlDType;
+use hanzo_transformers::{TextGeneration, WeightMode};
+use std::path::PathBuf;
 use std::time::Instant;
 
-/// Loads a generation pipeline from `--model` (a GGUF file), reporting the time on stderr.
-pub fn load(model: &Path) -> Result<TextGeneration> {
-    let t0 = Instant::now();
-    if model.is_dir() {
-        bail!(
-            "{}: model directories (safetensors + config.json) are not supported for \
-             generation yet; pass a GGUF file",
-            model.display()
-        );
+/// Which model to load and how to hold its weights (shared by run, bench, perplexity).
+#[derive(clap::Args, Debug)]
+pub struct ModelArgs {
+    /// GGUF file, or a model directory (config.json, *.safetensors, tokenizer.json).
+    #[arg(short, long)]
+    pub model: PathBuf,
+    /// Quantize float weights to this type while loading (ISQ), e.g. q8_0, q4_k.
+    #[arg(long, value_name = "TYPE", conflicts_with = "f32")]
+    pub isq: Option<String>,
+    /// Dequantize every weight to f32 (slow; the reference numerics).
+    #[arg(long)]
+    pub f32: bool,
+}
+
+impl ModelArgs {
+    fn mode(&self) -> Result<WeightMode> {
+        Ok(match (&self.isq, self.f32) {
+            (Some(t), _) => {
+                WeightMode::Quantize(GgmlDType::from_name(t).with_context(|| format!("--isq {t}"))?)
+            }
+            (None, true) => WeightMode::F32,
+            (None, false) => WeightMode::AsStored,
+        })
     }
-    let spinner = progress::spinner(&format!("loading {}", model.display()));
-    let p = TextGeneration::from_gguf(model)
-        .with_context(|| format!("cannot load {}", model.display()))?;
+}
+
+/// Loads a generation pipeline, reporting the time on stderr.
+pub fn load(m: &ModelArgs) -> Result<TextGeneration> {
+    let t0 = Instant::now();
+    let mode = m.mode()?;
+    let path = &m.model;
+    let spinner = progress::spinner(&format!("loading {}", path.display()));
+    let p = TextGeneration::load(path, mode)
+        .with_context(|| format!("cannot load {}", path.display()))?;
     spinner.finish_and_clear();
     let info = p.model.info();
     eprintln!(

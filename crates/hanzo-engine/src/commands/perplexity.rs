@@ -10,9 +10,8 @@ use std::path::PathBuf;
 
 #[derive(ClapArgs, Debug)]
 pub struct Args {
-    /// GGUF model file.
-    #[arg(short, long)]
-    pub model: PathBuf,
+    #[command(flatten)]
+    pub model: super::ModelArgs,
     /// Text file to score.
     #[arg(short = 'f', long = "file")]
     pub file: PathBuf,

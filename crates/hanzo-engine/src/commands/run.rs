@@ -4,13 +4,11 @@ use anyhow::{bail, Result};
 use clap::Args as ClapArgs;
 use hanzo_transformers::{GenerateOptions, Message, SamplingParams};
 use std::io::Write;
-use std::path::PathBuf;
 
 #[derive(ClapArgs, Debug)]
 pub struct Args {
-    /// GGUF model file.
-    #[arg(short, long)]
-    pub model: PathBuf,
+    #[command(flatten)]
+    pub model: super::ModelArgs,
     /// Apply the model's chat template (PROMPT is the user's message).
     #[arg(long)]
     pub chat: bool,

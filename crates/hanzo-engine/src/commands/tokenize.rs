@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 #[derive(ClapArgs, Debug)]
 pub struct Args {
-    /// GGUF model file.
+    /// GGUF model file, or a model directory with tokenizer.json.
     #[arg(short, long)]
     pub model: PathBuf,
     /// Do not add BOS even if the model asks for it.
@@ -24,9 +24,13 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let file =
-        GgufFile::open(&a.model).with_context(|| format!("cannot open {}", a.model.display()))?;
-    let tok = Tokenizer::from_gguf(&file)?;
+    let tok = if a.model.is_dir() {
+        Tokenizer::from_hf_dir(&a.model)?
+    } else {
+        let file = GgufFile::open(&a.model)
+            .with_context(|| format!("cannot open {}", a.model.display()))?;
+        Tokenizer::from_gguf(&file)?
+    };
     let ids = tok.encode(&a.text, !a.no_bos, !a.no_parse_special);
     if a.show {
         for &id in &ids {

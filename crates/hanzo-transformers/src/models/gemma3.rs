@@ -72,7 +72,7 @@ impl Gemma3 {
                 format!("{heads} heads do not group over {kv_heads} KV heads"),
             ));
         }
-        let embed = Arc::new(g.qtensor("token_embd.weight")?);
+        let embed = Arc::new(g.weight("token_embd.weight")?);
         let vocab = embed.shape().dims()[0];
         if embed.shape().dims() != [vocab, hidden] {
             return Err(crate::Error::model(
@@ -83,7 +83,7 @@ impl Gemma3 {
         let output = if g.has_tensor("output.weight") {
             g.matmul("output.weight", vocab, hidden)?
         } else {
-            QMatMul::from_arc(embed.clone())?
+            g.matmul_of(embed.clone())?
         };
         let mut layers = Vec::with_capacity(n_layers);
         for i in 0..n_layers {

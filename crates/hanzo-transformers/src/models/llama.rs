@@ -1,4 +1,4 @@
-//! The Llama family from GGUF: Llama 2/3/3.x, Mistral, SmolLM (`llama`), Qwen2/2.5 (`qwen2`,
+//! The Llama family from GGUF (or a safetensors directory presented as GGUF, see `hf`): Llama 2/3/3.x, Mistral, SmolLM (`llama`), Qwen2/2.5 (`qwen2`,
 //! biased Q/K/V), Qwen3 (`qwen3`, RMS-normed Q/K). Pre-norm blocks, RoPE, grouped-query
 //! attention, SiLU-gated MLP; output tied to the embedding when the file has no
 //! `output.weight`.
@@ -75,14 +75,19 @@ impl Llama {
         let eps = g.f64_or("attention.layer_norm_rms_epsilon", 1e-5)?;
         let ctx = g.opt_usize("context_length")?.unwrap_or(4096);
         let base = g.f64_or("rope.freq_base", 10_000.0)?;
-        let scaling = match g
-            .file
-            .get(&format!("{}.rope.scaling.type", g.arch))
-            .and_then(|v| v.as_str())
-        {
+        let scaling = match g.str("rope.scaling.type") {
             None | Some("none") => RopeScaling::None,
             Some("linear") => RopeScaling::Linear {
                 factor: g.f64_or("rope.scaling.factor", 1.0)?,
+            },
+            // GGUF files carry Llama 3.1 scaling as a rope_freqs tensor; config.json as keys.
+            Some("llama3") => RopeScaling::Llama3 {
+                factor: g.f64_or("rope.scaling.factor", 8.0)?,
+                low_freq_factor: g.f64_or("rope.scaling.low_freq_factor", 1.0)?,
+                high_freq_factor: g.f64_or("rope.scaling.high_freq_factor", 4.0)?,
+                original_max_position: g
+                    .opt_usize("rope.scaling.original_context_length")?
+                    .unwrap_or(8192),
             },
             Some("yarn") => RopeScaling::Yarn {
                 factor: g.f64_or("rope.scaling.factor", 1.0)?,
@@ -111,7 +116,7 @@ impl Llama {
             let f = g.qtensor("rope_freqs.weight")?.dequantize_f32()?;
             rope = rope.with_freq_factors(&f)?;
         }
-        let embed = Arc::new(g.qtensor("token_embd.weight")?);
+        let embed = Arc::new(g.weight("token_embd.weight")?);
         let vocab = embed.shape().dims()[0];
         if embed.shape().dims() != [vocab, hidden] {
             return Err(Error::model(
@@ -122,7 +127,7 @@ impl Llama {
         let output = if g.has_tensor("output.weight") {
             g.matmul("output.weight", vocab, hidden)?
         } else {
-            QMatMul::from_arc(embed.clone())?
+            g.matmul_of(embed.clone())?
         };
         let mut layers = Vec::with_capacity(n_layers);
         for i in 0..n_layers {

@@ -1,15 +1,64 @@
-//! Typed access to a GGUF model's `{arch}.*` hyper-parameters and its tensors, with errors
-//! that name the missing key or tensor.
+//! What a model loader reads, whatever file it came from: `{arch}.*` hyper-parameters and
+//! tensors under GGUF's names, with errors that name the missing key or tensor, and the
+//! [`WeightMode`] that decides how matmul weights are held in memory.
 
 use crate::{Error, Result};
 use hanzo_ml::quantized::gguf::{GgufFile, Value};
-use hanzo_ml::quantized::{QMatMul, QTensor};
+use hanzo_ml::quantized::isq::quantize_weight;
+use hanzo_ml::quantized::{GgmlDType, QMatMul, QTensor};
 use hanzo_ml::Tensor;
+use std::collections::HashMap;
 use std::sync::Arc;
 
+/// How matmul weights are held once loaded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WeightMode {
+    /// As the file stores them: quantized blocks run through `QMatMul`, float weights through
+    /// the f32 matmul.
+    #[default]
+    AsStored,
+    /// Everything dequantized to f32 (slow, large; the reference path for checking numerics).
+    F32,
+    /// Float weights quantized to this type at load (ISQ); already-quantized ones kept.
+    Quantize(GgmlDType),
+}
+
+/// Named tensors in some file format, under GGUF's names.
+pub trait TensorSource {
+    fn has(&self, name: &str) -> bool;
+    fn get(&self, name: &str) -> Result<QTensor>;
+}
+
+impl TensorSource for GgufFile {
+    fn has(&self, name: &str) -> bool {
+        self.content().tensor_info(name).is_some()
+    }
+
+    fn get(&self, name: &str) -> Result<QTensor> {
+        Ok(self.tensor(name)?)
+    }
+}
+
+/// Hyper-parameters: a GGUF file's metadata, or keys derived from a `config.json`.
+pub enum Params<'a> {
+    File(&'a GgufFile),
+    Map(HashMap<String, Value>),
+}
+
+impl Params<'_> {
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        match self {
+            Params::File(f) => f.get(key),
+            Params::Map(m) => m.get(key),
+        }
+    }
+}
+
 pub struct Gguf<'a> {
-    pub file: &'a GgufFile,
     pub arch: String,
+    params: Params<'a>,
+    tensors: &'a dyn TensorSource,
+    pub mode: WeightMode,
 }
 
 impl<'a> Gguf<'a> {
@@ -19,16 +68,46 @@ impl<'a> Gguf<'a> {
             .and_then(Value::as_str)
             .ok_or_else(|| Error::model("gguf", "no general.architecture"))?
             .to_string();
-        Ok(Self { file, arch })
+        Ok(Self {
+            arch,
+            params: Params::File(file),
+            tensors: file,
+            mode: WeightMode::AsStored,
+        })
+    }
+
+    /// A model description from derived parameters and another tensor source.
+    pub fn from_parts(
+        arch: String,
+        params: Params<'a>,
+        tensors: &'a dyn TensorSource,
+        mode: WeightMode,
+    ) -> Self {
+        Self {
+            arch,
+            params,
+            tensors,
+            mode,
+        }
+    }
+
+    pub fn with_mode(mut self, mode: WeightMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// `{arch}.{key}` as a string.
+    pub fn str(&self, key: &str) -> Option<&str> {
+        self.value(key).and_then(Value::as_str)
     }
 
     fn value(&self, key: &str) -> Option<&Value> {
-        self.file.get(&format!("{}.{key}", self.arch))
+        self.params.get(&format!("{}.{key}", self.arch))
     }
 
     pub fn usize(&self, key: &str) -> Result<usize> {
         self.opt_usize(key)?
-            .ok_or_else(|| Error::model("gguf", format!("missing {}.{key}", self.arch)))
+            .ok_or_else(|| Error::model(&self.arch, format!("missing {}.{key}", self.arch)))
     }
 
     pub fn opt_usize(&self, key: &str) -> Result<Option<usize>> {
@@ -40,15 +119,14 @@ impl<'a> Gguf<'a> {
                 match v.first() {
                     Some(&x) if v.iter().all(|&y| y == x) && x >= 0 => Ok(Some(x as usize)),
                     _ => Err(Error::model(
-                        "gguf",
+                        &self.arch,
                         format!("{}.{key}: per-layer values are not supported", self.arch),
                     )),
                 }
             }
-            Some(v) => v
-                .to_usize()
-                .map(Some)
-                .ok_or_else(|| Error::model("gguf", format!("{}.{key} is not a count", self.arch))),
+            Some(v) => v.to_usize().map(Some).ok_or_else(|| {
+                Error::model(&self.arch, format!("{}.{key} is not a count", self.arch))
+            }),
         }
     }
 
@@ -56,35 +134,56 @@ impl<'a> Gguf<'a> {
         match self.value(key) {
             None => Ok(default),
             Some(v) => v.to_f64().ok_or_else(|| {
-                Error::model("gguf", format!("{}.{key} is not a number", self.arch))
+                Error::model(&self.arch, format!("{}.{key} is not a number", self.arch))
             }),
         }
     }
 
     pub fn has_tensor(&self, name: &str) -> bool {
-        self.file.content().tensor_info(name).is_some()
+        self.tensors.has(name)
     }
 
+    /// A tensor as stored.
     pub fn qtensor(&self, name: &str) -> Result<QTensor> {
         if !self.has_tensor(name) {
-            return Err(Error::model("gguf", format!("missing tensor {name}")));
+            return Err(Error::model(&self.arch, format!("missing tensor {name}")));
         }
-        Ok(self.file.tensor(name)?)
+        self.tensors.get(name)
+    }
+
+    /// A weight matrix as the mode wants it stored (the token embedding, which is both
+    /// gathered from and, when tied, multiplied by).
+    pub fn weight(&self, name: &str) -> Result<QTensor> {
+        let q = self.qtensor(name)?;
+        Ok(match self.mode {
+            WeightMode::Quantize(t) if !q.dtype().is_quantized() => {
+                quantize_weight(&q.dequantize()?, t)?
+            }
+            _ => q,
+        })
+    }
+
+    /// The matmul over an already loaded weight.
+    pub fn matmul_of(&self, w: Arc<QTensor>) -> Result<QMatMul> {
+        Ok(match self.mode {
+            WeightMode::F32 => QMatMul::Dense(w.dequantize()?),
+            _ => QMatMul::from_arc(w)?,
+        })
     }
 
     /// A weight `[out, in]`, checked against the expected shape.
     pub fn matmul(&self, name: &str, out_dim: usize, in_dim: usize) -> Result<QMatMul> {
-        let q = self.qtensor(name)?;
+        let q = self.weight(name)?;
         if q.shape().dims() != [out_dim, in_dim] {
             return Err(Error::model(
-                "gguf",
+                &self.arch,
                 format!(
                     "tensor {name} has shape {:?}, expected [{out_dim}, {in_dim}]",
                     q.shape().dims()
                 ),
             ));
         }
-        Ok(QMatMul::from_arc(Arc::new(q))?)
+        self.matmul_of(Arc::new(q))
     }
 
     /// A small dense tensor (norm weights, biases) as f32, checked against `len`.
@@ -92,7 +191,7 @@ impl<'a> Gguf<'a> {
         let q = self.qtensor(name)?;
         if q.elem_count() != len {
             return Err(Error::model(
-                "gguf",
+                &self.arch,
                 format!(
                     "tensor {name} has shape {:?}, expected [{len}]",
                     q.shape().dims()

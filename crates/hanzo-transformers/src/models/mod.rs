@@ -6,12 +6,14 @@
 pub mod attention;
 pub mod bert;
 mod gemma3;
+pub mod hf;
 mod llama;
 pub(crate) mod meta;
 pub mod numerics;
 
 pub use gemma3::Gemma3;
 pub use llama::Llama;
+pub use meta::WeightMode;
 
 use crate::{Error, Result};
 use attention::KvF16;
@@ -116,14 +118,25 @@ pub trait LanguageModel: Send + Sync {
 
 const SUPPORTED: &str = "gemma3, llama, mistral, qwen2, qwen3";
 
-/// The model a GGUF file holds, chosen by `general.architecture`.
+/// The model a GGUF file holds, chosen by `general.architecture`, weights as stored.
 pub fn load_gguf(file: &GgufFile) -> Result<Box<dyn LanguageModel>> {
-    let g = meta::Gguf::new(file)?;
+    load_gguf_with(file, WeightMode::AsStored)
+}
+
+/// The model a GGUF file holds, weights held as `mode` says.
+pub fn load_gguf_with(file: &GgufFile, mode: WeightMode) -> Result<Box<dyn LanguageModel>> {
+    let g = meta::Gguf::new(file)?.with_mode(mode);
     Ok(match g.arch.as_str() {
         "gemma3" => Box::new(Gemma3::from_gguf(&g)?),
         "llama" | "mistral" | "qwen2" | "qwen3" => Box::new(Llama::from_gguf(&g)?),
         other => return Err(Error::UnsupportedArchitecture(other.to_string(), SUPPORTED)),
     })
+}
+
+/// The model of a Hugging Face directory (config.json + safetensors), weights as `mode` says
+/// (`WeightMode::Quantize` for ISQ).
+pub fn load_dir(dir: &std::path::Path, mode: WeightMode) -> Result<Box<dyn LanguageModel>> {
+    hf::load(dir, mode)
 }
 
 /// Rotary embedding of `[t, heads, head_dim]` with tables `[t, rot_dim / 2]`; dims past

@@ -49,6 +49,22 @@ impl Pretokenizer {
         })
     }
 
+    /// The GPT-2 regex: what a `ByteLevel` pre-tokenizer with `use_regex` applies.
+    pub const GPT2: &'static str = GPT2;
+
+    /// A cascade of explicit regexes (a tokenizer.json's `Split` / `Digits` / `ByteLevel`
+    /// pre-tokenizers, in order).
+    pub fn from_regexes(exprs: &[String], ignore_merges: bool) -> Result<Self> {
+        let regexes = exprs
+            .iter()
+            .map(|e| Regex::new(e).map_err(|err| Error::Tokenizer(format!("regex {e}: {err}"))))
+            .collect::<Result<_>>()?;
+        Ok(Self {
+            regexes,
+            ignore_merges,
+        })
+    }
+
     /// The pieces of `text`, in order.
     pub fn split<'a>(&self, text: &'a str) -> Vec<&'a str> {
         let mut pieces = vec![text];

@@ -2,6 +2,7 @@
 //! BPE (`gpt2`), with special-token parsing, add-BOS/EOS flags and UTF-8-safe streaming.
 
 mod bpe;
+pub mod hf;
 mod specials;
 mod spm;
 mod stream;

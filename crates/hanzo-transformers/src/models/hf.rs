@@ -1,0 +1,225 @@
+//! Hugging Face model directories: `config.json` + one or more `*.safetensors` files.
+//!
+//! Rather than a second copy of every model, a directory is presented to the GGUF loaders
+//! the way llama.cpp's converter would write it: `config.json` becomes `{arch}.*` parameters,
+//! tensor names are mapped to GGUF's, and Llama/Mistral Q/K rows are permuted to the
+//! interleaved rotary layout GGUF files use. Weights stay in the file's float type unless the
+//! [`WeightMode`] quantizes them (ISQ).
+
+use super::meta::{Gguf, Params, TensorSource, WeightMode};
+use crate::{Error, Result};
+use hanzo_ml::io::safetensors::MmapedSafetensors;
+use hanzo_ml::quantized::gguf::Value;
+use hanzo_ml::quantized::{GgmlDType, QTensor};
+use hanzo_ml::{DType, Tensor};
+use serde_json::Value as Json;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// Architectures a directory can hold, by `config.json`'s `model_type`.
+pub const SUPPORTED: &str = "llama, mistral, qwen2, qwen3";
+
+/// The safetensors files of a directory, with GGUF-style names.
+pub struct SafetensorsDir {
+    files: Vec<MmapedSafetensors>,
+    /// HF tensor name → index into `files`.
+    index: HashMap<String, usize>,
+    /// Q/K rows are permuted for interleaved RoPE: (query heads, KV heads).
+    permute_qk: Option<(usize, usize)>,
+}
+
+impl SafetensorsDir {
+    fn open(dir: &Path, permute_qk: Option<(usize, usize)>) -> Result<Self> {
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(|e| Error::model("safetensors", format!("{}: {e}", dir.display())))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "safetensors"))
+            .collect();
+        paths.sort();
+        if paths.is_empty() {
+            return Err(Error::model(
+                "safetensors",
+                format!("{} holds no .safetensors file", dir.display()),
+            ));
+        }
+        let mut files = Vec::with_capacity(paths.len());
+        let mut index = HashMap::new();
+        for (i, p) in paths.iter().enumerate() {
+            let st = MmapedSafetensors::new(p)?;
+            for n in st.names() {
+                index.insert(n.to_string(), i);
+            }
+            files.push(st);
+        }
+        Ok(Self {
+            files,
+            index,
+            permute_qk,
+        })
+    }
+
+    fn tensor(&self, hf: &str) -> Option<Result<Tensor>> {
+        let &i = self.index.get(hf)?;
+        Some(self.files[i].get(hf).map_err(Error::from))
+    }
+}
+
+/// The HF name of a GGUF tensor name (Llama-family layout).
+fn hf_name(gguf: &str) -> Option<String> {
+    let top = match gguf {
+        "token_embd.weight" => Some("model.embed_tokens.weight"),
+        "output_norm.weight" => Some("model.norm.weight"),
+        "output.weight" => Some("lm_head.weight"),
+        _ => None,
+    };
+    if let Some(t) = top {
+        return Some(t.to_string());
+    }
+    let rest = gguf.strip_prefix("blk.")?;
+    let (layer, rest) = rest.split_once('.')?;
+    let (part, kind) = rest.rsplit_once('.')?;
+    let hf = match part {
+        "attn_norm" => "input_layernorm",
+        "attn_q" => "self_attn.q_proj",
+        "attn_k" => "self_attn.k_proj",
+        "attn_v" => "self_attn.v_proj",
+        "attn_output" => "self_attn.o_proj",
+        "attn_q_norm" => "self_attn.q_norm",
+        "attn_k_norm" => "self_attn.k_norm",
+        "ffn_norm" => "post_attention_layernorm",
+        "ffn_gate" => "mlp.gate_proj",
+        "ffn_up" => "mlp.up_proj",
+        "ffn_down" => "mlp.down_proj",
+        _ => return None,
+    };
+    Some(format!("model.layers.{layer}.{hf}.{kind}"))
+}
+
+/// GGUF's row order for interleaved RoPE: within each head, row `2j + s` is HF row
+/// `s * head_dim / 2 + j` (HF rotates the two halves of a head, GGUF adjacent pairs).
+fn permute_rows(t: &Tensor, heads: usize) -> Result<Tensor> {
+    let dims = t.dims().to_vec();
+    let rows = dims[0];
+    if heads == 0 || !rows.is_multiple_of(heads * 2) {
+        return Err(Error::model(
+            "safetensors",
+            format!("cannot split {rows} rows over {heads} rotary heads"),
+        ));
+    }
+    let mut shape = vec![heads, 2, rows / heads / 2];
+    shape.extend_from_slice(&dims[1..]);
+    Ok(t.reshape(shape)?
+        .transpose(1, 2)?
+        .contiguous()?
+        .reshape(dims)?)
+}
+
+impl TensorSource for SafetensorsDir {
+    fn has(&self, name: &str) -> bool {
+        hf_name(name).is_some_and(|n| self.index.contains_key(&n))
+    }
+
+    fn get(&self, name: &str) -> Result<QTensor> {
+        let hf = hf_name(name)
+            .ok_or_else(|| Error::model("safetensors", format!("no tensor for {name}")))?;
+        let mut t = self
+            .tensor(&hf)
+            .ok_or_else(|| Error::model("safetensors", format!("missing tensor {hf}")))??;
+        if let Some((heads, kv_heads)) = self.permute_qk {
+            if name.contains(".attn_q.") {
+                t = permute_rows(&t, heads)?;
+            } else if name.contains(".attn_k.") {
+                t = permute_rows(&t, kv_heads)?;
+            }
+        }
+        let dtype = match t.dtype() {
+            DType::F16 => GgmlDType::F16,
+            DType::BF16 => GgmlDType::BF16,
+            _ => GgmlDType::F32,
+        };
+        Ok(QTensor::quantize(&t, dtype)?)
+    }
+}
+
+/// `config.json` of a directory.
+pub fn read_config(dir: &Path) -> Result<Json> {
+    let path = dir.join("config.json");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| Error::model("config.json", format!("{}: {e}", path.display())))?;
+    serde_json::from_str(&text)
+        .map_err(|e| Error::model("config.json", format!("{}: {e}", path.display())))
+}
+
+/// A directory's model as the GGUF loaders see it: (architecture, parameters, tensors).
+pub fn open(dir: &Path) -> Result<(String, HashMap<String, Value>, SafetensorsDir)> {
+    let cfg = read_config(dir)?;
+    let arch = cfg["model_type"]
+        .as_str()
+        .ok_or_else(|| Error::model("config.json", "no model_type"))?
+        .to_string();
+    if !matches!(arch.as_str(), "llama" | "mistral" | "qwen2" | "qwen3") {
+        return Err(Error::UnsupportedArchitecture(arch, SUPPORTED));
+    }
+    let count = |k: &str| cfg[k].as_u64().map(Value::U64);
+    let need = |k: &str| {
+        count(k).ok_or_else(|| Error::model("config.json", format!("missing or invalid {k}")))
+    };
+    let mut p = HashMap::new();
+    let mut put = |k: &str, v: Value| {
+        p.insert(format!("{arch}.{k}"), v);
+    };
+    put("embedding_length", need("hidden_size")?);
+    put("block_count", need("num_hidden_layers")?);
+    put("feed_forward_length", need("intermediate_size")?);
+    let heads = need("num_attention_heads")?;
+    let kv_heads = count("num_key_value_heads").unwrap_or(heads.clone());
+    put("attention.head_count", heads.clone());
+    put("attention.head_count_kv", kv_heads.clone());
+    if let Some(d) = count("head_dim") {
+        put("attention.key_length", d);
+    }
+    if let Some(c) = count("max_position_embeddings") {
+        put("context_length", c);
+    }
+    let num = |k: &str| cfg[k].as_f64().map(Value::F64);
+    if let Some(e) = num("rms_norm_eps") {
+        put("attention.layer_norm_rms_epsilon", e);
+    }
+    if let Some(b) = num("rope_theta") {
+        put("rope.freq_base", b);
+    }
+    // Qwen2 configs carry a window but disable it with `use_sliding_window: false`.
+    let window_on = cfg["use_sliding_window"].as_bool().unwrap_or(true);
+    if let (true, Some(w)) = (window_on, count("sliding_window")) {
+        put("attention.sliding_window", w);
+    }
+    let rs = &cfg["rope_scaling"];
+    if let Some(kind) = rs["rope_type"].as_str().or(rs["type"].as_str()) {
+        put("rope.scaling.type", Value::String(kind.to_string()));
+        for (from, to) in [
+            ("factor", "rope.scaling.factor"),
+            ("low_freq_factor", "rope.scaling.low_freq_factor"),
+            ("high_freq_factor", "rope.scaling.high_freq_factor"),
+        ] {
+            if let Some(v) = rs[from].as_f64() {
+                put(to, Value::F64(v));
+            }
+        }
+        if let Some(v) = rs["original_max_position_embeddings"].as_u64() {
+            put("rope.scaling.original_context_length", Value::U64(v));
+        }
+    }
+    let as_usize = |v: &Value| v.to_usize().unwrap_or(0);
+    // The GGUF converter permutes Llama/Mistral Q/K for interleaved rotary; Qwen keeps halves.
+    let permute = matches!(arch.as_str(), "llama" | "mistral")
+        .then(|| (as_usize(&heads), as_usize(&kv_heads)));
+    let tensors = SafetensorsDir::open(dir, permute)?;
+    Ok((arch, p, tensors))
+}
+
+/// Loads the model of a directory through the GGUF loader of its architecture.
+pub fn load(dir: &Path, mode: WeightMode) -> Result<Box<dyn super::LanguageModel>> {
+    let (arch, params, tensors) = open(dir)?;
+    let g = Gguf::from_parts(arch, Params::Map(params), &tensors, mode);
+    Ok(Box::new(super::Llama::from_gguf(&g)?))
+}

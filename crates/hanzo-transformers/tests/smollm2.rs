@@ -1,0 +1,191 @@
+//! SmolLM2-135M (the Llama architecture, GQA 9/3, tied Q8_0 output) against PyTorch /
+//! transformers running the same GGUF dequantized to f32
+//! (tests/reference/smollm2-135m-q4_1-transformers.json).
+//!
+//! - With every weight dequantized to f32 (`WeightMode::F32`) we compute what transformers
+//!   computes, so logits agree to a few thousandths.
+//! - As stored, activations are quantized to 8 bits per block before each matmul (as in
+//!   llama.cpp): logits move by a few tenths, and the argmax agrees wherever the reference's
+//!   own top-1/top-2 margin is clear.
+//! - The same model as a Hugging Face directory (safetensors + config.json + tokenizer.json,
+//!   written by scripts/gguf_to_hf.py) loads to the same numbers, and with ISQ to Q8_0 tracks
+//!   the reference like the GGUF does.
+
+mod common;
+
+use hanzo_ml::quantized::gguf::GgufFile;
+use hanzo_ml::quantized::GgmlDType;
+use hanzo_transformers::{
+    load_dir, load_gguf_with, LanguageModel, Logits, TextGeneration, Tokenizer, WeightMode,
+};
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+fn argmax(v: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+fn row(t: &hanzo_ml::Tensor) -> Vec<f32> {
+    t.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+}
+
+/// (max |Δ| over the reference's recorded logits, teacher-forced argmax agreements of 32).
+/// Panics if the argmax differs where the reference margin is at least `clear_margin`.
+fn compare(model: &dyn LanguageModel, clear_margin: f64) -> (f32, usize) {
+    let r = common::reference("smollm2-135m-q4_1-transformers.json");
+    let prompt = common::ids(&r["prompt_ids"]);
+
+    // Every prompt position's argmax; the last position's top-5 and first 8 logits.
+    let mut cache = model.new_cache(256);
+    let all = model.forward(&prompt, &mut cache, Logits::All).unwrap();
+    let vocab = all.dims()[all.rank() - 1];
+    let all = row(&all);
+    let argmaxes: Vec<u32> = all.chunks(vocab).map(|l| argmax(l) as u32).collect();
+    assert_eq!(argmaxes, common::ids(&r["all_positions_argmax"]));
+    let last = &all[all.len() - vocab..];
+    let mut worst = 0f32;
+    for t in r["next_token_top5"].as_array().unwrap() {
+        let id = t["id"].as_u64().unwrap() as usize;
+        worst = worst.max((last[id] - t["logit"].as_f64().unwrap() as f32).abs());
+    }
+    let stats = &r["last_position_logits_stats"];
+    for (i, want) in stats["first8"].as_array().unwrap().iter().enumerate() {
+        worst = worst.max((last[i] - want.as_f64().unwrap() as f32).abs());
+    }
+
+    // Teacher-forced along the reference's 32 greedy steps.
+    let want_ids = common::ids(&r["greedy_32_ids"]);
+    let top1 = r["greedy_32_step_top1_logit"].as_array().unwrap();
+    let margins = r["greedy_32_step_top1_minus_top2"].as_array().unwrap();
+    let mut cache = model.new_cache(256);
+    let mut logits = row(&model.forward(&prompt, &mut cache, Logits::Last).unwrap());
+    let mut agree = 0;
+    for (i, &want) in want_ids.iter().enumerate() {
+        let margin = margins[i].as_f64().unwrap();
+        let ours = argmax(&logits) as u32;
+        if ours == want {
+            agree += 1;
+        } else {
+            assert!(
+                margin < clear_margin,
+                "step {i}: ours {ours}, reference {want} (margin {margin})"
+            );
+        }
+        worst = worst.max((logits[want as usize] - top1[i].as_f64().unwrap() as f32).abs());
+        logits = row(&model.forward(&[want], &mut cache, Logits::Last).unwrap());
+    }
+    (worst, agree)
+}
+
+fn gguf() -> GgufFile {
+    GgufFile::open(common::fixture("smollm2")).unwrap()
+}
+
+/// The fixture as a Hugging Face directory, converted once per test run.
+fn hf_dir() -> &'static PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("smollm2-hf");
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/gguf_to_hf.py");
+        let src = common::fixture("smollm2");
+        let status = std::process::Command::new("python3")
+            .args([script, src.to_str().unwrap(), dir.to_str().unwrap()])
+            .status()
+            .expect("python3");
+        assert!(status.success(), "gguf_to_hf.py failed");
+        dir
+    })
+}
+
+#[test]
+fn gguf_in_f32_computes_what_transformers_computes() {
+    let model = load_gguf_with(&gguf(), WeightMode::F32).unwrap();
+    let (worst, agree) = compare(model.as_ref(), 0.0);
+    eprintln!("f32: max |Δ logit| {worst:.4}, {agree}/32 teacher-forced argmax agree");
+    assert!(worst < 0.02, "logit drift {worst}");
+    assert_eq!(agree, 32);
+}
+
+#[test]
+fn gguf_as_stored_tracks_transformers() {
+    let model = load_gguf_with(&gguf(), WeightMode::AsStored).unwrap();
+    let (worst, agree) = compare(model.as_ref(), 0.3);
+    eprintln!("Q4_1 + Q8 activations: max |Δ logit| {worst:.3}, {agree}/32 agree");
+    assert!(worst < 0.75, "logit drift {worst}");
+}
+
+#[test]
+fn model_directory_loads_to_the_same_numbers() {
+    let model = load_dir(hf_dir(), WeightMode::AsStored).unwrap();
+    let (worst, agree) = compare(model.as_ref(), 0.0);
+    eprintln!("safetensors f32: max |Δ logit| {worst:.4}, {agree}/32 agree");
+    assert!(worst < 0.02, "logit drift {worst}");
+
+    let isq = load_dir(hf_dir(), WeightMode::Quantize(GgmlDType::Q8_0)).unwrap();
+    let (worst, agree) = compare(isq.as_ref(), 0.3);
+    eprintln!("safetensors ISQ Q8_0: max |Δ logit| {worst:.3}, {agree}/32 agree");
+    // Q8_0 weights re-quantized from Q4_1 values, times 8-bit activations: two roundings.
+    assert!(worst < 1.25, "logit drift {worst}");
+}
+
+#[test]
+fn tokenizer_json_gives_the_gguf_tokenizers_ids() {
+    let ours_json = Tokenizer::from_hf_dir(hf_dir()).unwrap();
+    let ours_gguf = Tokenizer::from_gguf(&gguf()).unwrap();
+    // Hugging Face's own implementation reading the same tokenizer.json.
+    let hf = tokenizers::Tokenizer::from_file(hf_dir().join("tokenizer.json")).unwrap();
+    let r = common::reference("bpe-tokenize-llamacpp.json");
+    let mut n = 0;
+    for case in r["items"]["smollm2"].as_array().unwrap() {
+        let text = case["text"].as_str().unwrap();
+        let want = common::ids(&case["ids"]);
+        assert_eq!(ours_gguf.encode(text, false, true), want, "{text:?}");
+        assert_eq!(ours_json.encode(text, false, true), want, "{text:?}");
+        let theirs = hf.encode(text, false).unwrap().get_ids().to_vec();
+        assert_eq!(theirs, want, "tokenizers crate on {text:?}");
+        n += 1;
+    }
+    assert_eq!(n, 4);
+    // Harder text, three implementations that must agree: ours from GGUF, ours from
+    // tokenizer.json, and the tokenizers crate.
+    for text in [
+        "  leading spaces, trailing tabs\t\t\n\n\nand blank lines",
+        "I'm sure they'll say \"it's fine\" — won't they?",
+        "fn main() { println!(\"{}\", 42_000); }",
+        "Ünïcödé, 日本語のテキスト, emoji 🦀🎉 and math ∑x²",
+    ] {
+        let want = hf.encode(text, false).unwrap().get_ids().to_vec();
+        assert_eq!(ours_json.encode(text, false, true), want, "{text:?}");
+        assert_eq!(ours_gguf.encode(text, false, true), want, "{text:?}");
+    }
+    let sp = ours_json.special();
+    assert_eq!((sp.bos, sp.eos, sp.add_bos), (Some(1), Some(2), false));
+}
+
+#[test]
+fn model_directory_chats_with_its_template() {
+    let p = TextGeneration::load(hf_dir(), WeightMode::AsStored).unwrap();
+    assert!(p.template_from_file);
+    let ids = p
+        .chat_tokens(&[hanzo_transformers::Message::new(
+            "user",
+            "What is the capital of France?",
+        )])
+        .unwrap();
+    let opts = hanzo_transformers::GenerateOptions {
+        max_tokens: 12,
+        sampling: hanzo_transformers::SamplingParams {
+            temperature: 0.0,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let out = p.generate(&ids, &opts, &mut |_| true).unwrap();
+    assert!(out.text.contains("Paris"), "{:?}", out.text);
+}

@@ -127,7 +127,7 @@ fn perplexity_is_close_to_llama_cpp() {
     let rel = (ppl / 26.6860 - 1.0).abs();
     eprintln!("PPL {ppl:.4} vs llama.cpp 26.6860: {:.2}%", rel * 100.0);
     assert!(
-        rel < 0.015,
+        rel < 0.005,
         "PPL {ppl} is {:.2}% from llama.cpp",
         rel * 100.0
     );

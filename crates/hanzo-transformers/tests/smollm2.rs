@@ -189,3 +189,78 @@ fn model_directory_chats_with_its_template() {
     let out = p.generate(&ids, &opts, &mut |_| true).unwrap();
     assert!(out.text.contains("Paris"), "{:?}", out.text);
 }
+
+#[test]
+fn bad_model_directories_get_clear_errors() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bad-model-dir");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let error_for = |config: &str| -> String {
+        std::fs::write(dir.join("config.json"), config).unwrap();
+        match load_dir(&dir, WeightMode::AsStored) {
+            Ok(_) => panic!("{config} loaded"),
+            Err(e) => e.to_string(),
+        }
+    };
+    assert!(error_for(r#"{"model_type": "mamba"}"#).contains("mamba"));
+    assert!(error_for(r#"{"model_type": "llama"}"#).contains("hidden_size"));
+    assert!(error_for("{not json").contains("config.json"));
+    let full = r#"{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 1,
+        "intermediate_size": 128, "num_attention_heads": 4}"#;
+    assert!(error_for(full).contains("no .safetensors"));
+    std::fs::write(
+        dir.join("model.safetensors"),
+        b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ",
+    )
+    .unwrap();
+    let e = error_for(full);
+    assert!(
+        e.contains("model.embed_tokens.weight") || e.contains("token_embd"),
+        "{e}"
+    );
+}
+
+/// Phi-3's layout (fused QKV and gate/up, half-split rotary), checked by running SmolLM2
+/// rewritten in it by scripts/gguf_as_phi3.py: the quantized weights are bit-identical, so
+/// the logits must be the Llama layout's, and transformers' in f32.
+#[test]
+fn phi3_layout_computes_the_llama_logits() {
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("smollm2-as-phi3.gguf");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/gguf_as_phi3.py");
+    let src = common::fixture("smollm2");
+    let ok = std::process::Command::new("python3")
+        .args([script, src.to_str().unwrap(), path.to_str().unwrap()])
+        .status()
+        .expect("python3")
+        .success();
+    assert!(ok, "gguf_as_phi3.py failed");
+    let phi3_file = GgufFile::open(&path).unwrap();
+    let phi3 = load_gguf_with(&phi3_file, WeightMode::F32).unwrap();
+    assert_eq!(phi3.info().architecture, "phi3");
+    let (worst, agree) = compare(phi3.as_ref(), 0.0);
+    eprintln!("phi3 layout, f32: max |Δ logit| vs transformers {worst:.4}, {agree}/32 agree");
+    assert!(worst < 0.02, "logit drift {worst}");
+
+    // In f32 the two layouts differ only in summation order inside attention; 30 layers
+    // amplify that to the same size as our f32 distance to transformers.
+    let prompt = [504, 3575, 282, 4649, 314];
+    let logits = |m: &dyn LanguageModel| {
+        let mut cache = m.new_cache(16);
+        row(&m.forward(&prompt, &mut cache, Logits::All).unwrap())
+    };
+    let a = logits(phi3.as_ref());
+    let b = logits(load_gguf_with(&gguf(), WeightMode::F32).unwrap().as_ref());
+    let diff = a
+        .iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max);
+    eprintln!("phi3 vs llama layout, f32: max |Δ logit| {diff:.2e}");
+    assert!(diff < 0.02, "{diff}");
+
+    // As stored, 8-bit activations amplify those last-bit differences like any other.
+    let stored = load_gguf_with(&phi3_file, WeightMode::AsStored).unwrap();
+    let (worst, agree) = compare(stored.as_ref(), 0.3);
+    eprintln!("phi3 layout, as stored: max |Δ logit| vs transformers {worst:.3}, {agree}/32");
+    assert!(worst < 1.25, "logit drift {worst}");
+}

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 /// Architectures a directory can hold, by `config.json`'s `model_type`.
-pub const SUPPORTED: &str = "llama, mistral, qwen2, qwen3";
+pub const SUPPORTED: &str = "llama, mistral, phi3, qwen2, qwen3";
 
 /// The safetensors files of a directory, with GGUF-style names.
 pub struct SafetensorsDir {
@@ -26,10 +26,12 @@ pub struct SafetensorsDir {
     index: HashMap<String, usize>,
     /// Q/K rows are permuted for interleaved RoPE: (query heads, KV heads).
     permute_qk: Option<(usize, usize)>,
+    /// Phi-3's `mlp.gate_up_proj` is GGUF's `ffn_up`.
+    fused_gate_up: bool,
 }
 
 impl SafetensorsDir {
-    fn open(dir: &Path, permute_qk: Option<(usize, usize)>) -> Result<Self> {
+    fn open(dir: &Path, permute_qk: Option<(usize, usize)>, fused_gate_up: bool) -> Result<Self> {
         let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
             .map_err(|e| Error::model("safetensors", format!("{}: {e}", dir.display())))?
             .filter_map(|e| e.ok().map(|e| e.path()))
@@ -55,6 +57,7 @@ impl SafetensorsDir {
             files,
             index,
             permute_qk,
+            fused_gate_up,
         })
     }
 
@@ -64,8 +67,8 @@ impl SafetensorsDir {
     }
 }
 
-/// The HF name of a GGUF tensor name (Llama-family layout).
-fn hf_name(gguf: &str) -> Option<String> {
+/// The HF name of a GGUF tensor name (Llama-family layout; Phi-3 fuses gate and up).
+fn hf_name(gguf: &str, fused_gate_up: bool) -> Option<String> {
     let top = match gguf {
         "token_embd.weight" => Some("model.embed_tokens.weight"),
         "output_norm.weight" => Some("model.norm.weight"),
@@ -83,11 +86,13 @@ fn hf_name(gguf: &str) -> Option<String> {
         "attn_q" => "self_attn.q_proj",
         "attn_k" => "self_attn.k_proj",
         "attn_v" => "self_attn.v_proj",
+        "attn_qkv" => "self_attn.qkv_proj",
         "attn_output" => "self_attn.o_proj",
         "attn_q_norm" => "self_attn.q_norm",
         "attn_k_norm" => "self_attn.k_norm",
         "ffn_norm" => "post_attention_layernorm",
         "ffn_gate" => "mlp.gate_proj",
+        "ffn_up" if fused_gate_up => "mlp.gate_up_proj",
         "ffn_up" => "mlp.up_proj",
         "ffn_down" => "mlp.down_proj",
         _ => return None,
@@ -116,11 +121,11 @@ fn permute_rows(t: &Tensor, heads: usize) -> Result<Tensor> {
 
 impl TensorSource for SafetensorsDir {
     fn has(&self, name: &str) -> bool {
-        hf_name(name).is_some_and(|n| self.index.contains_key(&n))
+        hf_name(name, self.fused_gate_up).is_some_and(|n| self.index.contains_key(&n))
     }
 
     fn get(&self, name: &str) -> Result<QTensor> {
-        let hf = hf_name(name)
+        let hf = hf_name(name, self.fused_gate_up)
             .ok_or_else(|| Error::model("safetensors", format!("no tensor for {name}")))?;
         let mut t = self
             .tensor(&hf)
@@ -157,7 +162,10 @@ pub fn open(dir: &Path) -> Result<(String, HashMap<String, Value>, SafetensorsDi
         .as_str()
         .ok_or_else(|| Error::model("config.json", "no model_type"))?
         .to_string();
-    if !matches!(arch.as_str(), "llama" | "mistral" | "qwen2" | "qwen3") {
+    if !matches!(
+        arch.as_str(),
+        "llama" | "mistral" | "phi3" | "qwen2" | "qwen3"
+    ) {
         return Err(Error::UnsupportedArchitecture(arch, SUPPORTED));
     }
     let count = |k: &str| cfg[k].as_u64().map(Value::U64);
@@ -213,7 +221,7 @@ pub fn open(dir: &Path) -> Result<(String, HashMap<String, Value>, SafetensorsDi
     // The GGUF converter permutes Llama/Mistral Q/K for interleaved rotary; Qwen keeps halves.
     let permute = matches!(arch.as_str(), "llama" | "mistral")
         .then(|| (as_usize(&heads), as_usize(&kv_heads)));
-    let tensors = SafetensorsDir::open(dir, permute)?;
+    let tensors = SafetensorsDir::open(dir, permute, arch == "phi3")?;
     Ok((arch, p, tensors))
 }
 

@@ -1,7 +1,7 @@
 //! The Llama family from GGUF (or a safetensors directory presented as GGUF, see `hf`): Llama 2/3/3.x, Mistral, SmolLM (`llama`), Qwen2/2.5 (`qwen2`,
 //! biased Q/K/V), Qwen3 (`qwen3`, RMS-normed Q/K). Pre-norm blocks, RoPE, grouped-query
 //! attention, SiLU-gated MLP; output tied to the embedding when the file has no
-//! `output.weight`.
+//! `output.weight`. Phi-3 (`phi3`) is the same block with fused QKV and gate/up matmuls.
 
 use super::attention::{attention, Dims, Window};
 use super::meta::Gguf;
@@ -27,16 +27,25 @@ impl Proj {
     }
 }
 
+/// Q, K and V projections: separate, or one fused `[q | k | v]` matmul (Phi-3).
+enum Qkv {
+    Split { q: Proj, k: Proj, v: Proj },
+    Fused(Proj),
+}
+
+/// The gated MLP's input projections: separate, or one fused `[gate | up]` matmul (Phi-3).
+enum GateUp {
+    Split { gate: QMatMul, up: QMatMul },
+    Fused(QMatMul),
+}
+
 struct Layer {
     attn_norm: Tensor,
-    q: Proj,
-    k: Proj,
-    v: Proj,
+    qkv: Qkv,
     o: QMatMul,
     qk_norm: Option<(Tensor, Tensor)>,
     ffn_norm: Tensor,
-    gate: QMatMul,
-    up: QMatMul,
+    gate_up: GateUp,
     down: QMatMul,
 }
 
@@ -111,10 +120,20 @@ impl Llama {
             "llama" | "mistral" => RopeKind::Interleaved,
             _ => RopeKind::HalfSplit,
         };
+        // Phi-3 128k ("LongRoPE"): per-frequency factors, the short ones within the original
+        // context. The long ones would need a rope table per context size; we cap the
+        // context at the original length instead.
+        let long_rope = g.has_tensor("rope_factors_short.weight");
+        let ctx = match g.opt_usize("rope.scaling.original_context_length")? {
+            Some(orig) if long_rope => ctx.min(orig),
+            _ => ctx,
+        };
         let mut rope = RotaryEmbedding::new(base, rot_dim, &scaling, rope_kind)?;
-        if g.has_tensor("rope_freqs.weight") {
-            let f = g.qtensor("rope_freqs.weight")?.dequantize_f32()?;
-            rope = rope.with_freq_factors(&f)?;
+        for factors in ["rope_freqs.weight", "rope_factors_short.weight"] {
+            if g.has_tensor(factors) {
+                let f = g.qtensor(factors)?.dequantize_f32()?;
+                rope = rope.with_freq_factors(&f)?;
+            }
         }
         let embed = Arc::new(g.weight("token_embd.weight")?);
         let vocab = embed.shape().dims()[0];
@@ -142,16 +161,32 @@ impl Llama {
                 Some(qn) => Some((qn, g.vector(&n("attn_k_norm"), head_dim)?)),
                 None => None,
             };
+            let (q_rows, kv_rows) = (heads * head_dim, kv_heads * head_dim);
+            let qkv = if g.has_tensor(&n("attn_qkv")) {
+                Qkv::Fused(proj("attn_qkv", q_rows + 2 * kv_rows)?)
+            } else {
+                Qkv::Split {
+                    q: proj("attn_q", q_rows)?,
+                    k: proj("attn_k", kv_rows)?,
+                    v: proj("attn_v", kv_rows)?,
+                }
+            };
+            // Phi-3 stores gate and up as one [2 * ffn, hidden] `ffn_up` with no `ffn_gate`.
+            let gate_up = if g.has_tensor(&n("ffn_gate")) {
+                GateUp::Split {
+                    gate: g.matmul(&n("ffn_gate"), ffn, hidden)?,
+                    up: g.matmul(&n("ffn_up"), ffn, hidden)?,
+                }
+            } else {
+                GateUp::Fused(g.matmul(&n("ffn_up"), 2 * ffn, hidden)?)
+            };
             layers.push(Layer {
                 attn_norm: g.vector(&n("attn_norm"), hidden)?,
-                q: proj("attn_q", heads * head_dim)?,
-                k: proj("attn_k", kv_heads * head_dim)?,
-                v: proj("attn_v", kv_heads * head_dim)?,
-                o: g.matmul(&n("attn_output"), hidden, heads * head_dim)?,
+                qkv,
+                o: g.matmul(&n("attn_output"), hidden, q_rows)?,
                 qk_norm,
                 ffn_norm: g.vector(&n("ffn_norm"), hidden)?,
-                gate: g.matmul(&n("ffn_gate"), ffn, hidden)?,
-                up: g.matmul(&n("ffn_up"), ffn, hidden)?,
+                gate_up,
                 down: g.matmul(&n("ffn_down"), hidden, ffn)?,
             });
         }
@@ -209,23 +244,42 @@ impl LanguageModel for Llama {
                 Some((q, k)) => (Some(q), Some(k)),
                 None => (None, None),
             };
-            let heads = |p: &Proj, n: usize, norm: Option<&Tensor>| -> Result<Tensor> {
-                let mut y = p.forward(&h)?.reshape((t, n, hd))?;
+            let (q, k, v) = match &layer.qkv {
+                Qkv::Split { q, k, v } => (q.forward(&h)?, k.forward(&h)?, v.forward(&h)?),
+                Qkv::Fused(p) => {
+                    let y = p.forward(&h)?;
+                    let (qr, kr) = (self.heads * hd, self.kv_heads * hd);
+                    (
+                        y.narrow(1, 0, qr)?,
+                        y.narrow(1, qr, kr)?,
+                        y.narrow(1, qr + kr, kr)?,
+                    )
+                }
+            };
+            let heads = |y: Tensor, n: usize, norm: Option<&Tensor>| -> Result<Tensor> {
+                let mut y = y.contiguous()?.reshape((t, n, hd))?;
                 if let Some(w) = norm {
                     y = y.rms_norm(w, eps)?;
                 }
                 rope_heads(&y, &cos, &sin, self.rope_kind)
             };
-            let q = heads(&layer.q, self.heads, qn)?.affine(scale, 0.0)?;
-            let k = heads(&layer.k, self.kv_heads, kn)?;
-            let v = layer.v.forward(&h)?;
+            let q = heads(q, self.heads, qn)?.affine(scale, 0.0)?;
+            let k = heads(k, self.kv_heads, kn)?;
+            let v = v.contiguous()?;
             kv.append(&k.to_vec_flat()?, &v.to_vec_flat()?, t);
             let a = attention(&q.to_vec_flat()?, kv, start, self.window, dims);
             let a = Tensor::from_vec(a, (t, self.heads * hd), &Device::Cpu)?;
             x = x.add(&layer.o.forward(&a)?)?;
             let h = x.rms_norm(&layer.ffn_norm, eps)?;
-            let gate = layer.gate.forward(&h)?.silu()?;
-            let y = layer.down.forward(&gate.mul(&layer.up.forward(&h)?)?)?;
+            let (gate, up) = match &layer.gate_up {
+                GateUp::Split { gate, up } => (gate.forward(&h)?, up.forward(&h)?),
+                GateUp::Fused(w) => {
+                    let y = w.forward(&h)?;
+                    let f = y.dims()[1] / 2;
+                    (y.narrow(1, 0, f)?, y.narrow(1, f, f)?)
+                }
+            };
+            let y = layer.down.forward(&gate.silu()?.mul(&up)?)?;
             x = x.add(&y)?;
         }
         cache.len += t;

@@ -116,7 +116,7 @@ pub trait LanguageModel: Send + Sync {
     fn forward(&self, tokens: &[u32], cache: &mut Cache, logits: Logits) -> Result<Tensor>;
 }
 
-const SUPPORTED: &str = "gemma3, llama, mistral, qwen2, qwen3";
+const SUPPORTED: &str = "gemma3, llama, mistral, phi3, qwen2, qwen3";
 
 /// The model a GGUF file holds, chosen by `general.architecture`, weights as stored.
 pub fn load_gguf(file: &GgufFile) -> Result<Box<dyn LanguageModel>> {
@@ -128,7 +128,7 @@ pub fn load_gguf_with(file: &GgufFile, mode: WeightMode) -> Result<Box<dyn Langu
     let g = meta::Gguf::new(file)?.with_mode(mode);
     Ok(match g.arch.as_str() {
         "gemma3" => Box::new(Gemma3::from_gguf(&g)?),
-        "llama" | "mistral" | "qwen2" | "qwen3" => Box::new(Llama::from_gguf(&g)?),
+        "llama" | "mistral" | "phi3" | "qwen2" | "qwen3" => Box::new(Llama::from_gguf(&g)?),
         other => return Err(Error::UnsupportedArchitecture(other.to_string(), SUPPORTED)),
     })
 }

@@ -120,7 +120,7 @@ macro_rules! check_tile {
 }
 
 /// Blocks ahead of the current one that matvec prefetches in each weight row.
-const PREFETCH_BLOCKS: usize = 16;
+const PREFETCH_BLOCKS: usize = 32;
 
 /// The Q4_0/Q5_0/Q8_0 tile: `levels` gives a block's 32 signed levels and its scale.
 #[inline(always)]

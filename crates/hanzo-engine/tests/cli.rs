@@ -1,35 +1,17 @@
 //! `hanzo-engine run / tokenize / perplexity / bench` end to end on the Gemma 3 fixture,
 //! against llama.cpp's recorded outputs, and the errors bad input gets.
 
+mod common;
+
+use common::{engine, fixture};
 use hanzo_ml::quantized::gguf::{write_gguf, Value};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn fixture(id: &str) -> PathBuf {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/fixtures.py");
-    let out = Command::new("python3")
-        .args([script.to_str().unwrap(), "--print-path", id])
-        .output()
-        .expect("python3");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
-}
+use std::process::Output;
 
 fn reference(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../hanzo-transformers/tests/reference")
         .join(name)
-}
-
-fn engine(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hanzo-engine"))
-        .args(args)
-        .output()
-        .expect("run hanzo-engine")
 }
 
 fn stdout(o: &Output) -> String {

@@ -1,30 +1,11 @@
 //! `hanzo-engine quantize` end to end on the real fixtures.
 
+mod common;
+
+use common::{engine, fixture};
 use hanzo_ml::quantized::gguf::{GgufFile, Value};
 use hanzo_ml::quantized::GgmlDType;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-
-fn fixture(id: &str) -> PathBuf {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/fixtures.py");
-    let out = Command::new("python3")
-        .args([script.to_str().unwrap(), "--print-path", id])
-        .output()
-        .expect("python3");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
-}
-
-fn engine(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_hanzo-engine"))
-        .args(args)
-        .output()
-        .expect("run hanzo-engine")
-}
 
 fn tmp(name: &str) -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join(name)

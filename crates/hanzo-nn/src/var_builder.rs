@@ -6,7 +6,7 @@
 //! layer expects is an error naming the tensor.
 
 use crate::{Init, Param, VarMap};
-use hanzo_ml::io::safetensors::MmapedSafetensors;
+use hanzo_ml::io::safetensors::ShardedSafetensors;
 use hanzo_ml::quantized::gguf::GgufFile;
 use hanzo_ml::quantized::QTensor;
 use hanzo_ml::{DType, Device, Error, Result, Shape, Tensor};
@@ -91,25 +91,7 @@ impl VarSource for HashMap<String, Tensor> {
 }
 
 /// One or more memory-mapped safetensors files (sharded checkpoints).
-pub struct SafetensorsSource {
-    files: Vec<MmapedSafetensors>,
-    index: HashMap<String, usize>,
-}
-
-impl SafetensorsSource {
-    pub fn open<P: AsRef<Path>>(paths: &[P]) -> Result<Self> {
-        let mut files = Vec::with_capacity(paths.len());
-        let mut index = HashMap::new();
-        for (i, p) in paths.iter().enumerate() {
-            let f = MmapedSafetensors::new(p)?;
-            for n in f.names() {
-                index.insert(n.to_string(), i);
-            }
-            files.push(f);
-        }
-        Ok(Self { files, index })
-    }
-}
+pub type SafetensorsSource = ShardedSafetensors;
 
 impl VarSource for SafetensorsSource {
     fn get(&self, name: &str, shape: &Shape, _: Init, dtype: DType, dev: &Device) -> Result<Param> {
@@ -117,11 +99,11 @@ impl VarSource for SafetensorsSource {
         Ok(Param::Fixed(check_shape(name, t, shape)?))
     }
     fn get_any(&self, name: &str, dtype: DType, dev: &Device) -> Result<Tensor> {
-        let i = *self.index.get(name).ok_or_else(|| missing(name))?;
-        self.files[i].get(name)?.to_dtype(dtype)?.to_device(dev)
+        let t = ShardedSafetensors::get(self, name).ok_or_else(|| missing(name))??;
+        t.to_dtype(dtype)?.to_device(dev)
     }
     fn contains(&self, name: &str) -> bool {
-        self.index.contains_key(name)
+        ShardedSafetensors::contains(self, name)
     }
 }
 

@@ -2,7 +2,7 @@
 //! or safetensors (a file, or a directory with `model.safetensors` and `config.json`).
 
 use anyhow::{bail, Context, Result};
-use hanzo_ml::io::safetensors::MmapedSafetensors;
+use hanzo_ml::io::safetensors::{self, MmapedSafetensors};
 use hanzo_ml::quantized::gguf::{GgufFile, Value};
 use hanzo_ml::quantized::GgmlDType;
 use hanzo_ml::DType;
@@ -45,14 +45,7 @@ fn float_type(dt: DType) -> Option<GgmlDType> {
 impl Source {
     pub fn open(path: &Path) -> Result<Self> {
         if path.is_dir() {
-            let mut shards: Vec<PathBuf> = std::fs::read_dir(path)?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|e| e == "safetensors"))
-                .collect();
-            shards.sort();
-            if shards.is_empty() {
-                bail!("{} holds no .safetensors files", path.display());
-            }
+            let shards = safetensors::files_in_dir(path)?;
             let config = match std::fs::read_to_string(path.join("config.json")) {
                 Ok(s) => Some(serde_json::from_str(&s).context("config.json is not valid JSON")?),
                 Err(_) => None,

@@ -19,7 +19,7 @@ use half::{bf16, f16};
 use memmap2::Mmap;
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// A safetensors file opened once: mapped and its header parsed and validated. Tensors are
@@ -138,6 +138,54 @@ impl MmapedSafetensors {
         };
         let storage = mapped.unwrap_or_else(|| storage_from_bytes(dtype, bytes));
         Tensor::from_cpu_storage(storage, info.shape.clone())
+    }
+}
+
+/// The `*.safetensors` files of a directory (a checkpoint's shards), in name order; an error
+/// when there is none.
+pub fn files_in_dir(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "safetensors"))
+        .collect();
+    paths.sort();
+    if paths.is_empty() {
+        return Err(Error::format(
+            dir.display().to_string(),
+            "holds no .safetensors files",
+        ));
+    }
+    Ok(paths)
+}
+
+/// Several safetensors files read as one (a sharded checkpoint), with a name → file index.
+pub struct ShardedSafetensors {
+    files: Vec<MmapedSafetensors>,
+    index: HashMap<String, usize>,
+}
+
+impl ShardedSafetensors {
+    pub fn open<P: AsRef<Path>>(paths: &[P]) -> Result<Self> {
+        let mut files = Vec::with_capacity(paths.len());
+        let mut index = HashMap::new();
+        for (i, p) in paths.iter().enumerate() {
+            let f = MmapedSafetensors::new(p)?;
+            for n in f.names() {
+                index.insert(n.to_string(), i);
+            }
+            files.push(f);
+        }
+        Ok(Self { files, index })
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.index.contains_key(name)
+    }
+
+    /// The tensor `name`, from whichever shard holds it; `None` when none does.
+    pub fn get(&self, name: &str) -> Option<Result<Tensor>> {
+        let &i = self.index.get(name)?;
+        Some(self.files[i].get(name))
     }
 }
 

@@ -53,38 +53,21 @@ const LOCAL_ROPE_BASE: f64 = 10_000.0;
 
 impl Gemma3 {
     pub(crate) fn from_gguf(g: &Gguf) -> Result<Self> {
-        let hidden = g.usize("embedding_length")?;
-        let n_layers = g.usize("block_count")?;
-        let ffn = g.usize("feed_forward_length")?;
-        let heads = g.usize("attention.head_count")?;
-        let kv_heads = g.opt_usize("attention.head_count_kv")?.unwrap_or(heads);
-        let head_dim = g
-            .opt_usize("attention.key_length")?
-            .unwrap_or(hidden / heads);
+        let super::meta::DecoderShape {
+            hidden,
+            layers: n_layers,
+            ffn,
+            heads,
+            kv_heads,
+            head_dim,
+        } = g.decoder_shape()?;
         let eps = g.f64_or("attention.layer_norm_rms_epsilon", 1e-6)?;
         let window = g.opt_usize("attention.sliding_window")?;
         let ctx = g.opt_usize("context_length")?.unwrap_or(32_768);
         let base = g.f64_or("rope.freq_base", 1_000_000.0)?;
         let factor = g.f64_or("rope.scaling.factor", 1.0)?.max(1.0);
-        if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 {
-            return Err(crate::Error::model(
-                "gemma3",
-                format!("{heads} heads do not group over {kv_heads} KV heads"),
-            ));
-        }
-        let embed = Arc::new(g.weight("token_embd.weight")?);
+        let (embed, output) = g.embedding_and_output(hidden)?;
         let vocab = embed.shape().dims()[0];
-        if embed.shape().dims() != [vocab, hidden] {
-            return Err(crate::Error::model(
-                "gemma3",
-                format!("token_embd.weight has shape {:?}", embed.shape().dims()),
-            ));
-        }
-        let output = if g.has_tensor("output.weight") {
-            g.matmul("output.weight", vocab, hidden)?
-        } else {
-            g.matmul_of(embed.clone())?
-        };
         let mut layers = Vec::with_capacity(n_layers);
         for i in 0..n_layers {
             let n = |s: &str| format!("blk.{i}.{s}.weight");

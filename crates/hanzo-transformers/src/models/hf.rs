@@ -8,22 +8,20 @@
 
 use super::meta::{Gguf, Params, TensorSource, WeightMode};
 use crate::{Error, Result};
-use hanzo_ml::io::safetensors::MmapedSafetensors;
+use hanzo_ml::io::safetensors::{files_in_dir, ShardedSafetensors};
 use hanzo_ml::quantized::gguf::Value;
 use hanzo_ml::quantized::{GgmlDType, QTensor};
 use hanzo_ml::{DType, Tensor};
 use serde_json::Value as Json;
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Architectures a directory can hold, by `config.json`'s `model_type`.
 pub const SUPPORTED: &str = "llama, mistral, phi3, qwen2, qwen3";
 
 /// The safetensors files of a directory, with GGUF-style names.
 pub struct SafetensorsDir {
-    files: Vec<MmapedSafetensors>,
-    /// HF tensor name → index into `files`.
-    index: HashMap<String, usize>,
+    shards: ShardedSafetensors,
     /// Q/K rows are permuted for interleaved RoPE: (query heads, KV heads).
     permute_qk: Option<(usize, usize)>,
     /// Phi-3's `mlp.gate_up_proj` is GGUF's `ffn_up`.
@@ -32,38 +30,11 @@ pub struct SafetensorsDir {
 
 impl SafetensorsDir {
     fn open(dir: &Path, permute_qk: Option<(usize, usize)>, fused_gate_up: bool) -> Result<Self> {
-        let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
-            .map_err(|e| Error::model("safetensors", format!("{}: {e}", dir.display())))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|e| e == "safetensors"))
-            .collect();
-        paths.sort();
-        if paths.is_empty() {
-            return Err(Error::model(
-                "safetensors",
-                format!("{} holds no .safetensors file", dir.display()),
-            ));
-        }
-        let mut files = Vec::with_capacity(paths.len());
-        let mut index = HashMap::new();
-        for (i, p) in paths.iter().enumerate() {
-            let st = MmapedSafetensors::new(p)?;
-            for n in st.names() {
-                index.insert(n.to_string(), i);
-            }
-            files.push(st);
-        }
         Ok(Self {
-            files,
-            index,
+            shards: ShardedSafetensors::open(&files_in_dir(dir)?)?,
             permute_qk,
             fused_gate_up,
         })
-    }
-
-    fn tensor(&self, hf: &str) -> Option<Result<Tensor>> {
-        let &i = self.index.get(hf)?;
-        Some(self.files[i].get(hf).map_err(Error::from))
     }
 }
 
@@ -121,14 +92,15 @@ fn permute_rows(t: &Tensor, heads: usize) -> Result<Tensor> {
 
 impl TensorSource for SafetensorsDir {
     fn has(&self, name: &str) -> bool {
-        hf_name(name, self.fused_gate_up).is_some_and(|n| self.index.contains_key(&n))
+        hf_name(name, self.fused_gate_up).is_some_and(|n| self.shards.contains(&n))
     }
 
     fn get(&self, name: &str) -> Result<QTensor> {
         let hf = hf_name(name, self.fused_gate_up)
             .ok_or_else(|| Error::model("safetensors", format!("no tensor for {name}")))?;
         let mut t = self
-            .tensor(&hf)
+            .shards
+            .get(&hf)
             .ok_or_else(|| Error::model("safetensors", format!("missing tensor {hf}")))??;
         if let Some((heads, kv_heads)) = self.permute_qk {
             if name.contains(".attn_q.") {

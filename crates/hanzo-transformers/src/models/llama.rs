@@ -66,20 +66,14 @@ pub struct Llama {
 
 impl Llama {
     pub(crate) fn from_gguf(g: &Gguf) -> Result<Self> {
-        let hidden = g.usize("embedding_length")?;
-        let n_layers = g.usize("block_count")?;
-        let ffn = g.usize("feed_forward_length")?;
-        let heads = g.usize("attention.head_count")?;
-        let kv_heads = g.opt_usize("attention.head_count_kv")?.unwrap_or(heads);
-        if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 {
-            return Err(Error::model(
-                &g.arch,
-                format!("{heads} heads do not group over {kv_heads} KV heads"),
-            ));
-        }
-        let head_dim = g
-            .opt_usize("attention.key_length")?
-            .unwrap_or(hidden / heads);
+        let super::meta::DecoderShape {
+            hidden,
+            layers: n_layers,
+            ffn,
+            heads,
+            kv_heads,
+            head_dim,
+        } = g.decoder_shape()?;
         let rot_dim = g.opt_usize("rope.dimension_count")?.unwrap_or(head_dim);
         let eps = g.f64_or("attention.layer_norm_rms_epsilon", 1e-5)?;
         let ctx = g.opt_usize("context_length")?.unwrap_or(4096);
@@ -135,19 +129,8 @@ impl Llama {
                 rope = rope.with_freq_factors(&f)?;
             }
         }
-        let embed = Arc::new(g.weight("token_embd.weight")?);
+        let (embed, output) = g.embedding_and_output(hidden)?;
         let vocab = embed.shape().dims()[0];
-        if embed.shape().dims() != [vocab, hidden] {
-            return Err(Error::model(
-                &g.arch,
-                format!("token_embd.weight has shape {:?}", embed.shape().dims()),
-            ));
-        }
-        let output = if g.has_tensor("output.weight") {
-            g.matmul("output.weight", vocab, hidden)?
-        } else {
-            g.matmul_of(embed.clone())?
-        };
         let mut layers = Vec::with_capacity(n_layers);
         for i in 0..n_layers {
             let n = |s: &str| format!("blk.{i}.{s}.weight");

@@ -54,6 +54,16 @@ impl Params<'_> {
     }
 }
 
+/// The sizes every decoder architecture reads the same way, checked once.
+pub struct DecoderShape {
+    pub hidden: usize,
+    pub layers: usize,
+    pub ffn: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+}
+
 pub struct Gguf<'a> {
     pub arch: String,
     params: Params<'a>,
@@ -94,6 +104,48 @@ impl<'a> Gguf<'a> {
     pub fn with_mode(mut self, mode: WeightMode) -> Self {
         self.mode = mode;
         self
+    }
+
+    /// Hidden size, layer count, FFN width and the (grouped) attention heads.
+    pub fn decoder_shape(&self) -> Result<DecoderShape> {
+        let hidden = self.usize("embedding_length")?;
+        let heads = self.usize("attention.head_count")?;
+        let kv_heads = self.opt_usize("attention.head_count_kv")?.unwrap_or(heads);
+        if heads == 0 || kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
+            return Err(Error::model(
+                &self.arch,
+                format!("{heads} heads do not group over {kv_heads} KV heads"),
+            ));
+        }
+        Ok(DecoderShape {
+            hidden,
+            layers: self.usize("block_count")?,
+            ffn: self.usize("feed_forward_length")?,
+            heads,
+            kv_heads,
+            head_dim: self
+                .opt_usize("attention.key_length")?
+                .unwrap_or(hidden / heads),
+        })
+    }
+
+    /// The token embedding `[vocab, hidden]` and the output projection, tied to the embedding
+    /// when the file has no `output.weight`.
+    pub fn embedding_and_output(&self, hidden: usize) -> Result<(Arc<QTensor>, QMatMul)> {
+        let embed = Arc::new(self.weight("token_embd.weight")?);
+        let vocab = embed.shape().dims()[0];
+        if embed.shape().dims() != [vocab, hidden] {
+            return Err(Error::model(
+                &self.arch,
+                format!("token_embd.weight has shape {:?}", embed.shape().dims()),
+            ));
+        }
+        let output = if self.has_tensor("output.weight") {
+            self.matmul("output.weight", vocab, hidden)?
+        } else {
+            self.matmul_of(embed.clone())?
+        };
+        Ok((embed, output))
     }
 
     /// `{arch}.{key}` as a string.

@@ -39,14 +39,7 @@ impl Pretokenizer {
                 )))
             }
         };
-        let regexes = exprs
-            .iter()
-            .map(|e| Regex::new(e).map_err(|err| Error::Tokenizer(format!("regex {e}: {err}"))))
-            .collect::<Result<_>>()?;
-        Ok(Self {
-            regexes,
-            ignore_merges,
-        })
+        Self::from_regexes(exprs, ignore_merges)
     }
 
     /// The GPT-2 regex: what a `ByteLevel` pre-tokenizer with `use_regex` applies.
@@ -54,10 +47,13 @@ impl Pretokenizer {
 
     /// A cascade of explicit regexes (a tokenizer.json's `Split` / `Digits` / `ByteLevel`
     /// pre-tokenizers, in order).
-    pub fn from_regexes(exprs: &[String], ignore_merges: bool) -> Result<Self> {
+    pub fn from_regexes(exprs: &[impl AsRef<str>], ignore_merges: bool) -> Result<Self> {
         let regexes = exprs
             .iter()
-            .map(|e| Regex::new(e).map_err(|err| Error::Tokenizer(format!("regex {e}: {err}"))))
+            .map(|e| {
+                let e = e.as_ref();
+                Regex::new(e).map_err(|err| Error::Tokenizer(format!("regex {e}: {err}")))
+            })
             .collect::<Result<_>>()?;
         Ok(Self {
             regexes,

@@ -90,17 +90,7 @@ fn gguf() -> GgufFile {
 /// The fixture as a Hugging Face directory, converted once per test run.
 fn hf_dir() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("smollm2-hf");
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/gguf_to_hf.py");
-        let src = common::fixture("smollm2");
-        let status = std::process::Command::new("python3")
-            .args([script, src.to_str().unwrap(), dir.to_str().unwrap()])
-            .status()
-            .expect("python3");
-        assert!(status.success(), "gguf_to_hf.py failed");
-        dir
-    })
+    DIR.get_or_init(|| common::convert_fixture("gguf_to_hf.py", &[], "smollm2", "smollm2-hf"))
 }
 
 #[test]
@@ -225,15 +215,7 @@ fn bad_model_directories_get_clear_errors() {
 /// the logits must be the Llama layout's, and transformers' in f32.
 #[test]
 fn phi3_layout_computes_the_llama_logits() {
-    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("smollm2-as-phi3.gguf");
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/gguf_as_phi3.py");
-    let src = common::fixture("smollm2");
-    let ok = std::process::Command::new("python3")
-        .args([script, src.to_str().unwrap(), path.to_str().unwrap()])
-        .status()
-        .expect("python3")
-        .success();
-    assert!(ok, "gguf_as_phi3.py failed");
+    let path = common::convert_fixture("gguf_as_phi3.py", &[], "smollm2", "smollm2-as-phi3.gguf");
     let phi3_file = GgufFile::open(&path).unwrap();
     let phi3 = load_gguf_with(&phi3_file, WeightMode::F32).unwrap();
     assert_eq!(phi3.info().architecture, "phi3");

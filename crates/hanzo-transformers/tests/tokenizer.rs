@@ -111,20 +111,12 @@ fn smollm2_and_qwen2_bpe_ids_equal_llama_cpp() {
 /// scripts/gguf_to_hf.py): our reader, the tokenizers crate and llama.cpp agree.
 #[test]
 fn qwen2_tokenizer_json_gives_llama_cpp_ids() {
-    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("qwen2-tokenizer");
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/gguf_to_hf.py");
-    let src = common::fixture("qwen2");
-    let ok = std::process::Command::new("python3")
-        .args([
-            script,
-            "--tokenizer-only",
-            src.to_str().unwrap(),
-            dir.to_str().unwrap(),
-        ])
-        .status()
-        .expect("python3")
-        .success();
-    assert!(ok, "gguf_to_hf.py failed");
+    let dir = common::convert_fixture(
+        "gguf_to_hf.py",
+        &["--tokenizer-only"],
+        "qwen2",
+        "qwen2-tokenizer",
+    );
     let ours = Tokenizer::from_hf_dir(&dir).unwrap();
     let hf = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json")).unwrap();
     let r = common::reference("bpe-tokenize-llamacpp.json");

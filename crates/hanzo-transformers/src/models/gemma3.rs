@@ -53,6 +53,7 @@ const LOCAL_ROPE_BASE: f64 = 10_000.0;
 
 impl Gemma3 {
     pub(crate) fn from_gguf(g: &Gguf) -> Result<Self> {
+        let shape = g.decoder_shape()?;
         let super::meta::DecoderShape {
             hidden,
             layers: n_layers,
@@ -60,7 +61,7 @@ impl Gemma3 {
             heads,
             kv_heads,
             head_dim,
-        } = g.decoder_shape()?;
+        } = shape;
         let eps = g.f64_or("attention.layer_norm_rms_epsilon", 1e-6)?;
         let window = g.opt_usize("attention.sliding_window")?;
         let ctx = g.opt_usize("context_length")?.unwrap_or(32_768);
@@ -96,14 +97,7 @@ impl Gemma3 {
         // the released text models.
         let attn_scale = 1.0 / (head_dim as f64).sqrt();
         Ok(Self {
-            info: ModelInfo {
-                architecture: "gemma3".into(),
-                vocab_size: vocab,
-                context_length: ctx,
-                hidden_size: hidden,
-                layers: n_layers,
-                kv_row: kv_heads * head_dim,
-            },
+            info: shape.info("gemma3", vocab, ctx),
             embed,
             output,
             final_norm: g.vector("output_norm.weight", hidden)?,

@@ -66,6 +66,7 @@ pub struct Llama {
 
 impl Llama {
     pub(crate) fn from_gguf(g: &Gguf) -> Result<Self> {
+        let shape = g.decoder_shape()?;
         let super::meta::DecoderShape {
             hidden,
             layers: n_layers,
@@ -73,7 +74,7 @@ impl Llama {
             heads,
             kv_heads,
             head_dim,
-        } = g.decoder_shape()?;
+        } = shape;
         let rot_dim = g.opt_usize("rope.dimension_count")?.unwrap_or(head_dim);
         let eps = g.f64_or("attention.layer_norm_rms_epsilon", 1e-5)?;
         let ctx = g.opt_usize("context_length")?.unwrap_or(4096);
@@ -178,14 +179,7 @@ impl Llama {
             _ => Window::Full,
         };
         Ok(Self {
-            info: ModelInfo {
-                architecture: g.arch.clone(),
-                vocab_size: vocab,
-                context_length: ctx,
-                hidden_size: hidden,
-                layers: n_layers,
-                kv_row: kv_heads * head_dim,
-            },
+            info: shape.info(&g.arch, vocab, ctx),
             embed,
             output,
             final_norm: g.vector("output_norm.weight", hidden)?,

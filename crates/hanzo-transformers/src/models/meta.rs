@@ -2,6 +2,7 @@
 //! tensors under GGUF's names, with errors that name the missing key or tensor, and the
 //! [`WeightMode`] that decides how matmul weights are held in memory.
 
+use super::ModelInfo;
 use crate::{Error, Result};
 use hanzo_ml::quantized::gguf::{GgufFile, Value};
 use hanzo_ml::quantized::isq::quantize_weight;
@@ -62,6 +63,19 @@ pub struct DecoderShape {
     pub heads: usize,
     pub kv_heads: usize,
     pub head_dim: usize,
+}
+
+impl DecoderShape {
+    pub fn info(&self, architecture: &str, vocab_size: usize, context_length: usize) -> ModelInfo {
+        ModelInfo {
+            architecture: architecture.to_string(),
+            vocab_size,
+            context_length,
+            hidden_size: self.hidden,
+            layers: self.layers,
+            kv_row: self.kv_heads * self.head_dim,
+        }
+    }
 }
 
 pub struct Gguf<'a> {

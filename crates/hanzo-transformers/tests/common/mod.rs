@@ -38,3 +38,22 @@ pub fn ids(v: &serde_json::Value) -> Vec<u32> {
         .map(|x| x.as_u64().unwrap() as u32)
         .collect()
 }
+
+/// Runs a converter from scripts/ on fixture `id`, writing `out` (a name under the test
+/// target's temporary folder), and returns the output path.
+pub fn convert_fixture(script: &str, flags: &[&str], id: &str, out: &str) -> PathBuf {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scripts")
+        .join(script);
+    let src = fixture(id);
+    let dst = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(out);
+    let ok = Command::new("python3")
+        .arg(&script)
+        .args(flags)
+        .args([&src, &dst])
+        .status()
+        .expect("python3")
+        .success();
+    assert!(ok, "{} failed", script.display());
+    dst
+}

@@ -2,7 +2,8 @@
 //! activations. Every function here requires those features; `dot::pick_*` checks them.
 //!
 //! The common step: 32 signed 8-bit products summed in pairs by `maddubs` (u8 × i8 → i16),
-//! then in fours by `madd` (i16 × i16 → i32), then scaled in f32.
+//! then in fours by `madd` (i16 × i16 → i32), then scaled in f32. The Q4_0/Q5_0/Q8_0 tile is
+//! generic over that step (`ByteDot`), so `vnni.rs` reuses it with a single `vpdpbusd`.
 
 use crate::quantized::blocks::*;
 use std::arch::x86_64::*;
@@ -15,7 +16,7 @@ unsafe fn load256(p: &[u8]) -> __m256i {
 }
 
 #[inline(always)]
-unsafe fn load256_i8(p: &[i8]) -> __m256i {
+pub(super) unsafe fn load256_i8(p: &[i8]) -> __m256i {
     debug_assert!(p.len() >= 32);
     // SAFETY: as `load256`.
     unsafe { _mm256_loadu_si256(p.as_ptr() as *const __m256i) }
@@ -28,7 +29,7 @@ unsafe fn load256_i8(p: &[i8]) -> __m256i {
 /// the whole register, so nothing waits on older values. (Converting in general registers
 /// instead is slow too: k-quant super-block scales of real weights are mostly subnormal.)
 #[inline(always)]
-fn cvt_f16x2(bits: u32) -> __m128 {
+pub(super) fn cvt_f16x2(bits: u32) -> __m128 {
     let out: __m128;
     // SAFETY: two register-only instructions; every caller runs with F16C enabled (the
     // kernels here are reached only after `has_avx2()` checked AVX2, FMA and F16C).
@@ -45,7 +46,7 @@ fn cvt_f16x2(bits: u32) -> __m128 {
 }
 
 #[inline(always)]
-fn f16_to_f32(h: half::f16) -> f32 {
+pub(super) fn f16_to_f32(h: half::f16) -> f32 {
     // SAFETY: reading lane 0 of a vector has no preconditions.
     unsafe { _mm_cvtss_f32(cvt_f16x2(h.to_bits() as u32)) }
 }
@@ -60,7 +61,7 @@ unsafe fn f16_product(a: half::f16, b: half::f16) -> f32 {
 
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn hsum(v: __m256) -> f32 {
+pub(super) unsafe fn hsum(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
@@ -76,7 +77,7 @@ unsafe fn hsum128(s: __m128) -> f32 {
 /// 16 packed bytes → 32 bytes: the low nibbles in the low half, the high nibbles above.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn nibbles_32(qs: &[u8; 16]) -> __m256i {
+pub(super) unsafe fn nibbles_32(qs: &[u8; 16]) -> __m256i {
     // SAFETY: qs is exactly 16 bytes; loadu has no alignment need.
     let lo = unsafe { _mm_loadu_si128(qs.as_ptr() as *const __m128i) };
     let hi = _mm_srli_epi16(lo, 4);
@@ -86,7 +87,7 @@ unsafe fn nibbles_32(qs: &[u8; 16]) -> __m256i {
 /// 32 bits → 32 bytes, 0xFF where the bit is set.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn bits_32(qh: [u8; 4]) -> __m256i {
+pub(super) unsafe fn bits_32(qh: [u8; 4]) -> __m256i {
     let word = _mm256_set1_epi32(i32::from_le_bytes(qh));
     // Byte k of the result takes byte k/8 of the word...
     let spread = _mm256_shuffle_epi8(
@@ -110,29 +111,40 @@ unsafe fn dot_u8_i32(x: __m256i, y: __m256i) -> __m256i {
     _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), _mm256_set1_epi16(1))
 }
 
-/// Every block against every activation row of a tile: `R` weight rows by `C` activation rows
-/// share each load and each unpacked block. All slices hold the same number of blocks.
-macro_rules! check_tile {
-    ($w:expr, $x:expr) => {
-        let nb = $x[0].len();
-        assert!($w.iter().all(|w| w.len() == nb) && $x.iter().all(|x| x.len() == nb));
-    };
+/// `acc` plus the sums of 4 adjacent `u8 × i8` products, in 8 i32 lanes. The callers keep
+/// every pair sum within i16 (|u| ≤ 128, |s| ≤ 127), so `maddubs` never saturates and every
+/// implementation gives the same integers.
+pub(super) trait ByteDot {
+    /// # Safety
+    /// The implementation's CPU features must be enabled in the caller.
+    unsafe fn dot(acc: __m256i, u: __m256i, s: __m256i) -> __m256i;
+}
+
+/// AVX2: `maddubs` then `madd` by ones.
+pub(super) struct Madd;
+
+impl ByteDot for Madd {
+    #[inline(always)]
+    unsafe fn dot(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+        // SAFETY: the caller enables AVX2.
+        unsafe { _mm256_add_epi32(acc, dot_u8_i32(u, s)) }
+    }
 }
 
 /// Blocks ahead of the current one that matvec prefetches in each weight row.
-const PREFETCH_BLOCKS: usize = 32;
+pub(super) const PREFETCH_BLOCKS: usize = 32;
 
 /// The Q4_0/Q5_0/Q8_0 tile: `levels` gives a block's 32 signed levels and its scale.
 #[inline(always)]
-unsafe fn legacy_tile<B, const R: usize, const C: usize>(
+pub(super) unsafe fn legacy_tile<D: ByteDot, B, const R: usize, const C: usize>(
     w: [&[B]; R],
     x: [&[BlockQ8_0]; C],
     levels: impl Fn(&B) -> (__m256i, half::f16),
 ) -> [[f32; C]; R] {
     check_tile!(w, x);
-    // SAFETY: the callers enable AVX2, FMA and F16C; loads stay inside block fields.
+    // SAFETY: the callers enable AVX2, FMA, F16C and `D`'s features; loads stay inside
+    // block fields.
     unsafe {
-        let ones = _mm256_set1_epi16(1);
         let mut acc = [[_mm256_setzero_ps(); C]; R];
         for i in 0..x[0].len() {
             if C == 1 {
@@ -152,8 +164,8 @@ unsafe fn legacy_tile<B, const R: usize, const C: usize>(
                 // maddubs wants one unsigned operand: move the weight's sign onto x.
                 let aq = _mm256_sign_epi8(q, q);
                 for c in 0..C {
-                    let p = _mm256_maddubs_epi16(aq, _mm256_sign_epi8(xs[c].0, q));
-                    let p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+                    let sx = _mm256_sign_epi8(xs[c].0, q);
+                    let p = _mm256_cvtepi32_ps(D::dot(_mm256_setzero_si256(), aq, sx));
                     acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(wd * xs[c].1), p, acc[r][c]);
                 }
             }
@@ -162,13 +174,39 @@ unsafe fn legacy_tile<B, const R: usize, const C: usize>(
     }
 }
 
+/// A Q8_0 block's levels and scale.
+#[inline(always)]
+pub(super) unsafe fn q8_0_levels(b: &BlockQ8_0) -> (__m256i, half::f16) {
+    // SAFETY: qs is 32 bytes; the caller enables AVX2.
+    unsafe { (load256_i8(&b.qs), b.d) }
+}
+
+/// A Q4_0 block's levels (nibble - 8) and scale.
+#[inline(always)]
+pub(super) unsafe fn q4_0_levels(b: &BlockQ4_0) -> (__m256i, half::f16) {
+    // SAFETY: the caller enables AVX2.
+    unsafe { (_mm256_sub_epi8(nibbles_32(&b.qs), _mm256_set1_epi8(8)), b.d) }
+}
+
+/// A Q5_0 block's levels (5-bit value - 16) and scale.
+#[inline(always)]
+pub(super) unsafe fn q5_0_levels(b: &BlockQ5_0) -> (__m256i, half::f16) {
+    // SAFETY: the caller enables AVX2.
+    unsafe {
+        // level - 16 as a signed byte: the nibble where the 5th bit is set, the nibble
+        // with 0xF0 or-ed in (i.e. minus 16) where it is not.
+        let high = _mm256_andnot_si256(bits_32(b.qh), _mm256_set1_epi8(0xF0u8 as i8));
+        (_mm256_or_si256(nibbles_32(&b.qs), high), b.d)
+    }
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn q8_0_tile<const R: usize, const C: usize>(
     w: [&[BlockQ8_0]; R],
     x: [&[BlockQ8_0]; C],
 ) -> [[f32; C]; R] {
-    // SAFETY: this function enables the features legacy_tile needs.
-    unsafe { legacy_tile(w, x, |b| (load256_i8(&b.qs), b.d)) }
+    // SAFETY: this function enables the features legacy_tile and Madd need.
+    unsafe { legacy_tile::<Madd, _, R, C>(w, x, |b| q8_0_levels(b)) }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -177,10 +215,7 @@ pub unsafe fn q4_0_tile<const R: usize, const C: usize>(
     x: [&[BlockQ8_0]; C],
 ) -> [[f32; C]; R] {
     // SAFETY: as in q8_0_tile.
-    unsafe {
-        let eight = _mm256_set1_epi8(8);
-        legacy_tile(w, x, |b| (_mm256_sub_epi8(nibbles_32(&b.qs), eight), b.d))
-    }
+    unsafe { legacy_tile::<Madd, _, R, C>(w, x, |b| q4_0_levels(b)) }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -189,15 +224,7 @@ pub unsafe fn q5_0_tile<const R: usize, const C: usize>(
     x: [&[BlockQ8_0]; C],
 ) -> [[f32; C]; R] {
     // SAFETY: as in q8_0_tile.
-    unsafe {
-        let f0 = _mm256_set1_epi8(0xF0u8 as i8);
-        legacy_tile(w, x, |b| {
-            // level - 16 as a signed byte: the nibble where the 5th bit is set, the nibble
-            // with 0xF0 or-ed in (i.e. minus 16) where it is not.
-            let high = _mm256_andnot_si256(bits_32(b.qh), f0);
-            (_mm256_or_si256(nibbles_32(&b.qs), high), b.d)
-        })
-    }
+    unsafe { legacy_tile::<Madd, _, R, C>(w, x, |b| q5_0_levels(b)) }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]

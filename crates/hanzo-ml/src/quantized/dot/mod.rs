@@ -1,30 +1,103 @@
-//! Quantized dot-product kernels, picked at run time. Each `pick_*` returns the fastest
-//! kernel this CPU runs for one weight type; the scalar form in `blocks` is the reference the
-//! SIMD kernels are tested against.
+//! Quantized dot-product kernels, picked at run time. Each `pick_*` / `tile_*` returns the
+//! fastest kernel this CPU runs for one weight type (see `Isa`); the scalar form in `blocks`
+//! is the reference the SIMD kernels are tested against.
+
+/// Every block against every activation row of a tile: `R` weight rows by `C` activation rows
+/// share each load and each unpacked block. All slices hold the same number of blocks.
+macro_rules! check_tile {
+    ($w:expr, $x:expr) => {
+        let nb = $x[0].len();
+        assert!($w.iter().all(|w| w.len() == nb) && $x.iter().all(|x| x.len() == nb));
+    };
+}
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod vnni;
 
 use super::blocks::*;
 
-/// Whether the AVX2 kernel set (AVX2 + FMA + F16C) can run here.
-pub fn has_avx2() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        is_x86_feature_detected!("avx2")
-            && is_x86_feature_detected!("fma")
-            && is_x86_feature_detected!("f16c")
+/// The kernel sets, in order of preference. Each level's CPU features include everything
+/// the kernels of the levels below it need, so a type without a kernel at one level takes
+/// the next one down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Isa {
+    Scalar,
+    /// AVX2 + FMA + F16C.
+    Avx2,
+    /// AVX2 plus AVX-VNNI's 256-bit `vpdpbusd`.
+    AvxVnni,
+    /// AVX2 plus AVX-512 F/BW/VL and AVX512-VNNI: 512-bit tiles.
+    Avx512Vnni,
+}
+
+impl Isa {
+    pub const ALL: [Isa; 4] = [Isa::Scalar, Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::AvxVnni => "avxvnni",
+            Isa::Avx512Vnni => "avx512vnni",
+        }
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
+
+    /// Whether this CPU has every feature this level's kernels use.
+    pub fn supported(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            let avx2 = has!("avx2") && has!("fma") && has!("f16c");
+            let avx512 = has!("avx512f") && has!("avx512bw") && has!("avx512vl");
+            match self {
+                Isa::Scalar => true,
+                Isa::Avx2 => avx2,
+                // Listed above Avx2 only: a CPU at the Avx512Vnni level may lack AVX-VNNI, so
+                // every type with an AvxVnni kernel also has an Avx512Vnni one.
+                Isa::AvxVnni => avx2 && has!("avxvnni"),
+                Isa::Avx512Vnni => avx2 && avx512 && has!("avx512vnni"),
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            self == Isa::Scalar
+        }
+    }
+
+    /// The best supported level, or the one `HANZO_QUANT_ISA` names (`scalar`, `avx2`,
+    /// `avxvnni`, `avx512vnni`) where this CPU supports it — for comparisons and debugging.
+    pub fn detect() -> Isa {
+        let best = Isa::ALL.into_iter().rev().find(|isa| isa.supported());
+        let best = best.unwrap_or(Isa::Scalar);
+        match std::env::var("HANZO_QUANT_ISA") {
+            Ok(name) => match Isa::ALL.into_iter().find(|isa| isa.name() == name) {
+                Some(isa) if isa.supported() => isa,
+                _ => {
+                    eprintln!(
+                        "HANZO_QUANT_ISA={name}: not a kernel set this CPU runs; using {}",
+                        best.name()
+                    );
+                    best
+                }
+            },
+            Err(_) => best,
+        }
     }
 }
 
-/// Set `HANZO_QUANT_SCALAR=1` to force the scalar kernels (for comparisons and debugging).
-fn simd_allowed() -> bool {
-    static ALLOWED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ALLOWED.get_or_init(|| std::env::var_os("HANZO_QUANT_SCALAR").is_none())
+/// The kernel set every `pick_*` and `tile_*` uses, decided once per process.
+pub fn isa() -> Isa {
+    static ISA: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
+    *ISA.get_or_init(Isa::detect)
+}
+
+/// Whether the AVX2 kernel set (AVX2 + FMA + F16C) is in use.
+pub fn has_avx2() -> bool {
+    isa() >= Isa::Avx2
 }
 
 /// Quantizes a row of activations; the SIMD forms give the reference's exact bytes.
@@ -34,7 +107,7 @@ macro_rules! quantize_picker {
     ($name:ident, $block:ty, $avx2:ident, $reference:ident) => {
         pub fn $name() -> QuantizeFn<$block> {
             #[cfg(target_arch = "x86_64")]
-            if has_avx2() && simd_allowed() {
+            if has_avx2() {
                 fn kernel(xs: &[f32], out: &mut [$block]) {
                     // SAFETY: handed out only after `has_avx2()` confirmed AVX2 and FMA.
                     unsafe { avx2::$avx2(xs, out) }
@@ -58,7 +131,7 @@ macro_rules! picker {
     ($name:ident, $block:ty, $avx2:ident) => {
         pub fn $name() -> VecDotFn<$block> {
             #[cfg(target_arch = "x86_64")]
-            if has_avx2() && simd_allowed() {
+            if has_avx2() {
                 fn kernel(w: &[$block], x: &[<$block as GgmlBlock>::Dot]) -> f32 {
                     // SAFETY: this function is only handed out after `has_avx2()` confirmed
                     // AVX2, FMA and F16C at run time.
@@ -71,44 +144,67 @@ macro_rules! picker {
     };
 }
 
-/// `$one` picks the single dot product (the 1x1 tile) and `$tile` the `R x C` tiles.
+/// `$tile_for(isa)` gives the `R x C` tile kernel of the best level at or below `isa` that
+/// has one for this type (the `$level => $module` list, best first), `$one_for(isa)` the
+/// 1x1 tile as a dot product; `$tile` and `$one` use the process-wide `isa()`.
 macro_rules! tile_picker {
-    ($one:ident, $tile:ident, $block:ty, $avx2:ident) => {
-        pub fn $tile<const R: usize, const C: usize>() -> Option<TileFn<$block, R, C>> {
-            #[cfg(target_arch = "x86_64")]
-            if has_avx2() && simd_allowed() {
-                fn kernel<const R: usize, const C: usize>(
-                    w: [&[$block]; R],
-                    x: [&[<$block as GgmlBlock>::Dot]; C],
-                ) -> [[f32; C]; R] {
-                    // SAFETY: handed out only after `has_avx2()` confirmed AVX2, FMA and F16C.
-                    unsafe { avx2::$avx2::<R, C>(w, x) }
+    ($one:ident, $one_for:ident, $tile:ident, $tile_for:ident, $block:ty, $kernel:ident,
+     [$($level:ident => $module:ident),+]) => {
+        pub fn $tile_for<const R: usize, const C: usize>(
+            isa: Isa,
+        ) -> Option<TileFn<$block, R, C>> {
+            assert!(isa.supported(), "{isa:?} kernels on a CPU without them");
+            $(
+                #[cfg(target_arch = "x86_64")]
+                if isa >= Isa::$level {
+                    fn kernel<const R: usize, const C: usize>(
+                        w: [&[$block]; R],
+                        x: [&[<$block as GgmlBlock>::Dot]; C],
+                    ) -> [[f32; C]; R] {
+                        // SAFETY: handed out only for a supported level at or above this one,
+                        // whose features include this kernel's (see `Isa`).
+                        unsafe { $module::$kernel::<R, C>(w, x) }
+                    }
+                    return Some(kernel::<R, C>);
                 }
-                return Some(kernel::<R, C>);
-            }
+            )+
             None
         }
 
-        pub fn $one() -> VecDotFn<$block> {
-            #[cfg(target_arch = "x86_64")]
-            if has_avx2() && simd_allowed() {
-                fn kernel(w: &[$block], x: &[<$block as GgmlBlock>::Dot]) -> f32 {
-                    // SAFETY: as above.
-                    unsafe { avx2::$avx2::<1, 1>([w], [x])[0][0] }
+        pub fn $one_for(isa: Isa) -> VecDotFn<$block> {
+            assert!(isa.supported(), "{isa:?} kernels on a CPU without them");
+            $(
+                #[cfg(target_arch = "x86_64")]
+                if isa >= Isa::$level {
+                    fn kernel(w: &[$block], x: &[<$block as GgmlBlock>::Dot]) -> f32 {
+                        // SAFETY: as in the tile above.
+                        unsafe { $module::$kernel::<1, 1>([w], [x])[0][0] }
+                    }
+                    return kernel;
                 }
-                return kernel;
-            }
+            )+
             <$block as GgmlBlock>::vec_dot_scalar
+        }
+
+        pub fn $tile<const R: usize, const C: usize>() -> Option<TileFn<$block, R, C>> {
+            $tile_for::<R, C>(isa())
+        }
+
+        pub fn $one() -> VecDotFn<$block> {
+            $one_for(isa())
         }
     };
 }
 
-tile_picker!(pick_q4_0, tile_q4_0, BlockQ4_0, q4_0_tile);
-tile_picker!(pick_q5_0, tile_q5_0, BlockQ5_0, q5_0_tile);
-tile_picker!(pick_q8_0, tile_q8_0, BlockQ8_0, q8_0_tile);
-tile_picker!(pick_q4k, tile_q4k, BlockQ4K, q4k_tile);
-tile_picker!(pick_q5k, tile_q5k, BlockQ5K, q5k_tile);
-tile_picker!(pick_q6k, tile_q6k, BlockQ6K, q6k_tile);
+tile_picker!(pick_q4_0, pick_q4_0_for, tile_q4_0, tile_q4_0_for, BlockQ4_0, q4_0_tile,
+    [Avx512Vnni => avx512, AvxVnni => vnni, Avx2 => avx2]);
+tile_picker!(pick_q5_0, pick_q5_0_for, tile_q5_0, tile_q5_0_for, BlockQ5_0, q5_0_tile,
+    [Avx512Vnni => avx512, AvxVnni => vnni, Avx2 => avx2]);
+tile_picker!(pick_q8_0, pick_q8_0_for, tile_q8_0, tile_q8_0_for, BlockQ8_0, q8_0_tile,
+    [Avx512Vnni => avx512, AvxVnni => vnni, Avx2 => avx2]);
+tile_picker!(pick_q4k, pick_q4k_for, tile_q4k, tile_q4k_for, BlockQ4K, q4k_tile, [Avx2 => avx2]);
+tile_picker!(pick_q5k, pick_q5k_for, tile_q5k, tile_q5k_for, BlockQ5K, q5k_tile, [Avx2 => avx2]);
+tile_picker!(pick_q6k, pick_q6k_for, tile_q6k, tile_q6k_for, BlockQ6K, q6k_tile, [Avx2 => avx2]);
 picker!(pick_q4_1, BlockQ4_1, q4_1_q8_1);
 
 pub fn pick_q2k() -> VecDotFn<BlockQ2K> {
@@ -117,4 +213,107 @@ pub fn pick_q2k() -> VecDotFn<BlockQ2K> {
 
 pub fn pick_q3k() -> VecDotFn<BlockQ3K> {
     BlockQ3K::vec_dot_scalar
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn random_row(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+            })
+            .collect()
+    }
+
+    fn quantized<B: GgmlBlock>(n: usize, seed: u64) -> Vec<B> {
+        let mut out = vec![<B as bytemuck::Zeroable>::zeroed(); n / B::BLOCK_SIZE];
+        B::quantize(&random_row(n, seed), &mut out);
+        out
+    }
+
+    /// Every tile shape the matmul uses, at every kernel level this CPU has, against the
+    /// scalar dot product of each (weight row, activation row) pair; block counts odd and even
+    /// (the 512-bit tiles take blocks in pairs).
+    fn check_type<B: GgmlBlock>(
+        tile_for: fn(Isa) -> Option<TileFn<B, 2, 4>>,
+        rows_for: fn(Isa) -> Option<TileFn<B, 4, 1>>,
+        one_for: fn(Isa) -> VecDotFn<B>,
+    ) {
+        for isa in Isa::ALL.into_iter().filter(|isa| isa.supported()) {
+            for blocks in [1, 2, 7, 20] {
+                let k = blocks * B::BLOCK_SIZE.max(<B::Dot as GgmlBlock>::BLOCK_SIZE);
+                let w: Vec<Vec<B>> = (0..4).map(|r| quantized(k, 11 + r)).collect();
+                let x: Vec<Vec<B::Dot>> = (0..4).map(|c| quantized(k, 101 + c)).collect();
+                let want = |r: usize, c: usize| B::vec_dot_scalar(&w[r], &x[c]);
+                let close = |got: f32, want: f32, what: &str| {
+                    let tol = 1e-5 * (k as f32).sqrt() * want.abs().max(1.0);
+                    assert!(
+                        (got - want).abs() <= tol,
+                        "{} {isa:?} k={k} {what}: {got} vs {want}",
+                        std::any::type_name::<B>()
+                    );
+                };
+                for (r, w) in w.iter().enumerate() {
+                    close(one_for(isa)(w, &x[0]), want(r, 0), "dot");
+                }
+                if let Some(tile) = tile_for(isa) {
+                    let got = tile([&w[0], &w[1]], std::array::from_fn(|c| &x[c][..]));
+                    for (r, row) in got.iter().enumerate() {
+                        for (c, &g) in row.iter().enumerate() {
+                            close(g, want(r, c), "2x4 tile");
+                        }
+                    }
+                }
+                if let Some(rows) = rows_for(isa) {
+                    let got = rows(std::array::from_fn(|r| &w[r][..]), [&x[1]]);
+                    for (r, row) in got.iter().enumerate() {
+                        close(row[0], want(r, 1), "4x1 tile");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_kernel_level_this_cpu_has_matches_the_scalar_dot() {
+        eprintln!(
+            "kernel levels here: {:?}",
+            Isa::ALL
+                .iter()
+                .filter(|isa| isa.supported())
+                .collect::<Vec<_>>()
+        );
+        check_type::<BlockQ4_0>(tile_q4_0_for, tile_q4_0_for, pick_q4_0_for);
+        check_type::<BlockQ5_0>(tile_q5_0_for, tile_q5_0_for, pick_q5_0_for);
+        check_type::<BlockQ8_0>(tile_q8_0_for, tile_q8_0_for, pick_q8_0_for);
+        check_type::<BlockQ4K>(tile_q4k_for, tile_q4k_for, pick_q4k_for);
+        check_type::<BlockQ5K>(tile_q5k_for, tile_q5k_for, pick_q5k_for);
+        check_type::<BlockQ6K>(tile_q6k_for, tile_q6k_for, pick_q6k_for);
+    }
+
+    /// Weights at the extremes of their range (Q8_0 at -128, which only foreign files hold)
+    /// against activations at ±127: the largest pair sums the integer step sees.
+    #[test]
+    fn extreme_levels_give_the_same_integers_at_every_level() {
+        let mut w = vec![<BlockQ8_0 as bytemuck::Zeroable>::zeroed(); 3];
+        let mut x = w.clone();
+        for (i, (w, x)) in w.iter_mut().zip(&mut x).enumerate() {
+            w.d = half::f16::from_f32(1.0);
+            x.d = half::f16::from_f32(1.0);
+            for j in 0..32 {
+                w.qs[j] = if (i + j) % 3 == 0 { -128 } else { 127 };
+                x.qs[j] = if j % 2 == 0 { -127 } else { 127 };
+            }
+        }
+        let want = BlockQ8_0::vec_dot_scalar(&w, &x);
+        for isa in Isa::ALL.into_iter().filter(|isa| isa.supported()) {
+            assert_eq!(pick_q8_0_for(isa)(&w, &x), want, "{isa:?}");
+        }
+    }
 }

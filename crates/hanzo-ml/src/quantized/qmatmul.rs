@@ -149,12 +149,14 @@ const COLUMN_CHUNK: usize = 16;
 impl<B: GgmlBlock> Kernels<B> {
     fn pick() -> Self {
         // Several rows per call pay off for the 32-element types, where the activation block
-        // and its scale are a large share of each step; the k-quant kernels already hold
-        // enough state per row that more rows spill registers (measured slower).
-        let short_blocks = B::BLOCK_SIZE == 32;
+        // and its scale are a large share of each step. The AVX2 k-quant kernels already hold
+        // enough state per row that more rows spill registers (measured slower); AVX-512's 32
+        // registers take 4 rows (Q6_K matvec +20% measured, Q4_K unchanged).
+        use crate::quantized::dot::{isa, Isa};
+        let several_rows = B::BLOCK_SIZE == 32 || isa() >= Isa::Avx512Vnni;
         Self {
             one: B::vec_dot_fn(),
-            rows: if short_blocks { B::tile_fn() } else { None },
+            rows: if several_rows { B::tile_fn() } else { None },
             tile: B::tile_fn(),
         }
     }

@@ -9,7 +9,7 @@ use crate::quantized::blocks::*;
 use std::arch::x86_64::*;
 
 #[inline(always)]
-unsafe fn load256(p: &[u8]) -> __m256i {
+pub(super) unsafe fn load256(p: &[u8]) -> __m256i {
     debug_assert!(p.len() >= 32);
     // SAFETY: every caller passes a slice of at least 32 bytes; loadu has no alignment need.
     unsafe { _mm256_loadu_si256(p.as_ptr() as *const __m256i) }
@@ -69,7 +69,7 @@ pub(super) unsafe fn hsum(v: __m256) -> f32 {
 
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn hsum128(s: __m128) -> f32 {
+pub(super) unsafe fn hsum128(s: __m128) -> f32 {
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
 }
@@ -247,7 +247,7 @@ pub unsafe fn q4_1_q8_1(w: &[BlockQ4_1], x: &[BlockQ8_1]) -> f32 {
 /// Q4_K/Q5_K packed 6-bit scales and mins → 16 i16 lanes: the 8 scales, then the 8 mins.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn k4_scales_mins(q: &[u8; 12]) -> __m256i {
+pub(super) unsafe fn k4_scales_mins(q: &[u8; 12]) -> __m256i {
     const M1: u32 = 0x3f3f_3f3f;
     const M2: u32 = 0x0f0f_0f0f;
     const M3: u32 = 0x0303_0303;

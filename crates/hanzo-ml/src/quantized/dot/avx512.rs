@@ -1,6 +1,8 @@
-//! AVX-512 with VNNI: the Q4_0/Q5_0/Q8_0 tiles two blocks per 512-bit register, summed by
-//! `vpdpbusd zmm`. Blocks are unpacked with the AVX2 helpers (one 256-bit half each); an odd
-//! last block goes through the 256-bit form of the same instruction.
+//! AVX-512 with VNNI: 512-bit tiles.
+//! - Q4_0/Q5_0/Q8_0: two blocks per register, summed by `vpdpbusd zmm`; an odd last block
+//!   goes through the 256-bit form of the same instruction.
+//! - Q4_K/Q5_K/Q6_K: 64 levels per step through the AVX512-BW `maddubs` + `madd` pair (the
+//!   `madd` applies the sub-block scales, which `vpdpbusd` cannot).
 
 use super::avx2::{self, ByteDot, PREFETCH_BLOCKS};
 use crate::quantized::blocks::*;
@@ -33,11 +35,15 @@ unsafe fn join(lo: __m256i, hi: __m256i) -> __m512i {
     unsafe { _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi) }
 }
 
+/// `pair(a, b)` gives two consecutive blocks' 64 signed levels, `scale` a block's scale and
+/// `levels` one block's levels and scale (for an odd last block).
 #[inline(always)]
 unsafe fn legacy_tile<B, const R: usize, const C: usize>(
     w: [&[B]; R],
     x: [&[BlockQ8_0]; C],
     levels: impl Fn(&B) -> (__m256i, half::f16) + Copy,
+    pair: impl Fn(&B, &B) -> __m512i,
+    scale: impl Fn(&B) -> half::f16,
 ) -> [[f32; C]; R] {
     check_tile!(w, x);
     let nb = x[0].len();
@@ -64,8 +70,9 @@ unsafe fn legacy_tile<B, const R: usize, const C: usize>(
                 (_mm512_xor_si512(q, bias), broadcast_pair(d))
             });
             for r in 0..R {
-                let ((q0, d0), (q1, d1)) = (levels(&w[r][i]), levels(&w[r][i + 1]));
-                let q = join(q0, q1);
+                let (b0, b1) = (&w[r][i], &w[r][i + 1]);
+                let q = pair(b0, b1);
+                let (d0, d1) = (scale(b0), scale(b1));
                 let wd = avx2::cvt_f16x2(d0.to_bits() as u32 | (d1.to_bits() as u32) << 16);
                 let wd = broadcast_pair(wd);
                 let offset = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, bias, q));
@@ -92,13 +99,37 @@ unsafe fn legacy_tile<B, const R: usize, const C: usize>(
     }
 }
 
+/// Two blocks' 16 packed bytes each → their 64 nibbles, block by block, low nibbles first.
+#[inline(always)]
+unsafe fn nibbles_64(a: &[u8; 16], b: &[u8; 16]) -> __m512i {
+    // SAFETY: each load reads one 16-byte array; the caller enables AVX-512F/BW.
+    unsafe {
+        let lo = _mm256_set_m128i(
+            _mm_loadu_si128(b.as_ptr() as *const __m128i),
+            _mm_loadu_si128(a.as_ptr() as *const __m128i),
+        );
+        // [a, b, a >> 4, b >> 4] in 128-bit lanes, reordered to [a, a >> 4, b, b >> 4].
+        let both = join(lo, _mm256_srli_epi16(lo, 4));
+        let ordered = _mm512_shuffle_i64x2::<0b11_01_10_00>(both, both);
+        _mm512_and_si512(ordered, _mm512_set1_epi8(0x0F))
+    }
+}
+
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn q8_0_tile<const R: usize, const C: usize>(
     w: [&[BlockQ8_0]; R],
     x: [&[BlockQ8_0]; C],
 ) -> [[f32; C]; R] {
-    // SAFETY: this function enables the features legacy_tile needs.
-    unsafe { legacy_tile(w, x, |b| avx2::q8_0_levels(b)) }
+    // SAFETY: this function enables the features legacy_tile needs; qs is 32 bytes.
+    unsafe {
+        legacy_tile(
+            w,
+            x,
+            |b| avx2::q8_0_levels(b),
+            |a, b| join(avx2::load256_i8(&a.qs), avx2::load256_i8(&b.qs)),
+            |b| b.d,
+        )
+    }
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -107,7 +138,15 @@ pub unsafe fn q4_0_tile<const R: usize, const C: usize>(
     x: [&[BlockQ8_0]; C],
 ) -> [[f32; C]; R] {
     // SAFETY: as in q8_0_tile.
-    unsafe { legacy_tile(w, x, |b| avx2::q4_0_levels(b)) }
+    unsafe {
+        legacy_tile(
+            w,
+            x,
+            |b| avx2::q4_0_levels(b),
+            |a, b| _mm512_sub_epi8(nibbles_64(&a.qs, &b.qs), _mm512_set1_epi8(8)),
+            |b| b.d,
+        )
+    }
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -116,5 +155,225 @@ pub unsafe fn q5_0_tile<const R: usize, const C: usize>(
     x: [&[BlockQ8_0]; C],
 ) -> [[f32; C]; R] {
     // SAFETY: as in q8_0_tile.
-    unsafe { legacy_tile(w, x, |b| avx2::q5_0_levels(b)) }
+    unsafe {
+        legacy_tile(
+            w,
+            x,
+            |b| avx2::q5_0_levels(b),
+            |a, b| {
+                // level - 16: the nibble where the 5th bit (one bit of qh per level, in order)
+                // is set, the nibble minus 16 where it is not.
+                let set = u32::from_le_bytes(a.qh) as u64 | (u32::from_le_bytes(b.qh) as u64) << 32;
+                let nibbles = nibbles_64(&a.qs, &b.qs);
+                _mm512_mask_sub_epi8(nibbles, !set, nibbles, _mm512_set1_epi8(16))
+            },
+            |b| b.d,
+        )
+    }
+}
+
+#[inline(always)]
+unsafe fn load512(p: &[u8]) -> __m512i {
+    debug_assert!(p.len() >= 64);
+    // SAFETY: every caller passes a slice of at least 64 bytes; loadu has no alignment need.
+    unsafe { _mm512_loadu_si512(p.as_ptr() as *const __m512i) }
+}
+
+#[inline(always)]
+unsafe fn load512_i8(p: &[i8]) -> __m512i {
+    debug_assert!(p.len() >= 64);
+    // SAFETY: as `load512`.
+    unsafe { _mm512_loadu_si512(p.as_ptr() as *const __m512i) }
+}
+
+/// Decode streams each k-quant weight row once: ask for the block `AHEAD` blocks on, all of
+/// its cache lines (a prefetch never faults, so running past the end is harmless).
+#[inline(always)]
+unsafe fn prefetch_block<B>(row: &[B], i: usize) {
+    const AHEAD: usize = 8;
+    let ahead = row.as_ptr().wrapping_add(i + AHEAD) as *const i8;
+    for line in (0..std::mem::size_of::<B>()).step_by(64) {
+        // SAFETY: prefetching has no memory effects and never faults.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line)) };
+    }
+}
+
+/// i16 lane indices for `permutexvar_epi16`: lanes `16j..16j+16` take lane `first + j`
+/// (two scales, one per 32 levels) or, with `per == 8`, lanes `8j..8j+8` take `first + j`.
+#[inline(always)]
+unsafe fn spread_i16(first: i16, per: usize) -> __m512i {
+    let idx: [i16; 32] = std::array::from_fn(|l| first + (l / per) as i16);
+    // SAFETY: 64 bytes read from a 64-byte array.
+    unsafe { _mm512_loadu_si512(idx.as_ptr() as *const __m512i) }
+}
+
+/// The Q4_K/Q5_K tile, 64 levels per step: `levels(block, k)` gives sub-block 2k in the low
+/// 256 bits and 2k+1 in the high 256 (unsigned), matching 64 consecutive activations. As in
+/// the AVX2 form, `maddubs` pairs them and `madd` applies the 6-bit scales; the mins come off
+/// through the activations' group sums.
+#[inline(always)]
+unsafe fn k4_tile<B, const R: usize, const C: usize>(
+    w: [&[B]; R],
+    x: [&[BlockQ8K]; C],
+    header: impl Fn(&B) -> (half::f16, half::f16, &[u8; 12]),
+    levels: impl Fn(&B, usize) -> __m512i,
+) -> [[f32; C]; R] {
+    check_tile!(w, x);
+    // SAFETY: the callers enable AVX2, FMA, F16C and AVX-512F/BW; loads stay inside block
+    // fields.
+    unsafe {
+        let pick: [__m512i; 4] = std::array::from_fn(|k| spread_i16(2 * k as i16, 16));
+        let mut acc = [[_mm512_setzero_ps(); C]; R];
+        let mut acc_min = [[_mm_setzero_ps(); C]; R];
+        for i in 0..x[0].len() {
+            if C == 1 {
+                w.iter().for_each(|row| prefetch_block(row, i));
+            }
+            let xb: [&BlockQ8K; C] = std::array::from_fn(|c| &x[c][i]);
+            let bsums = xb.map(|x| {
+                let b = _mm256_loadu_si256(x.bsums.as_ptr() as *const __m256i);
+                // Lane j: the sum of sub-block j (two 16-element groups).
+                _mm_hadd_epi16(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1))
+            });
+            for r in 0..R {
+                let b = &w[r][i];
+                let (d, dmin, packed) = header(b);
+                let sm = avx2::k4_scales_mins(packed);
+                let dd = avx2::cvt_f16x2(d.to_bits() as u32 | (dmin.to_bits() as u32) << 16);
+                let (d, dmin) = (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_movehdup_ps(dd)));
+                let mins = _mm256_extracti128_si256(sm, 1);
+                let scales = _mm512_castsi256_si512(sm);
+                let mut sumi = [_mm512_setzero_si512(); C];
+                for (k, pick) in pick.iter().enumerate() {
+                    let q = levels(b, k);
+                    let sc = _mm512_permutexvar_epi16(*pick, scales);
+                    for c in 0..C {
+                        let p = _mm512_maddubs_epi16(q, load512_i8(&xb[c].qs[64 * k..]));
+                        sumi[c] = _mm512_add_epi32(sumi[c], _mm512_madd_epi16(p, sc));
+                    }
+                }
+                for c in 0..C {
+                    let s = _mm512_set1_ps(d * xb[c].d);
+                    acc[r][c] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(sumi[c]), acc[r][c]);
+                    let m = _mm_cvtepi32_ps(_mm_madd_epi16(mins, bsums[c]));
+                    acc_min[r][c] = _mm_fmadd_ps(_mm_set1_ps(dmin * xb[c].d), m, acc_min[r][c]);
+                }
+            }
+        }
+        std::array::from_fn(|r| {
+            std::array::from_fn(|c| _mm512_reduce_add_ps(acc[r][c]) - avx2::hsum128(acc_min[r][c]))
+        })
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn q4k_tile<const R: usize, const C: usize>(
+    w: [&[BlockQ4K]; R],
+    x: [&[BlockQ8K]; C],
+) -> [[f32; C]; R] {
+    // SAFETY: this function enables the features k4_tile needs; loads are 32 bytes of qs.
+    unsafe {
+        let low = _mm512_set1_epi8(0x0F);
+        k4_tile(
+            w,
+            x,
+            |b| (b.d, b.dmin, &b.scales),
+            |b, k| {
+                let q = avx2::load256(&b.qs[32 * k..]);
+                _mm512_and_si512(join(q, _mm256_srli_epi16(q, 4)), low)
+            },
+        )
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn q5k_tile<const R: usize, const C: usize>(
+    w: [&[BlockQ5K]; R],
+    x: [&[BlockQ8K]; C],
+) -> [[f32; C]; R] {
+    // SAFETY: as in q4k_tile; qh is exactly 32 bytes.
+    unsafe {
+        let low = _mm512_set1_epi8(0x0F);
+        let fifth = _mm512_set1_epi8(0x10);
+        k4_tile(
+            w,
+            x,
+            |b| (b.d, b.dmin, &b.scales),
+            |b, k| {
+                let q = avx2::load256(&b.qs[32 * k..]);
+                let nibbles = _mm512_and_si512(join(q, _mm256_srli_epi16(q, 4)), low);
+                // Bit 2k (low half) and 2k+1 (high half) of qh give the 5th bit, moved to 0x10.
+                let qh = avx2::load256(&b.qh);
+                let h = join(
+                    _mm256_slli_epi16(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k as i32)), 4),
+                    _mm256_slli_epi16(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k as i32 + 1)), 4),
+                );
+                _mm512_or_si512(nibbles, _mm512_and_si512(h, fifth))
+            },
+        )
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn q6k_tile<const R: usize, const C: usize>(
+    w: [&[BlockQ6K]; R],
+    x: [&[BlockQ8K]; C],
+) -> [[f32; C]; R] {
+    check_tile!(w, x);
+    // SAFETY: this function enables the features used; the scale and bsum loads read exactly
+    // 16 and 32 bytes, every other load 64 bytes of ql or qs, or 32 of qh.
+    unsafe {
+        let low = _mm512_set1_epi8(0x0F);
+        let three = _mm512_set1_epi8(3);
+        // Four scales per 64 levels, one per 16: group g of 16 levels takes scale g.
+        let pick: [__m512i; 4] = std::array::from_fn(|j| spread_i16(4 * j as i16, 8));
+        let mut acc = [[_mm512_setzero_ps(); C]; R];
+        for i in 0..x[0].len() {
+            if C == 1 {
+                w.iter().for_each(|row| prefetch_block(row, i));
+            }
+            let xb: [&BlockQ8K; C] = std::array::from_fn(|c| &x[c][i]);
+            let bsums = xb.map(|x| _mm256_loadu_si256(x.bsums.as_ptr() as *const __m256i));
+            for r in 0..R {
+                let b = &w[r][i];
+                let scales8 = _mm_loadu_si128(b.scales.as_ptr() as *const __m128i);
+                let scales16 = _mm256_cvtepi8_epi16(scales8);
+                let scales = _mm512_castsi256_si512(scales16);
+                // Levels are stored +32: take Σ sc·32·Σy back out once per block.
+                let mut sumi: [__m512i; C] = std::array::from_fn(|c| {
+                    let offset = _mm256_slli_epi32(_mm256_madd_epi16(scales16, bsums[c]), 5);
+                    _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), offset))
+                });
+                for n in 0..2 {
+                    // Low 256 bits: ql[64n..64n+32] with qh bits 0-1 then 4-5; high: the
+                    // next 32 bytes of ql with qh bits 2-3 then 6-7.
+                    let ql = load512(&b.ql[64 * n..]);
+                    let qh = avx2::load256(&b.qh[32 * n..]);
+                    let h = join(qh, _mm256_srli_epi16(qh, 2));
+                    let parts = [
+                        (_mm512_and_si512(ql, low), _mm512_and_si512(h, three)),
+                        (
+                            _mm512_and_si512(_mm512_srli_epi16(ql, 4), low),
+                            _mm512_and_si512(_mm512_srli_epi16(h, 4), three),
+                        ),
+                    ];
+                    for (j, (lo, hi)) in parts.into_iter().enumerate() {
+                        let q = _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));
+                        let sc = _mm512_permutexvar_epi16(pick[2 * n + j], scales);
+                        for c in 0..C {
+                            let xq = load512_i8(&xb[c].qs[128 * n + 64 * j..]);
+                            let p = _mm512_maddubs_epi16(q, xq);
+                            sumi[c] = _mm512_add_epi32(sumi[c], _mm512_madd_epi16(p, sc));
+                        }
+                    }
+                }
+                let d = avx2::f16_to_f32(b.d);
+                for c in 0..C {
+                    let s = _mm512_set1_ps(d * xb[c].d);
+                    acc[r][c] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(sumi[c]), acc[r][c]);
+                }
+            }
+        }
+        acc.map(|row| row.map(|a| _mm512_reduce_add_ps(a)))
+    }
 }

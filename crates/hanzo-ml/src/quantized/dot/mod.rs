@@ -202,9 +202,12 @@ tile_picker!(pick_q5_0, pick_q5_0_for, tile_q5_0, tile_q5_0_for, BlockQ5_0, q5_0
     [Avx512Vnni => avx512, AvxVnni => vnni, Avx2 => avx2]);
 tile_picker!(pick_q8_0, pick_q8_0_for, tile_q8_0, tile_q8_0_for, BlockQ8_0, q8_0_tile,
     [Avx512Vnni => avx512, AvxVnni => vnni, Avx2 => avx2]);
-tile_picker!(pick_q4k, pick_q4k_for, tile_q4k, tile_q4k_for, BlockQ4K, q4k_tile, [Avx2 => avx2]);
-tile_picker!(pick_q5k, pick_q5k_for, tile_q5k, tile_q5k_for, BlockQ5K, q5k_tile, [Avx2 => avx2]);
-tile_picker!(pick_q6k, pick_q6k_for, tile_q6k, tile_q6k_for, BlockQ6K, q6k_tile, [Avx2 => avx2]);
+tile_picker!(pick_q4k, pick_q4k_for, tile_q4k, tile_q4k_for, BlockQ4K, q4k_tile,
+    [Avx512Vnni => avx512, Avx2 => avx2]);
+tile_picker!(pick_q5k, pick_q5k_for, tile_q5k, tile_q5k_for, BlockQ5K, q5k_tile,
+    [Avx512Vnni => avx512, Avx2 => avx2]);
+tile_picker!(pick_q6k, pick_q6k_for, tile_q6k, tile_q6k_for, BlockQ6K, q6k_tile,
+    [Avx512Vnni => avx512, Avx2 => avx2]);
 picker!(pick_q4_1, BlockQ4_1, q4_1_q8_1);
 
 pub fn pick_q2k() -> VecDotFn<BlockQ2K> {

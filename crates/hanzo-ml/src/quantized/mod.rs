@@ -8,7 +8,7 @@ pub mod isq;
 mod qmatmul;
 mod qtensor;
 
-pub use dot::has_avx2;
+pub use dot::{has_avx2, isa, Isa};
 pub use dtype::GgmlDType;
 pub use qmatmul::{matmul as qmatmul_raw, QMatMul};
 pub use qtensor::QTensor;

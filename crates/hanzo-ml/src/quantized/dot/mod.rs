@@ -20,9 +20,10 @@ mod vnni;
 
 use super::blocks::*;
 
-/// The kernel sets, in order of preference. Each level's CPU features include everything
-/// the kernels of the levels below it need, so a type without a kernel at one level takes
-/// the next one down.
+/// The kernel sets, in order of preference. A type without a kernel at one level takes the
+/// next one down, so each level's CPU features must cover the levels below it. The one gap:
+/// an AVX-512 CPU may lack AVX-VNNI, so every type with an `AvxVnni` kernel also has an
+/// `Avx512Vnni` one (and never falls to the `AvxVnni` kernel from above).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Isa {
     Scalar,
@@ -56,8 +57,6 @@ impl Isa {
             match self {
                 Isa::Scalar => true,
                 Isa::Avx2 => avx2,
-                // Listed above Avx2 only: a CPU at the Avx512Vnni level may lack AVX-VNNI, so
-                // every type with an AvxVnni kernel also has an Avx512Vnni one.
                 Isa::AvxVnni => avx2 && has!("avxvnni"),
                 Isa::Avx512Vnni => avx2 && avx512 && has!("avx512vnni"),
             }

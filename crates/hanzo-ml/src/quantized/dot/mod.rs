@@ -15,6 +15,8 @@ macro_rules! check_tile {
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 #[cfg(target_arch = "x86_64")]
 mod vnni;
 
@@ -27,6 +29,8 @@ use super::blocks::*;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Isa {
     Scalar,
+    /// AArch64 NEON (only ever supported there, so below every x86 level).
+    Neon,
     /// AVX2 + FMA + F16C.
     Avx2,
     /// AVX2 plus AVX-VNNI's 256-bit `vpdpbusd`.
@@ -36,11 +40,18 @@ pub enum Isa {
 }
 
 impl Isa {
-    pub const ALL: [Isa; 4] = [Isa::Scalar, Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni];
+    pub const ALL: [Isa; 5] = [
+        Isa::Scalar,
+        Isa::Neon,
+        Isa::Avx2,
+        Isa::AvxVnni,
+        Isa::Avx512Vnni,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
+            Isa::Neon => "neon",
             Isa::Avx2 => "avx2",
             Isa::AvxVnni => "avxvnni",
             Isa::Avx512Vnni => "avx512vnni",
@@ -56,19 +67,24 @@ impl Isa {
             let avx512 = has!("avx512f") && has!("avx512bw") && has!("avx512vl");
             match self {
                 Isa::Scalar => true,
+                Isa::Neon => false,
                 Isa::Avx2 => avx2,
                 Isa::AvxVnni => avx2 && has!("avxvnni"),
                 Isa::Avx512Vnni => avx2 && avx512 && has!("avx512vnni"),
             }
         }
-        #[cfg(not(target_arch = "x86_64"))]
+        #[cfg(target_arch = "aarch64")]
+        {
+            matches!(self, Isa::Scalar | Isa::Neon)
+        }
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
         {
             self == Isa::Scalar
         }
     }
 
-    /// The best supported level, or the one `HANZO_QUANT_ISA` names (`scalar`, `avx2`,
-    /// `avxvnni`, `avx512vnni`) where this CPU supports it — for comparisons and debugging.
+    /// The best supported level, or the one `HANZO_QUANT_ISA` names (`scalar`, `neon`,
+    /// `avx2`, `avxvnni`, `avx512vnni`) where this CPU supports it — for comparisons and debugging.
     pub fn detect() -> Isa {
         let best = Isa::ALL.into_iter().rev().find(|isa| isa.supported());
         let best = best.unwrap_or(Isa::Scalar);
@@ -144,17 +160,17 @@ macro_rules! picker {
 }
 
 /// `$tile_for(isa)` gives the `R x C` tile kernel of the best level at or below `isa` that
-/// has one for this type (the `$level => $module` list, best first), `$one_for(isa)` the
+/// has one for this type (the `"arch" $level => $module` list, best first), `$one_for(isa)` the
 /// 1x1 tile as a dot product; `$tile` and `$one` use the process-wide `isa()`.
 macro_rules! tile_picker {
     ($one:ident, $one_for:ident, $tile:ident, $tile_for:ident, $block:ty, $kernel:ident,
-     [$($level:ident => $module:ident),+]) => {
+     [$($arch:literal $level:ident => $module:ident),+]) => {
         pub fn $tile_for<const R: usize, const C: usize>(
             isa: Isa,
         ) -> Option<TileFn<$block, R, C>> {
             assert!(isa.supported(), "{isa:?} kernels on a CPU without them");
             $(
-                #[cfg(target_arch = "x86_64")]
+                #[cfg(target_arch = $arch)]
                 if isa >= Isa::$level {
                     fn kernel<const R: usize, const C: usize>(
                         w: [&[$block]; R],
@@ -173,7 +189,7 @@ macro_rules! tile_picker {
         pub fn $one_for(isa: Isa) -> VecDotFn<$block> {
             assert!(isa.supported(), "{isa:?} kernels on a CPU without them");
             $(
-                #[cfg(target_arch = "x86_64")]
+                #[cfg(target_arch = $arch)]
                 if isa >= Isa::$level {
                     fn kernel(w: &[$block], x: &[<$block as GgmlBlock>::Dot]) -> f32 {
                         // SAFETY: as in the tile above.
@@ -196,17 +212,20 @@ macro_rules! tile_picker {
 }
 
 tile_picker!(pick_q4_0, pick_q4_0_for, tile_q4_0, tile_q4_0_for, BlockQ4_0, q4_0_tile,
-    [Avx512Vnni => avx512, AvxVnni => vnni, Avx2 => avx2]);
+    ["x86_64" Avx512Vnni => avx512, "x86_64" AvxVnni => vnni, "x86_64" Avx2 => avx2,
+     "aarch64" Neon => neon]);
 tile_picker!(pick_q5_0, pick_q5_0_for, tile_q5_0, tile_q5_0_for, BlockQ5_0, q5_0_tile,
-    [Avx512Vnni => avx512, AvxVnni => vnni, Avx2 => avx2]);
+    ["x86_64" Avx512Vnni => avx512, "x86_64" AvxVnni => vnni, "x86_64" Avx2 => avx2,
+     "aarch64" Neon => neon]);
 tile_picker!(pick_q8_0, pick_q8_0_for, tile_q8_0, tile_q8_0_for, BlockQ8_0, q8_0_tile,
-    [Avx512Vnni => avx512, AvxVnni => vnni, Avx2 => avx2]);
+    ["x86_64" Avx512Vnni => avx512, "x86_64" AvxVnni => vnni, "x86_64" Avx2 => avx2,
+     "aarch64" Neon => neon]);
 tile_picker!(pick_q4k, pick_q4k_for, tile_q4k, tile_q4k_for, BlockQ4K, q4k_tile,
-    [Avx512Vnni => avx512, Avx2 => avx2]);
+    ["x86_64" Avx512Vnni => avx512, "x86_64" Avx2 => avx2]);
 tile_picker!(pick_q5k, pick_q5k_for, tile_q5k, tile_q5k_for, BlockQ5K, q5k_tile,
-    [Avx512Vnni => avx512, Avx2 => avx2]);
+    ["x86_64" Avx512Vnni => avx512, "x86_64" Avx2 => avx2]);
 tile_picker!(pick_q6k, pick_q6k_for, tile_q6k, tile_q6k_for, BlockQ6K, q6k_tile,
-    [Avx512Vnni => avx512, Avx2 => avx2]);
+    ["x86_64" Avx512Vnni => avx512, "x86_64" Avx2 => avx2]);
 picker!(pick_q4_1, BlockQ4_1, q4_1_q8_1);
 
 pub fn pick_q2k() -> VecDotFn<BlockQ2K> {

@@ -51,11 +51,17 @@ pub(super) fn f16_to_f32(h: half::f16) -> f32 {
     unsafe { _mm_cvtss_f32(cvt_f16x2(h.to_bits() as u32)) }
 }
 
+/// Two halves converted together: `a` in lane 0, `b` in lane 1.
+#[inline(always)]
+pub(super) fn cvt_f16_pair(a: half::f16, b: half::f16) -> __m128 {
+    cvt_f16x2(a.to_bits() as u32 | (b.to_bits() as u32) << 16)
+}
+
 /// `a · b` for two halves, converted together.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn f16_product(a: half::f16, b: half::f16) -> f32 {
-    let v = cvt_f16x2(a.to_bits() as u32 | (b.to_bits() as u32) << 16);
+    let v = cvt_f16_pair(a, b);
     _mm_cvtss_f32(_mm_mul_ss(v, _mm_movehdup_ps(v)))
 }
 
@@ -268,6 +274,35 @@ fn pick_i16(k: i32) -> i32 {
     pair | (pair << 16)
 }
 
+/// A Q8_K block's sums per 32-level sub-block (two 16-element groups each), in 8 i16 lanes.
+#[inline(always)]
+pub(super) unsafe fn subblock_sums(x: &BlockQ8K) -> __m128i {
+    // SAFETY: bsums is 32 bytes; the caller enables AVX2.
+    unsafe {
+        let b = _mm256_loadu_si256(x.bsums.as_ptr() as *const __m256i);
+        _mm_hadd_epi16(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1))
+    }
+}
+
+/// A Q4_K/Q5_K header's super-block scale and min scale as f32.
+#[inline(always)]
+pub(super) unsafe fn k4_scales(d: half::f16, dmin: half::f16) -> (f32, f32) {
+    let dd = cvt_f16_pair(d, dmin);
+    // SAFETY: register-only SSE3, which the callers' AVX2 includes.
+    unsafe { (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_movehdup_ps(dd))) }
+}
+
+/// Q6_K levels are stored +32: `-32 · Σ scale·group sum`, the block's integer correction in
+/// 8 i32 lanes (`scales16`: the 16 scales as i16; `bsums`: the 16 group sums).
+#[inline(always)]
+pub(super) unsafe fn q6k_offset(scales16: __m256i, bsums: __m256i) -> __m256i {
+    // SAFETY: register-only AVX2, which the callers enable.
+    unsafe {
+        let offset = _mm256_slli_epi32(_mm256_madd_epi16(scales16, bsums), 5);
+        _mm256_sub_epi32(_mm256_setzero_si256(), offset)
+    }
+}
+
 /// The Q4_K/Q5_K tile. `levels(block, c)` yields the 64 unsigned levels of sub-blocks 2c and
 /// 2c+1 (two 32-byte vectors); each is multiplied by the activations and its 6-bit scale, and
 /// the mins come off through the activations' group sums.
@@ -285,17 +320,12 @@ unsafe fn k4_tile<B, const R: usize, const C: usize>(
         let mut acc_min = [[_mm_setzero_ps(); C]; R];
         for i in 0..x[0].len() {
             let xb: [&BlockQ8K; C] = std::array::from_fn(|c| &x[c][i]);
-            let bsums = xb.map(|x| {
-                let b = _mm256_loadu_si256(x.bsums.as_ptr() as *const __m256i);
-                // Lane j: the sum of sub-block j (two 16-element groups).
-                _mm_hadd_epi16(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1))
-            });
+            let bsums = xb.map(|x| subblock_sums(x));
             for r in 0..R {
                 let b = &w[r][i];
                 let (d, dmin, packed) = header(b);
                 let sm = k4_scales_mins(packed);
-                let dd = cvt_f16x2(d.to_bits() as u32 | (dmin.to_bits() as u32) << 16);
-                let (d, dmin) = (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_movehdup_ps(dd)));
+                let (d, dmin) = k4_scales(d, dmin);
                 let mins = _mm256_extracti128_si256(sm, 1);
                 let sc = _mm256_castsi256_si128(sm);
                 let scales = _mm256_set_m128i(sc, sc);
@@ -410,11 +440,8 @@ pub unsafe fn q6k_tile<const R: usize, const C: usize>(
                     _mm256_permute2x128_si256::<0x00>(scales16, scales16),
                     _mm256_permute2x128_si256::<0x11>(scales16, scales16),
                 ];
-                // Levels are stored +32: take Σ sc·32·Σy back out once per block.
-                let mut sumi: [__m256i; C] = std::array::from_fn(|c| {
-                    let offset = _mm256_slli_epi32(_mm256_madd_epi16(scales16, bsums[c]), 5);
-                    _mm256_sub_epi32(_mm256_setzero_si256(), offset)
-                });
+                let mut sumi: [__m256i; C] =
+                    std::array::from_fn(|c| q6k_offset(scales16, bsums[c]));
                 for n in 0..2 {
                     let ql1 = load256(&b.ql[64 * n..]);
                     let ql2 = load256(&b.ql[64 * n + 32..]);

@@ -66,15 +66,13 @@ unsafe fn legacy_tile<B, const R: usize, const C: usize>(
             let xs: [(__m512i, __m512); C] = std::array::from_fn(|c| {
                 let (a, b) = (&x[c][i], &x[c][i + 1]);
                 let q = join(avx2::load256_i8(&a.qs), avx2::load256_i8(&b.qs));
-                let d = avx2::cvt_f16x2(a.d.to_bits() as u32 | (b.d.to_bits() as u32) << 16);
+                let d = avx2::cvt_f16_pair(a.d, b.d);
                 (_mm512_xor_si512(q, bias), broadcast_pair(d))
             });
             for r in 0..R {
                 let (b0, b1) = (&w[r][i], &w[r][i + 1]);
                 let q = pair(b0, b1);
-                let (d0, d1) = (scale(b0), scale(b1));
-                let wd = avx2::cvt_f16x2(d0.to_bits() as u32 | (d1.to_bits() as u32) << 16);
-                let wd = broadcast_pair(wd);
+                let wd = broadcast_pair(avx2::cvt_f16_pair(scale(b0), scale(b1)));
                 let offset = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, bias, q));
                 for c in 0..C {
                     let p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(offset, xs[c].0, q));
@@ -230,17 +228,12 @@ unsafe fn k4_tile<B, const R: usize, const C: usize>(
                 w.iter().for_each(|row| prefetch_block(row, i));
             }
             let xb: [&BlockQ8K; C] = std::array::from_fn(|c| &x[c][i]);
-            let bsums = xb.map(|x| {
-                let b = _mm256_loadu_si256(x.bsums.as_ptr() as *const __m256i);
-                // Lane j: the sum of sub-block j (two 16-element groups).
-                _mm_hadd_epi16(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1))
-            });
+            let bsums = xb.map(|x| avx2::subblock_sums(x));
             for r in 0..R {
                 let b = &w[r][i];
                 let (d, dmin, packed) = header(b);
                 let sm = avx2::k4_scales_mins(packed);
-                let dd = avx2::cvt_f16x2(d.to_bits() as u32 | (dmin.to_bits() as u32) << 16);
-                let (d, dmin) = (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_movehdup_ps(dd)));
+                let (d, dmin) = avx2::k4_scales(d, dmin);
                 let mins = _mm256_extracti128_si256(sm, 1);
                 let scales = _mm512_castsi256_si512(sm);
                 let mut sumi = [_mm512_setzero_si512(); C];
@@ -339,10 +332,8 @@ pub unsafe fn q6k_tile<const R: usize, const C: usize>(
                 let scales8 = _mm_loadu_si128(b.scales.as_ptr() as *const __m128i);
                 let scales16 = _mm256_cvtepi8_epi16(scales8);
                 let scales = _mm512_castsi256_si512(scales16);
-                // Levels are stored +32: take Σ sc·32·Σy back out once per block.
                 let mut sumi: [__m512i; C] = std::array::from_fn(|c| {
-                    let offset = _mm256_slli_epi32(_mm256_madd_epi16(scales16, bsums[c]), 5);
-                    _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), offset))
+                    _mm512_zextsi256_si512(avx2::q6k_offset(scales16, bsums[c]))
                 });
                 for n in 0..2 {
                     // Low 256 bits: ql[64n..64n+32] with qh bits 0-1 then 4-5; high: the

@@ -6,6 +6,9 @@ use hanzo_nn::optim::AdamWConfig;
 use hanzo_nn::*;
 use std::collections::HashMap;
 
+#[path = "../../../scripts/fixture_path.rs"]
+mod fixture_path;
+
 const CPU: Device = Device::Cpu;
 
 /// Runs three steps on f(w) = w^2 / 2 (gradient w) from w = 1.
@@ -111,22 +114,11 @@ fn var_builder_prefixes_shapes_and_errors_name_the_tensor() {
 
 /// scikit-learn's digits, fetched and verified by scripts/fixtures.py on first use.
 fn digits() -> (Tensor, Tensor) {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let out = std::process::Command::new("python3")
-        .arg(root.join("scripts/fixtures.py"))
-        .args(["--print-path", "digits"])
-        .output()
-        .expect("python3 is needed to fetch the digits fixture");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let path = String::from_utf8(out.stdout).unwrap().trim().to_string();
-    let arrays: HashMap<String, Tensor> = hanzo_ml::io::npy::read_npz(path)
-        .unwrap()
-        .into_iter()
-        .collect();
+    let arrays: HashMap<String, Tensor> =
+        hanzo_ml::io::npy::read_npz(fixture_path::fixture("digits"))
+            .unwrap()
+            .into_iter()
+            .collect();
     (arrays["x"].clone(), arrays["y"].clone())
 }
 

@@ -37,21 +37,9 @@ pub fn gguf_reference_npz() -> PathBuf {
     out
 }
 
-/// A fixture from scripts/fixtures.py (downloaded and verified on first use, then cached).
-pub fn fixture(id: &str) -> PathBuf {
-    let script = repo_root().join("scripts/fixtures.py");
-    let out = Command::new("python3")
-        .args([script.to_str().unwrap(), "--print-path", id])
-        .output()
-        .expect("python3 is needed to fetch fixtures");
-    assert!(
-        out.status.success(),
-        "fetching fixture {id} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let path = String::from_utf8(out.stdout).unwrap().trim().to_string();
-    PathBuf::from(path)
-}
+#[path = "../../../../scripts/fixture_path.rs"]
+mod fixture_path;
+pub use fixture_path::fixture;
 
 /// Deterministic weight-like data: Gaussian rows whose scale varies by row, with 1% of
 /// values 8x larger (outliers are what make the k-quant scale search matter). xorshift64*

@@ -4,20 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Path of a fixture (fetched and verified by scripts/fixtures.py if not cached yet).
-pub fn fixture(id: &str) -> PathBuf {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/fixtures.py");
-    let out = Command::new("python3")
-        .args([script.to_str().unwrap(), "--print-path", id])
-        .output()
-        .expect("python3");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
-}
+#[path = "../../../../scripts/fixture_path.rs"]
+mod fixture_path;
+pub use fixture_path::fixture;
 
 pub fn reference_path(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -3,6 +3,10 @@
 //! (decode: reported as GB/s of weights streamed) and 512 columns (prefill: reported as
 //! elements = flops, so criterion's Gelem/s reads as GFLOP/s).
 //!
+//! The `qmatvec_dram` group streams weights larger than any cache (a 712 MB Q8_0 matrix with
+//! the 640 columns of Gemma 3's output head, and a 302 MB Q4_K one), so its GB/s compares with
+//! the machine's memory bandwidth.
+//!
 //! `cargo bench -p hanzo-ml --bench quant` (RAYON_NUM_THREADS sets the thread count). Runs
 //! inside the rayon pool, as a model's forward pass does, so the calling thread computes too
 //! instead of waiting on the pool for every product.
@@ -53,6 +57,29 @@ fn bench_in_pool(c: &mut Criterion) {
                 },
             );
         }
+    }
+    g.finish();
+
+    // Memory-bound decode: the quantized bytes of a 1024-row slice, repeated (the values do
+    // not matter for speed, and quantizing 100M+ floats would dominate the run).
+    let mut g = c.benchmark_group("qmatvec_dram");
+    g.sample_size(20);
+    for (dt, n, k) in [
+        (GgmlDType::Q8_0, 1_048_576usize, 640usize),
+        (GgmlDType::Q4K, 262_144, 2048),
+    ] {
+        let slice = QTensor::quantize_f32(&weights(1024, k), (1024, k), dt).unwrap();
+        let bytes = slice.data().repeat(n / 1024);
+        let q = QTensor::from_bytes(dt, (n, k), &bytes).unwrap();
+        let x = weights(1, k);
+        g.throughput(Throughput::Bytes(bytes.len() as u64));
+        g.bench_with_input(
+            BenchmarkId::new(dt.name(), format!("{n}x{k}")),
+            &q,
+            |b, q| {
+                b.iter(|| hanzo_ml::with_block_type!(dt, B => black_box(run::<B>(q, n, k, &x, 1))))
+            },
+        );
     }
     g.finish();
 

@@ -118,6 +118,13 @@ pub fn matmul<B: GgmlBlock>(w: &[B], n: usize, k: usize, x: &[f32], m: usize) ->
     out
 }
 
+/// Decode: ask for the bytes of rows `r..r + n` a fixed distance ahead (see `dot::prefetch_ahead`).
+#[inline(always)]
+fn prefetch_rows<B>(w: &Rows<B>, r: usize, n: usize) {
+    let span = w.span(r, n);
+    super::dot::prefetch_ahead(span.as_ptr() as *const u8, std::mem::size_of_val(span));
+}
+
 /// A matrix of blocks stored row after row.
 struct Rows<'a, B> {
     blocks: &'a [B],
@@ -125,6 +132,11 @@ struct Rows<'a, B> {
 }
 
 impl<'a, B> Rows<'a, B> {
+    /// Rows `r..r + n`, which lie back to back in memory.
+    fn span(&self, r: usize, n: usize) -> &'a [B] {
+        &self.blocks[r * self.per_row..(r + n) * self.per_row]
+    }
+
     fn row(&self, r: usize) -> &'a [B] {
         &self.blocks[r * self.per_row..(r + 1) * self.per_row]
     }
@@ -166,6 +178,7 @@ impl<B: GgmlBlock> Kernels<B> {
         let mut i = 0;
         if let Some(rows) = self.rows {
             while i + MATVEC_TILE <= out.len() {
+                prefetch_rows(w, r0 + i, MATVEC_TILE);
                 let y = rows(std::array::from_fn(|k| w.row(r0 + i + k)), [x]);
                 for (k, y) in y.iter().enumerate() {
                     out[i + k] = y[0];
@@ -174,6 +187,7 @@ impl<B: GgmlBlock> Kernels<B> {
             }
         }
         for (k, o) in out.iter_mut().enumerate().skip(i) {
+            prefetch_rows(w, r0 + k, 1);
             *o = (self.one)(w.row(r0 + k), x);
         }
     }

@@ -137,9 +137,6 @@ impl ByteDot for Madd {
     }
 }
 
-/// Blocks ahead of the current one that matvec prefetches in each weight row.
-pub(super) const PREFETCH_BLOCKS: usize = 32;
-
 /// The Q4_0/Q5_0/Q8_0 tile: `levels` gives a block's 32 signed levels and its scale.
 #[inline(always)]
 pub(super) unsafe fn legacy_tile<D: ByteDot, B, const R: usize, const C: usize>(
@@ -153,15 +150,6 @@ pub(super) unsafe fn legacy_tile<D: ByteDot, B, const R: usize, const C: usize>(
     unsafe {
         let mut acc = [[_mm256_setzero_ps(); C]; R];
         for i in 0..x[0].len() {
-            if C == 1 {
-                // Decode streams the weights once: ask for them ahead of time, including
-                // across 4 KiB pages where the hardware prefetcher stops. A prefetch never
-                // faults, so running past the end of the matrix is harmless.
-                for row in &w {
-                    let ahead = row.as_ptr().wrapping_add(i + PREFETCH_BLOCKS);
-                    _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
-                }
-            }
             let xs: [(__m256i, f32); C] =
                 std::array::from_fn(|c| (load256_i8(&x[c][i].qs), f16_to_f32(x[c][i].d)));
             for r in 0..R {

@@ -4,7 +4,7 @@
 //! - Q4_K/Q5_K/Q6_K: 64 levels per step through the AVX512-BW `maddubs` + `madd` pair (the
 //!   `madd` applies the sub-block scales, which `vpdpbusd` cannot).
 
-use super::avx2::{self, ByteDot, PREFETCH_BLOCKS};
+use super::avx2::{self, ByteDot};
 use crate::quantized::blocks::*;
 use std::arch::x86_64::*;
 
@@ -54,13 +54,6 @@ unsafe fn legacy_tile<B, const R: usize, const C: usize>(
         let bias = _mm512_set1_epi8(0x80u8 as i8);
         let mut acc = [[_mm512_setzero_ps(); C]; R];
         for i in (0..nb - nb % 2).step_by(2) {
-            if C == 1 {
-                // As in the AVX2 tile: decode streams each weight row once.
-                for row in &w {
-                    let ahead = row.as_ptr().wrapping_add(i + PREFETCH_BLOCKS);
-                    _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
-                }
-            }
             // vpdpbusd wants one unsigned operand: x + 128 (flipping the sign bit), with
             // 128·Σw taken back out of each row's sums below.
             let xs: [(__m512i, __m512); C] = std::array::from_fn(|c| {
@@ -184,18 +177,6 @@ unsafe fn load512_i8(p: &[i8]) -> __m512i {
     unsafe { _mm512_loadu_si512(p.as_ptr() as *const __m512i) }
 }
 
-/// Decode streams each k-quant weight row once: ask for the block `AHEAD` blocks on, all of
-/// its cache lines (a prefetch never faults, so running past the end is harmless).
-#[inline(always)]
-unsafe fn prefetch_block<B>(row: &[B], i: usize) {
-    const AHEAD: usize = 8;
-    let ahead = row.as_ptr().wrapping_add(i + AHEAD) as *const i8;
-    for line in (0..std::mem::size_of::<B>()).step_by(64) {
-        // SAFETY: prefetching has no memory effects and never faults.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line)) };
-    }
-}
-
 /// i16 lane indices for `permutexvar_epi16`: lanes `16j..16j+16` take lane `first + j`
 /// (two scales, one per 32 levels) or, with `per == 8`, lanes `8j..8j+8` take `first + j`.
 #[inline(always)]
@@ -224,9 +205,6 @@ unsafe fn k4_tile<B, const R: usize, const C: usize>(
         let mut acc = [[_mm512_setzero_ps(); C]; R];
         let mut acc_min = [[_mm_setzero_ps(); C]; R];
         for i in 0..x[0].len() {
-            if C == 1 {
-                w.iter().for_each(|row| prefetch_block(row, i));
-            }
             let xb: [&BlockQ8K; C] = std::array::from_fn(|c| &x[c][i]);
             let bsums = xb.map(|x| avx2::subblock_sums(x));
             for r in 0..R {
@@ -322,9 +300,6 @@ pub unsafe fn q6k_tile<const R: usize, const C: usize>(
         let pick: [__m512i; 4] = std::array::from_fn(|j| spread_i16(4 * j as i16, 8));
         let mut acc = [[_mm512_setzero_ps(); C]; R];
         for i in 0..x[0].len() {
-            if C == 1 {
-                w.iter().for_each(|row| prefetch_block(row, i));
-            }
             let xb: [&BlockQ8K; C] = std::array::from_fn(|c| &x[c][i]);
             let bsums = xb.map(|x| _mm256_loadu_si256(x.bsums.as_ptr() as *const __m256i));
             for r in 0..R {

@@ -22,6 +22,41 @@ mod vnni;
 
 use super::blocks::*;
 
+/// How far ahead of the kernel decode asks for weight bytes, into L2 (`PREFETCH_FAR`) and
+/// into L1 (`PREFETCH_NEAR`). Each weight byte is used once per token, and the hardware
+/// prefetcher alone keeps too few lines in flight to overlap memory with arithmetic. Measured
+/// on 2 threads: a 712 MB Q8_0 matvec went from 13–17 to 21–23 GiB/s (this machine streams
+/// 24 GB/s), and Gemma 3 decode from 36 to 42–47 t/s; far distances of 4–64 KiB measured alike.
+const PREFETCH_FAR: usize = 32 * 1024;
+const PREFETCH_NEAR: usize = 2 * 1024;
+
+/// Asks for the cache lines of `bytes` bytes starting `PREFETCH_FAR` past `start` into L2, and
+/// those `PREFETCH_NEAR` past it into L1. Prefetches never fault, so the ranges may run past
+/// the end of the matrix.
+#[inline(always)]
+pub(crate) fn prefetch_ahead(start: *const u8, bytes: usize) {
+    for line in (0..bytes).step_by(64) {
+        let far = start.wrapping_add(PREFETCH_FAR + line);
+        let near = start.wrapping_add(PREFETCH_NEAR + line);
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch has no architectural effect and never faults.
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
+            _mm_prefetch::<_MM_HINT_T1>(far as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(near as *const i8);
+        }
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: `prfm` has no architectural effect and never faults.
+        unsafe {
+            use std::arch::asm;
+            asm!("prfm pldl2keep, [{0}]", in(reg) far, options(nostack, readonly, preserves_flags));
+            asm!("prfm pldl1keep, [{0}]", in(reg) near, options(nostack, readonly, preserves_flags));
+        }
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+        let _ = (far, near);
+    }
+}
+
 /// The kernel sets, in order of preference. A type without a kernel at one level takes the
 /// next one down, so each level's CPU features must cover the levels below it. The one gap:
 /// an AVX-512 CPU may lack AVX-VNNI, so every type with an `AvxVnni` kernel also has an

@@ -151,6 +151,42 @@ fn bench_json_reports_median_speeds() {
 }
 
 #[test]
+fn bench_times_an_encoder_forward_pass() {
+    let m = fixture("minilm");
+    let args = |p: &str| {
+        [
+            "bench",
+            "-m",
+            m.to_str().unwrap(),
+            "-p",
+            p,
+            "-r",
+            "2",
+            "--json",
+        ]
+        .map(String::from)
+    };
+    let out = stdout(&engine(&args("32").each_ref().map(String::as_str)));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let r = &v.as_array().unwrap()[..];
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0]["test"], "enc32");
+    assert_eq!(r[0]["architecture"], "bert");
+    let (tps, ms) = (
+        r[0]["tokens_per_second"].as_f64().unwrap(),
+        r[0]["ms_per_run"].as_f64().unwrap(),
+    );
+    assert!((tps * ms / 1e3 - 32.0).abs() < 1e-6, "{tps} t/s, {ms} ms");
+    // MiniLM has 512 positions.
+    let o = engine(&args("513").each_ref().map(String::as_str));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("1 to 512 tokens"),
+        "{err}"
+    );
+}
+
+#[test]
 fn bad_models_get_clear_errors() {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
     let missing = engine(&["run", "-m", "/nonexistent/model.gguf", "hi"]);

@@ -2,8 +2,11 @@
 //! tokens (logits for the last only); tg<N>: N single-token decode steps from an empty
 //! cache. Random token ids (BOS first), one untimed warm-up run, then REPS timed runs;
 //! the reported speed is the median.
+//!
+//! An embedding model directory (BERT family) gets one test instead, enc<N>: a forward pass
+//! of the encoder over one sequence of N tokens (`-p`).
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args as ClapArgs;
 use hanzo_transformers::{LanguageModel, Logits};
 use rand::{Rng, SeedableRng};
@@ -79,6 +82,9 @@ pub fn run(a: Args) -> Result<()> {
     if a.reps == 0 {
         bail!("--repetitions must be at least 1");
     }
+    if is_encoder_dir(&a.model.model) {
+        return encoder(&a);
+    }
     let p = super::load(&a.model)?;
     let model = p.model.as_ref();
     let bos = p.tokenizer.special().bos;
@@ -103,38 +109,94 @@ pub fn run(a: Args) -> Result<()> {
             samples,
         });
     }
-    let info = model.info();
+    report(
+        &a,
+        model.info().architecture.as_str(),
+        threads,
+        kernels,
+        rows,
+    )
+}
+
+/// A model directory whose config.json names a BERT-family encoder.
+fn is_encoder_dir(path: &std::path::Path) -> bool {
+    std::fs::read_to_string(path.join("config.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .is_some_and(|c| c["model_type"].as_str() == Some("bert"))
+}
+
+/// enc<N>: the encoder's forward pass over one N-token sequence (no padding).
+fn encoder(a: &Args) -> Result<()> {
+    let path = &a.model.model;
+    let e = hanzo_transformers::Embedder::from_dir(path)
+        .with_context(|| format!("cannot load {}", path.display()))?;
+    let c = &e.model.config;
+    let n = a.n_prompt;
+    if n == 0 || n > c.max_position_embeddings {
+        bail!(
+            "-p {n}: the encoder takes 1 to {} tokens",
+            c.max_position_embeddings
+        );
+    }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(1234);
+    let ids: Vec<u32> = (0..n)
+        .map(|_| rng.gen_range(0..c.vocab_size as u32))
+        .collect();
+    let dev = hanzo_ml::Device::Cpu;
+    let ids = hanzo_ml::Tensor::from_vec(ids, (1, n), &dev)?;
+    let mask = hanzo_ml::Tensor::ones((1, n), hanzo_ml::DType::U32, &dev)?;
+    let forward = || -> Result<f64> {
+        let t0 = Instant::now();
+        e.model.forward(&ids, &mask)?;
+        Ok(n as f64 / t0.elapsed().as_secs_f64())
+    };
+    let threads = rayon::current_num_threads();
+    eprintln!("f32 encoder, {threads} threads");
+    forward()?; // warm-up
+    let samples = (0..a.reps).map(|_| forward()).collect::<Result<Vec<_>>>()?;
+    let rows = vec![Row {
+        test: format!("enc{n}"),
+        tokens: n,
+        samples,
+    }];
+    report(a, "bert", threads, "f32", rows)
+}
+
+/// The table (or with --json the array) of median speeds.
+fn report(a: &Args, arch: &str, threads: usize, kernels: &str, rows: Vec<Row>) -> Result<()> {
     if a.json {
         let out: Vec<_> = rows
-            .iter_mut()
+            .iter()
             .map(|r| {
-                let mut s = r.samples.clone();
+                let med = median(&mut r.samples.clone());
                 serde_json::json!({
                     "model": a.model.model.file_name().map(|f| f.to_string_lossy().into_owned()),
-                    "architecture": info.architecture,
+                    "architecture": arch,
                     "test": r.test,
                     "n_tokens": r.tokens,
                     "threads": threads,
                     "kernels": kernels,
                     "repetitions": a.reps,
-                    "tokens_per_second": median(&mut s),
+                    "tokens_per_second": med,
+                    "ms_per_run": r.tokens as f64 * 1e3 / med,
                     "samples_tokens_per_second": r.samples,
                 })
             })
             .collect();
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
-        println!("| model | threads | test | t/s (median) | min | max |");
-        println!("|---|---|---|---|---|---|");
+        println!("| model | threads | test | t/s (median) | min | max | ms per run |");
+        println!("|---|---|---|---|---|---|---|");
         for r in &rows {
             let mut s = r.samples.clone();
             let med = median(&mut s);
             println!(
-                "| {} | {threads} | {} | {med:.2} | {:.2} | {:.2} |",
-                info.architecture,
+                "| {arch} | {threads} | {} | {med:.2} | {:.2} | {:.2} | {:.2} |",
                 r.test,
                 s[0],
-                s[s.len() - 1]
+                s[s.len() - 1],
+                r.tokens as f64 * 1e3 / med
             );
         }
     }

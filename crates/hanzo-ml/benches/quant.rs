@@ -5,7 +5,8 @@
 //!
 //! The `qmatvec_dram` group streams weights larger than any cache (a 712 MB Q8_0 matrix with
 //! the 640 columns of Gemma 3's output head, and a 302 MB Q4_K one), so its GB/s compares with
-//! the machine's memory bandwidth.
+//! the machine's memory bandwidth, which `qmatvec_dram/read` measures alongside: a parallel
+//! sum over 1 GiB.
 //!
 //! `cargo bench -p hanzo-ml --bench quant` (RAYON_NUM_THREADS sets the thread count). Runs
 //! inside the rayon pool, as a model's forward pass does, so the calling thread computes too
@@ -64,6 +65,19 @@ fn bench_in_pool(c: &mut Criterion) {
     // not matter for speed, and quantizing 100M+ floats would dominate the run).
     let mut g = c.benchmark_group("qmatvec_dram");
     g.sample_size(20);
+    let mem = vec![1u64; 1 << 27];
+    g.throughput(Throughput::Bytes(8 << 27));
+    g.bench_function("read/1GiB", |b| {
+        b.iter(|| {
+            use rayon::prelude::*;
+            let s = mem
+                .par_chunks(1 << 16)
+                .map(|c| c.iter().fold(0u64, |a, &v| a.wrapping_add(v)))
+                .reduce(|| 0, u64::wrapping_add);
+            black_box(s)
+        })
+    });
+    drop(mem);
     for (dt, n, k) in [
         (GgmlDType::Q8_0, 1_048_576usize, 640usize),
         (GgmlDType::Q4K, 262_144, 2048),

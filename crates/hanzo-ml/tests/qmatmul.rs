@@ -189,6 +189,50 @@ fn float_weights_and_batched_inputs() {
 }
 
 #[test]
+fn forward_many_equals_separate_products() {
+    // Mixed weight types and row counts (decode takes the one-pass path; a dense weight or
+    // several activation rows fall back to one product each). The one-pass path runs the
+    // same kernels, so the results are bit-equal.
+    let k = 512;
+    let ws: Vec<QMatMul> = [
+        (GgmlDType::Q5_0, 40),
+        (GgmlDType::Q4K, 7),
+        (GgmlDType::Q8_0, 33),
+        (GgmlDType::Q6K, 1),
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, &(dt, n))| {
+        let w = common::synthetic_weights(n, k, 20 + i as u64);
+        QMatMul::from_qtensor(QTensor::quantize_f32(&w, (n, k), dt).unwrap()).unwrap()
+    })
+    .collect();
+    let dense = QMatMul::from_qtensor(
+        QTensor::quantize_f32(&common::synthetic_weights(3, k, 30), (3, k), GgmlDType::F32)
+            .unwrap(),
+    )
+    .unwrap();
+    for m in [1, 3] {
+        let x =
+            Tensor::from_vec(common::synthetic_weights(m, k, 31), (m, k), &Device::Cpu).unwrap();
+        for set in [ws.iter().collect::<Vec<_>>(), vec![&ws[0], &dense, &ws[1]]] {
+            let many = QMatMul::forward_many(&set, &x).unwrap();
+            assert_eq!(many.len(), set.len());
+            for (w, got) in set.iter().zip(&many) {
+                let want = w.forward(&x).unwrap();
+                assert_eq!(got.dims(), want.dims());
+                assert_eq!(
+                    got.to_vec_flat::<f32>().unwrap(),
+                    want.to_vec_flat::<f32>().unwrap()
+                );
+            }
+        }
+    }
+    let narrow = Tensor::zeros((1, k - 32), hanzo_ml::DType::F32, &Device::Cpu).unwrap();
+    assert!(QMatMul::forward_many(&[&ws[0]], &narrow).is_err());
+}
+
+#[test]
 fn wrong_input_width_is_an_error() {
     let mm =
         QMatMul::from_qtensor(QTensor::quantize_f32(&[0.5; 64], (2, 32), GgmlDType::Q8_0).unwrap())

@@ -75,13 +75,109 @@ impl QMatMul {
         *out_dims.last_mut().expect("rank >= 1") = n;
         Tensor::from_vec(out, out_dims, &x.device())?.to_dtype(x.dtype())
     }
+
+    /// `[w.forward(x) for w in ws]`. For one activation row (decode) with quantized weights,
+    /// all the products run in a single parallel pass over the rows of every weight: one
+    /// hand-off to the thread pool instead of one per weight (Q/K/V, gate/up).
+    pub fn forward_many(ws: &[&QMatMul], x: &Tensor) -> Result<Vec<Tensor>> {
+        let k = x.dims().last().copied().unwrap_or(0);
+        let one_row = x.elem_count() == k && k > 0;
+        let all_quantized = ws
+            .iter()
+            .all(|w| matches!(w, QMatMul::Quantized(_)) && w.weight_dims().1 == k);
+        if !one_row || !all_quantized {
+            return ws.iter().map(|w| w.forward(x)).collect();
+        }
+        let xs = x.to_dtype(DType::F32)?.to_vec_flat::<f32>()?;
+        let jobs = ws
+            .iter()
+            .map(|w| {
+                let QMatMul::Quantized(q) = w else {
+                    unreachable!("checked above")
+                };
+                let n = w.weight_dims().0;
+                crate::with_block_type!(q.dtype(), B => Ok(
+                    Box::new(Matvec::<B>::new(q.blocks::<B>()?, n, k, &xs)) as Box<dyn MatvecJob>
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let outs = matvec_many(&jobs);
+        let mut dims = x.dims().to_vec();
+        outs.into_iter()
+            .map(|o| {
+                *dims.last_mut().expect("rank >= 1") = o.len();
+                Tensor::from_vec(o, dims.clone(), &x.device())?.to_dtype(x.dtype())
+            })
+            .collect()
+    }
+}
+
+/// One weight's share of a decode step: its kernels, its rows and the activation row
+/// quantized to its partner type.
+trait MatvecJob: Sync {
+    fn rows(&self) -> usize;
+    /// `out[i] = w[r0 + i] · x`.
+    fn run(&self, r0: usize, out: &mut [f32]);
+}
+
+struct Matvec<'a, B: GgmlBlock> {
+    kernels: Kernels<B>,
+    w: Rows<'a, B>,
+    n: usize,
+    xq: Vec<B::Dot>,
+}
+
+impl<'a, B: GgmlBlock> Matvec<'a, B> {
+    fn new(w: &'a [B], n: usize, k: usize, x: &[f32]) -> Self {
+        let mut xq =
+            vec![<B::Dot as bytemuck::Zeroable>::zeroed(); k / <B::Dot as GgmlBlock>::BLOCK_SIZE];
+        <B::Dot as GgmlBlock>::quantize(x, &mut xq);
+        Self {
+            kernels: Kernels::pick(),
+            w: Rows {
+                blocks: w,
+                per_row: k / B::BLOCK_SIZE,
+            },
+            n,
+            xq,
+        }
+    }
+}
+
+impl<B: GgmlBlock> MatvecJob for Matvec<'_, B> {
+    fn rows(&self) -> usize {
+        self.n
+    }
+
+    fn run(&self, r0: usize, out: &mut [f32]) {
+        self.kernels.matvec(&self.w, r0, &self.xq, out)
+    }
+}
+
+/// Every job's output vector, computed in one parallel pass of `MATVEC_ROWS`-row tasks.
+fn matvec_many(jobs: &[Box<dyn MatvecJob + '_>]) -> Vec<Vec<f32>> {
+    let mut outs: Vec<Vec<f32>> = jobs.iter().map(|j| vec![0f32; j.rows()]).collect();
+    let tasks: Vec<(&dyn MatvecJob, usize, &mut [f32])> = jobs
+        .iter()
+        .zip(outs.iter_mut())
+        .flat_map(|(j, o)| {
+            o.chunks_mut(MATVEC_ROWS)
+                .enumerate()
+                .map(move |(c, o)| (j.as_ref(), c * MATVEC_ROWS, o))
+        })
+        .collect();
+    tasks.into_par_iter().for_each(|(j, r0, o)| j.run(r0, o));
+    outs
 }
 
 /// `x [m, k]` (row-major f32) times `w [n, k]` (blocks) transposed → `[m, n]`.
 pub fn matmul<B: GgmlBlock>(w: &[B], n: usize, k: usize, x: &[f32], m: usize) -> Vec<f32> {
-    let mut out = vec![0f32; m * n];
     if m == 0 || n == 0 {
-        return out;
+        return vec![0f32; m * n];
+    }
+    if m == 1 {
+        let job: Box<dyn MatvecJob> = Box::new(Matvec::new(w, n, k, x));
+        return matvec_many(&[job]).pop().expect("one job");
     }
     let wpr = k / B::BLOCK_SIZE;
     let xpr = k / <B::Dot as GgmlBlock>::BLOCK_SIZE;
@@ -98,12 +194,7 @@ pub fn matmul<B: GgmlBlock>(w: &[B], n: usize, k: usize, x: &[f32], m: usize) ->
         blocks: &xq,
         per_row: xpr,
     };
-    if m == 1 {
-        out.par_chunks_mut(MATVEC_ROWS)
-            .enumerate()
-            .for_each(|(c, o)| kernels.matvec(&wrows, c * MATVEC_ROWS, xrows.row(0), o));
-        return out;
-    }
+    let mut out = vec![0f32; m * n];
     // Each task fills a [TILE_ROWS, m] tile of the transposed output.
     let mut out_t = vec![0f32; n * m];
     out_t

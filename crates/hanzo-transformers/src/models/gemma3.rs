@@ -143,21 +143,26 @@ impl LanguageModel for Gemma3 {
                 Window::Sliding(_) => (&local.0, &local.1),
             };
             let h = x.rms_norm(&layer.attn_norm, eps)?;
+            let [q, k, v] = QMatMul::forward_many(&[&layer.q, &layer.k, &layer.v], &h)?
+                .try_into()
+                .expect("three products");
             // Per-head RMS norm, then rotary embedding: [t, heads, head_dim].
-            let heads = |w: &QMatMul, n: usize, norm: &Tensor| -> Result<Tensor> {
-                let y = w.forward(&h)?.reshape((t, n, hd))?.rms_norm(norm, eps)?;
+            let heads = |y: Tensor, n: usize, norm: &Tensor| -> Result<Tensor> {
+                let y = y.reshape((t, n, hd))?.rms_norm(norm, eps)?;
                 rope_heads(&y, cos, sin, RopeKind::HalfSplit)
             };
-            let q = heads(&layer.q, self.heads, &layer.q_norm)?.affine(self.attn_scale, 0.0)?;
-            let k = heads(&layer.k, self.kv_heads, &layer.k_norm)?;
-            let v = layer.v.forward(&h)?;
+            let q = heads(q, self.heads, &layer.q_norm)?.affine(self.attn_scale, 0.0)?;
+            let k = heads(k, self.kv_heads, &layer.k_norm)?;
             kv.append(&k.to_vec_flat()?, &v.to_vec_flat()?, t);
             let a = attention(&q.to_vec_flat()?, kv, start, layer.window, dims);
             let a = Tensor::from_vec(a, (t, self.heads * hd), &hanzo_ml::Device::Cpu)?;
             let a = layer.o.forward(&a)?.rms_norm(&layer.post_attn_norm, eps)?;
             x = x.add(&a)?;
             let h = x.rms_norm(&layer.ffn_norm, eps)?;
-            let m = geglu(&layer.gate.forward(&h)?, &layer.up.forward(&h)?)?;
+            let [gate, up] = QMatMul::forward_many(&[&layer.gate, &layer.up], &h)?
+                .try_into()
+                .expect("two products");
+            let m = geglu(&gate, &up)?;
             let y = layer
                 .down
                 .forward(&m)?

@@ -19,10 +19,14 @@ struct Proj {
 
 impl Proj {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = self.w.forward(x)?;
+        self.bias(&self.w.forward(x)?)
+    }
+
+    /// `y` (this projection's product) plus the bias, if any.
+    fn bias(&self, y: &Tensor) -> Result<Tensor> {
         Ok(match &self.bias {
             Some(b) => y.broadcast_add(b)?,
-            None => y,
+            None => y.clone(),
         })
     }
 }
@@ -222,7 +226,11 @@ impl LanguageModel for Llama {
                 None => (None, None),
             };
             let (q, k, v) = match &layer.qkv {
-                Qkv::Split { q, k, v } => (q.forward(&h)?, k.forward(&h)?, v.forward(&h)?),
+                Qkv::Split { q, k, v } => {
+                    let ys = QMatMul::forward_many(&[&q.w, &k.w, &v.w], &h)?;
+                    let [q, k, v] = [(q, &ys[0]), (k, &ys[1]), (v, &ys[2])].map(|(p, y)| p.bias(y));
+                    (q?, k?, v?)
+                }
                 Qkv::Fused(p) => {
                     let y = p.forward(&h)?;
                     let (qr, kr) = (self.heads * hd, self.kv_heads * hd);
@@ -249,7 +257,12 @@ impl LanguageModel for Llama {
             x = x.add(&layer.o.forward(&a)?)?;
             let h = x.rms_norm(&layer.ffn_norm, eps)?;
             let (gate, up) = match &layer.gate_up {
-                GateUp::Split { gate, up } => (gate.forward(&h)?, up.forward(&h)?),
+                GateUp::Split { gate, up } => {
+                    let [g, u] = QMatMul::forward_many(&[gate, up], &h)?
+                        .try_into()
+                        .expect("two products");
+                    (g, u)
+                }
                 GateUp::Fused(w) => {
                     let y = w.forward(&h)?;
                     let f = y.dims()[1] / 2;

@@ -5,8 +5,9 @@
 //!
 //! The `qmatvec_dram` group streams weights larger than any cache (a 712 MB Q8_0 matrix with
 //! the 640 columns of Gemma 3's output head, and a 302 MB Q4_K one), so its GB/s compares with
-//! the machine's memory bandwidth, which `qmatvec_dram/read` measures alongside: a parallel
-//! sum over 1 GiB.
+//! the machine's memory bandwidth. `qmatvec_dram/read` runs alongside: a plain parallel sum over
+//! 1 GiB with hardware prefetch only, a lower bound for that bandwidth (the matvecs prefetch in
+//! software and can beat it).
 //!
 //! `cargo bench -p hanzo-ml --bench quant` (RAYON_NUM_THREADS sets the thread count). Runs
 //! inside the rayon pool, as a model's forward pass does, so the calling thread computes too

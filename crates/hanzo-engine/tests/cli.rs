@@ -153,8 +153,8 @@ fn bench_json_reports_median_speeds() {
 #[test]
 fn bench_times_an_encoder_forward_pass() {
     let m = fixture("minilm");
-    let args = |p: &str| {
-        [
+    let bench = |p: &str| {
+        engine(&[
             "bench",
             "-m",
             m.to_str().unwrap(),
@@ -163,10 +163,9 @@ fn bench_times_an_encoder_forward_pass() {
             "-r",
             "2",
             "--json",
-        ]
-        .map(String::from)
+        ])
     };
-    let out = stdout(&engine(&args("32").each_ref().map(String::as_str)));
+    let out = stdout(&bench("32"));
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let r = &v.as_array().unwrap()[..];
     assert_eq!(r.len(), 1);
@@ -178,7 +177,7 @@ fn bench_times_an_encoder_forward_pass() {
     );
     assert!((tps * ms / 1e3 - 32.0).abs() < 1e-6, "{tps} t/s, {ms} ms");
     // MiniLM has 512 positions.
-    let o = engine(&args("513").each_ref().map(String::as_str));
+    let o = bench("513");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         !o.status.success() && err.contains("1 to 512 tokens"),

@@ -28,14 +28,25 @@ fn read_json(path: &Path) -> Result<serde_json::Value> {
     serde_json::from_str(&text).map_err(|e| Error::model(path.display().to_string(), e.to_string()))
 }
 
+/// The architecture config.json names; plain BERT checkpoints often leave `model_type` out.
+fn encoder_arch(config: &serde_json::Value) -> &str {
+    config["model_type"].as_str().unwrap_or("bert")
+}
+
 impl Embedder {
+    /// Whether `dir` holds a model `from_dir` loads (its config.json names a BERT-family
+    /// encoder), as opposed to a text-generation model.
+    pub fn is_encoder_dir(dir: impl AsRef<Path>) -> bool {
+        read_json(&dir.as_ref().join("config.json")).is_ok_and(|c| encoder_arch(&c) == "bert")
+    }
+
     /// A sentence-transformers (or plain Hugging Face BERT) model directory: config.json,
     /// model.safetensors, tokenizer.json, and optionally 1_Pooling/config.json,
     /// modules.json (a Normalize module) and sentence_bert_config.json.
     pub fn from_dir(dir: impl AsRef<Path>) -> Result<Self> {
         let dir = dir.as_ref();
         let config: serde_json::Value = read_json(&dir.join("config.json"))?;
-        let arch = config["model_type"].as_str().unwrap_or("bert");
+        let arch = encoder_arch(&config);
         if arch != "bert" {
             return Err(Error::UnsupportedArchitecture(arch.into(), "bert"));
         }

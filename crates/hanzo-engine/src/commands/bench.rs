@@ -82,7 +82,7 @@ pub fn run(a: Args) -> Result<()> {
     if a.reps == 0 {
         bail!("--repetitions must be at least 1");
     }
-    if is_encoder_dir(&a.model.model) {
+    if hanzo_transformers::Embedder::is_encoder_dir(&a.model.model) {
         return encoder(&a);
     }
     let p = super::load(&a.model)?;
@@ -116,14 +116,6 @@ pub fn run(a: Args) -> Result<()> {
         kernels,
         rows,
     )
-}
-
-/// A model directory whose config.json names a BERT-family encoder.
-fn is_encoder_dir(path: &std::path::Path) -> bool {
-    std::fs::read_to_string(path.join("config.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-        .is_some_and(|c| c["model_type"].as_str() == Some("bert"))
 }
 
 /// enc<N>: the encoder's forward pass over one N-token sequence (no padding).

@@ -30,25 +30,22 @@ const QUANT_TYPES: [GgmlDType; 12] = [
     GgmlDType::IQ4NL,
 ];
 
-/// The activation row exactly as QMatMul sees it after quantization.
-fn through_dot_type(dt: GgmlDType, x: &[f32]) -> Vec<f32> {
+/// The activation row exactly as QMatMul sees it after quantization to `act`.
+fn through_dot_type(act: GgmlDType, x: &[f32]) -> Vec<f32> {
     fn go<B: GgmlBlock>(x: &[f32]) -> Vec<f32> {
-        let mut q = vec![
-            <B::Dot as bytemuck::Zeroable>::zeroed();
-            x.len() / <B::Dot as GgmlBlock>::BLOCK_SIZE
-        ];
-        <B::Dot as GgmlBlock>::quantize(x, &mut q);
+        let mut q = vec![<B as bytemuck::Zeroable>::zeroed(); x.len() / B::BLOCK_SIZE];
+        B::quantize(x, &mut q);
         let mut out = vec![0f32; x.len()];
-        <B::Dot as GgmlBlock>::dequantize(&q, &mut out);
+        B::dequantize(&q, &mut out);
         out
     }
-    hanzo_ml::with_block_type!(dt, B => go::<B>(x))
+    hanzo_ml::with_block_type!(act, B => go::<B>(x))
 }
 
 /// For types multiplied against Q8_1: per block, the stored f16 `s` minus the exact sum of the
 /// dequantized activations.
-fn q8_1_sum_rounding(dt: GgmlDType, x: &[f32]) -> Option<Vec<f64>> {
-    if !matches!(dt, GgmlDType::Q4_1 | GgmlDType::Q5_1) {
+fn q8_1_sum_rounding(dt: GgmlDType, act: GgmlDType, x: &[f32]) -> Option<Vec<f64>> {
+    if !matches!(dt, GgmlDType::Q4_1 | GgmlDType::Q5_1) || act != GgmlDType::Q8_1 {
         return None;
     }
     let mut q = vec![<BlockQ8_1 as bytemuck::Zeroable>::zeroed(); x.len() / 32];
@@ -92,8 +89,9 @@ fn check(dt: GgmlDType, n: usize, k: usize, m: usize) {
     let got = got.to_vec_flat::<f32>().unwrap();
     for j in 0..m {
         let xj = &x[j * k..(j + 1) * k];
-        let xq = through_dot_type(dt, xj);
-        let s_fix = q8_1_sum_rounding(dt, xj);
+        let act = mm.activation_dtype(m).unwrap();
+        let xq = through_dot_type(act, xj);
+        let s_fix = q8_1_sum_rounding(dt, act, xj);
         let mut scale = 0f64;
         let mut worst_exact = 0f64;
         let mut worst_plain = 0f64;
@@ -129,7 +127,7 @@ fn qmatmul_matches_dequantized_matmul_for_every_type_and_odd_shapes() {
     for dt in QUANT_TYPES {
         let k_small = dt.block_size() * 3; // 96 or 768: a multiple of the block size only
         for (n, k) in [(37, k_small), (19, 512 * dt.block_size() / 32)] {
-            for m in [1, 3, 17] {
+            for m in [1, 3, 17, 40] {
                 check(dt, n, k, m);
             }
         }

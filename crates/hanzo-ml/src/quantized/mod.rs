@@ -3,6 +3,7 @@
 pub mod blocks;
 mod dot;
 mod dtype;
+mod gemm;
 pub mod gguf;
 pub mod isq;
 mod qmatmul;

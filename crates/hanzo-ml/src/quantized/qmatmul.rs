@@ -53,6 +53,22 @@ impl QMatMul {
         (d[0], d[1])
     }
 
+    /// The block type `rows` activation rows are quantized to before the integer products
+    /// (`None` for float weights, which multiply in floating point).
+    pub fn activation_dtype(&self, rows: usize) -> Option<GgmlDType> {
+        let QMatMul::Quantized(w) = self else {
+            return None;
+        };
+        let k = self.weight_dims().1;
+        Some(crate::with_block_type!(w.dtype(), B => {
+            if rows > 1 && super::gemm::applies::<B>(rows, k) {
+                GgmlDType::Q8_0
+            } else {
+                <<B as GgmlBlock>::Dot as GgmlBlock>::DTYPE
+            }
+        }))
+    }
+
     /// `x`: `[..., in]` in any float dtype; returns `[..., out]` in x's dtype.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let (n, k) = self.weight_dims();
@@ -178,6 +194,9 @@ pub fn matmul<B: GgmlBlock>(w: &[B], n: usize, k: usize, x: &[f32], m: usize) ->
     if m == 1 {
         let job: Box<dyn MatvecJob> = Box::new(Matvec::new(w, n, k, x));
         return matvec_many(&[job]).pop().expect("one job");
+    }
+    if let Some(out) = super::gemm::matmul(w, n, k, x, m) {
+        return out;
     }
     let wpr = k / B::BLOCK_SIZE;
     let xpr = k / <B::Dot as GgmlBlock>::BLOCK_SIZE;

@@ -9,7 +9,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::search::{make_q3_quants, make_qkx2_quants, make_qx_quants, nearest_int, GROUP_MAX_EPS};
-use super::{signed_absmax, GgmlBlock, TileFn, VecDotFn};
+use super::{signed_absmax, GgmlBlock, TileFn, Unpacking, VecDotFn};
 use crate::quantized::GgmlDType;
 use half::f16;
 
@@ -448,6 +448,15 @@ fn dequantize_k4_family(d: f16, dmin: f16, scales: &[u8; 12], l: &[u8; QK_K], ou
     }
 }
 
+/// Q4_K/Q5_K sub-block scales and mins as the dequantization applies them.
+fn k4_family_scales(d: f16, dmin: f16, scales: &[u8; 12], s: &mut [f32], m: &mut [f32]) {
+    let (d, min) = (d.to_f32(), dmin.to_f32());
+    for (j, (s, m)) in s.iter_mut().zip(m.iter_mut()).enumerate() {
+        let (sc, mn) = scale_min_k4(j, scales);
+        (*s, *m) = (d * sc as f32, min * mn as f32);
+    }
+}
+
 fn dot_k4_family(d: f16, dmin: f16, scales: &[u8; 12], l: &[u8; QK_K], x: &BlockQ8K) -> f32 {
     let (mut sum, mut sum_min) = (0i32, 0i32);
     for j in 0..8 {
@@ -496,6 +505,17 @@ impl GgmlBlock for BlockQ4K {
     fn tile_fn<const R: usize, const C: usize>() -> Option<TileFn<Self, R, C>> {
         crate::quantized::dot::tile_q4k::<R, C>()
     }
+
+    fn unpacking() -> Option<Unpacking<Self>> {
+        Some(Unpacking {
+            group: 32,
+            max_level: 15,
+            unpack: |b, u, s, m| {
+                u.copy_from_slice(&q4k_levels(&b.qs));
+                k4_family_scales(b.d, b.dmin, &b.scales, s, m);
+            },
+        })
+    }
 }
 
 impl GgmlBlock for BlockQ5K {
@@ -540,6 +560,17 @@ impl GgmlBlock for BlockQ5K {
 
     fn tile_fn<const R: usize, const C: usize>() -> Option<TileFn<Self, R, C>> {
         crate::quantized::dot::tile_q5k::<R, C>()
+    }
+
+    fn unpacking() -> Option<Unpacking<Self>> {
+        Some(Unpacking {
+            group: 32,
+            max_level: 31,
+            unpack: |b, u, s, m| {
+                u.copy_from_slice(&q5k_levels(b));
+                k4_family_scales(b.d, b.dmin, &b.scales, s, m);
+            },
+        })
     }
 }
 
@@ -624,6 +655,23 @@ impl GgmlBlock for BlockQ6K {
 
     fn tile_fn<const R: usize, const C: usize>() -> Option<TileFn<Self, R, C>> {
         crate::quantized::dot::tile_q6k::<R, C>()
+    }
+
+    fn unpacking() -> Option<Unpacking<Self>> {
+        Some(Unpacking {
+            group: 16,
+            max_level: 63,
+            unpack: |b, u, s, m| {
+                for (u, l) in u.iter_mut().zip(q6k_levels(b)) {
+                    *u = (l + 32) as u8;
+                }
+                let d = b.d.to_f32();
+                for ((s, m), &sc) in s.iter_mut().zip(m.iter_mut()).zip(&b.scales) {
+                    *s = d * sc as f32;
+                    *m = 32.0 * *s;
+                }
+            },
+        })
     }
 }
 

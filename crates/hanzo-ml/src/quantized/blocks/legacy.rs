@@ -4,7 +4,7 @@
 //! `j + 16` in its high nibble; the 5th bits of Q5 live in the 32-bit `qh`, bit `j` for
 //! element `j`.
 
-use super::{dot_i8, min_max, signed_absmax, GgmlBlock, TileFn, VecDotFn};
+use super::{dot_i8, min_max, signed_absmax, GgmlBlock, TileFn, Unpacking, VecDotFn};
 use crate::quantized::GgmlDType;
 use half::f16;
 
@@ -191,6 +191,18 @@ impl GgmlBlock for BlockQ4_0 {
     fn tile_fn<const R: usize, const C: usize>() -> Option<TileFn<Self, R, C>> {
         crate::quantized::dot::tile_q4_0::<R, C>()
     }
+
+    fn unpacking() -> Option<Unpacking<Self>> {
+        Some(Unpacking {
+            group: QK,
+            max_level: 15,
+            unpack: |b, u, s, m| {
+                u.copy_from_slice(&nibbles(&b.qs));
+                s[0] = b.d.to_f32();
+                m[0] = 8.0 * s[0];
+            },
+        })
+    }
 }
 
 impl GgmlBlock for BlockQ4_1 {
@@ -270,6 +282,18 @@ impl GgmlBlock for BlockQ5_0 {
     fn tile_fn<const R: usize, const C: usize>() -> Option<TileFn<Self, R, C>> {
         crate::quantized::dot::tile_q5_0::<R, C>()
     }
+
+    fn unpacking() -> Option<Unpacking<Self>> {
+        Some(Unpacking {
+            group: QK,
+            max_level: 31,
+            unpack: |b, u, s, m| {
+                u.copy_from_slice(&nibbles_5(&b.qs, b.qh));
+                s[0] = b.d.to_f32();
+                m[0] = 16.0 * s[0];
+            },
+        })
+    }
 }
 
 impl GgmlBlock for BlockQ5_1 {
@@ -337,6 +361,20 @@ impl GgmlBlock for BlockQ8_0 {
 
     fn tile_fn<const R: usize, const C: usize>() -> Option<TileFn<Self, R, C>> {
         crate::quantized::dot::tile_q8_0::<R, C>()
+    }
+
+    fn unpacking() -> Option<Unpacking<Self>> {
+        Some(Unpacking {
+            group: QK,
+            max_level: 255,
+            unpack: |b, u, s, m| {
+                for (u, &q) in u.iter_mut().zip(&b.qs) {
+                    *u = (q as u8) ^ 0x80;
+                }
+                s[0] = b.d.to_f32();
+                m[0] = 128.0 * s[0];
+            },
+        })
     }
 }
 

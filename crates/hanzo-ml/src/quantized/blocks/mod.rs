@@ -33,6 +33,16 @@ pub type VecDotFn<B> = fn(&[B], &[<B as GgmlBlock>::Dot]) -> f32;
 pub type TileFn<B, const R: usize, const C: usize> =
     fn([&[B]; R], [&[<B as GgmlBlock>::Dot]; C]) -> [[f32; C]; R];
 
+/// A block in the form the prefill GEMM multiplies (see `quantized::gemm`): unsigned levels
+/// `u` (one byte per element, none above `max_level`) and, per group of `group` elements
+/// (16 or 32), a scale and a min, so that element `i` is `scale[i / group] * u[i] - min[i / group]`.
+pub struct Unpacking<B> {
+    pub group: usize,
+    pub max_level: u8,
+    /// `(block, u[BLOCK_SIZE], scale[BLOCK_SIZE / group], min[BLOCK_SIZE / group])`.
+    pub unpack: fn(&B, &mut [u8], &mut [f32], &mut [f32]),
+}
+
 pub trait GgmlBlock: bytemuck::Pod + Send + Sync + 'static {
     const DTYPE: GgmlDType;
     /// Elements per block.
@@ -52,6 +62,10 @@ pub trait GgmlBlock: bytemuck::Pod + Send + Sync + 'static {
     }
     /// An `R x C` tile kernel, where this CPU has one for this type.
     fn tile_fn<const R: usize, const C: usize>() -> Option<TileFn<Self, R, C>> {
+        None
+    }
+    /// The GEMM form, for the types that have one.
+    fn unpacking() -> Option<Unpacking<Self>> {
         None
     }
 }

@@ -18,6 +18,8 @@ mod avx512;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 #[cfg(target_arch = "x86_64")]
+mod panel;
+#[cfg(target_arch = "x86_64")]
 mod vnni;
 
 use super::blocks::*;
@@ -136,6 +138,20 @@ impl Isa {
             },
             Err(_) => best,
         }
+    }
+}
+
+/// The prefill panel kernel for weights of this scale group and largest level, with the rows
+/// per panel it takes, where this CPU has one (see `quantized::gemm`).
+pub(crate) fn pick_panel(group: usize, max_level: u8) -> Option<(usize, super::gemm::PanelFn)> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        panel::pick(group, max_level)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (group, max_level);
+        None
     }
 }
 

@@ -1,0 +1,218 @@
+//! Prefill: activations `[m, k]` times quantized weights `[n, k]` when `m` is large.
+//!
+//! Each task unpacks one panel of weight rows (16 on AVX-512, 8 on AVX2) into bytes with
+//! per-group scales and mins (`GgmlBlock::unpacking`), interleaved for the kernels in
+//! `dot::panel`, and passes every activation row over it. Unpacking a row costs about as much
+//! as a few activation rows, so small batches keep the tile path in `qmatmul`.
+
+use super::blocks::{BlockQ8_0, GgmlBlock, Unpacking};
+use rayon::prelude::*;
+
+/// One activation row: its Q8_0 blocks, and per weight scale group the block scale `d` and
+/// `d · Σ q` over the group's elements.
+#[derive(Clone, Copy)]
+pub(crate) struct PanelRow<'a> {
+    pub q: &'a [BlockQ8_0],
+    pub d: &'a [f32],
+    pub dsum: &'a [f32],
+}
+
+/// `rows` weight rows, interleaved: levels `4t..4t + 4` of row `r` at `u[(t * rows + r) * 4..]`,
+/// group `g`'s scale and min of row `r` at `[g * rows + r]`.
+pub(crate) struct Panel<'a> {
+    pub u: &'a [u8],
+    pub scale: &'a [f32],
+    pub min: &'a [f32],
+}
+
+/// `out[c * rows + r] = (panel row r) · x[c]` for every activation row `c`.
+pub(crate) type PanelFn = fn(&Panel, &[PanelRow], &mut [f32]);
+
+/// Fewer activation rows than this take the tile path: there, each weight block is unpacked
+/// per call rather than once, which is cheaper for a handful of rows.
+const MIN_ROWS: usize = 16;
+
+/// The unpacked form and the panel kernel, where `matmul` applies to `m` rows of width `k`.
+fn plan<B: GgmlBlock>(m: usize, k: usize) -> Option<(Unpacking<B>, usize, PanelFn)> {
+    let unpacking = B::unpacking()?;
+    if m < MIN_ROWS || k == 0 || !k.is_multiple_of(32) || !k.is_multiple_of(B::BLOCK_SIZE) {
+        return None;
+    }
+    let (rows, kernel) = super::dot::pick_panel(unpacking.group, unpacking.max_level)?;
+    Some((unpacking, rows, kernel))
+}
+
+/// Whether `matmul` takes `m` activation rows of width `k` (which it quantizes to Q8_0).
+pub(crate) fn applies<B: GgmlBlock>(m: usize, k: usize) -> bool {
+    plan::<B>(m, k).is_some()
+}
+
+/// `x [m, k]` times `w [n, k]` transposed, or `None` where this path does not apply (type
+/// without an unpacked form, CPU without a panel kernel, too few rows, `k` not whole blocks).
+pub(crate) fn matmul<B: GgmlBlock>(
+    w: &[B],
+    n: usize,
+    k: usize,
+    x: &[f32],
+    m: usize,
+) -> Option<Vec<f32>> {
+    let (unpacking, rows, kernel) = plan::<B>(m, k)?;
+    if n == 0 {
+        return None;
+    }
+    let acts = Activations::new(x, m, k, unpacking.group);
+    let xs: Vec<PanelRow> = (0..m).map(|j| acts.row(j)).collect();
+    let per_row = k / B::BLOCK_SIZE;
+    let mut out = vec![0f32; m * n];
+    let sink = Sink {
+        ptr: out.as_mut_ptr(),
+        len: out.len(),
+    };
+    (0..n.div_ceil(rows)).into_par_iter().for_each_init(
+        || Scratch::new(rows, k, m, &unpacking, B::BLOCK_SIZE),
+        |scratch, p| {
+            let r0 = p * rows;
+            let live = rows.min(n - r0);
+            scratch.unpack(&unpacking, &w[r0 * per_row..(r0 + live) * per_row], per_row);
+            let panel = Panel {
+                u: &scratch.u,
+                scale: &scratch.scale,
+                min: &scratch.min,
+            };
+            kernel(&panel, &xs, &mut scratch.out);
+            for (j, o) in scratch.out.chunks_exact(rows).enumerate() {
+                // SAFETY: this task is the only writer of columns r0..r0 + live.
+                unsafe { sink.write(j * n + r0, &o[..live]) };
+            }
+        },
+    );
+    Some(out)
+}
+
+/// Activation rows quantized to Q8_0, with each weight group's `d` and `d · Σ q`.
+struct Activations {
+    q: Vec<BlockQ8_0>,
+    d: Vec<f32>,
+    dsum: Vec<f32>,
+    blocks: usize,
+    groups: usize,
+}
+
+impl Activations {
+    fn new(x: &[f32], m: usize, k: usize, group: usize) -> Self {
+        let (blocks, groups) = (k / 32, k / group);
+        let mut q = vec![<BlockQ8_0 as bytemuck::Zeroable>::zeroed(); m * blocks];
+        let mut d = vec![0f32; m * groups];
+        let mut dsum = vec![0f32; m * groups];
+        q.par_chunks_mut(blocks)
+            .zip(d.par_chunks_mut(groups).zip(dsum.par_chunks_mut(groups)))
+            .zip(x.par_chunks(k))
+            .for_each(|((q, (d, dsum)), x)| {
+                BlockQ8_0::quantize(x, q);
+                for (g, (d, dsum)) in d.iter_mut().zip(dsum.iter_mut()).enumerate() {
+                    let (b, at) = (&q[g * group / 32], (g * group) % 32);
+                    let sum: i32 = b.qs[at..at + group].iter().map(|&v| v as i32).sum();
+                    *d = b.d.to_f32();
+                    *dsum = *d * sum as f32;
+                }
+            });
+        Self {
+            q,
+            d,
+            dsum,
+            blocks,
+            groups,
+        }
+    }
+
+    fn row(&self, j: usize) -> PanelRow<'_> {
+        let groups = j * self.groups..(j + 1) * self.groups;
+        PanelRow {
+            q: &self.q[j * self.blocks..(j + 1) * self.blocks],
+            d: &self.d[groups.clone()],
+            dsum: &self.dsum[groups],
+        }
+    }
+}
+
+/// A task's unpacked panel and its output, reused across the panels the task takes.
+struct Scratch {
+    rows: usize,
+    u: Vec<u8>,
+    scale: Vec<f32>,
+    min: Vec<f32>,
+    out: Vec<f32>,
+    /// One block's levels, scales and mins, before interleaving.
+    block_u: Vec<u8>,
+    block_scale: Vec<f32>,
+    block_min: Vec<f32>,
+}
+
+impl Scratch {
+    fn new<B>(rows: usize, k: usize, m: usize, un: &Unpacking<B>, block: usize) -> Self {
+        let groups = k / un.group;
+        Self {
+            rows,
+            u: vec![0; k * rows],
+            scale: vec![0.0; groups * rows],
+            min: vec![0.0; groups * rows],
+            out: vec![0.0; m * rows],
+            block_u: vec![0; block],
+            block_scale: vec![0.0; block / un.group],
+            block_min: vec![0.0; block / un.group],
+        }
+    }
+
+    /// Unpacks `w` (`per_row` blocks per row, at most `self.rows` rows) into the panel; rows
+    /// past the end of the matrix are zero.
+    fn unpack<B: GgmlBlock>(&mut self, un: &Unpacking<B>, w: &[B], per_row: usize) {
+        let rows = self.rows;
+        let live = w.len() / per_row;
+        if live < rows {
+            self.u.fill(0);
+            self.scale.fill(0.0);
+            self.min.fill(0.0);
+        }
+        let per_block = B::BLOCK_SIZE / un.group;
+        for (r, row) in w.chunks_exact(per_row).enumerate() {
+            for (i, b) in row.iter().enumerate() {
+                (un.unpack)(
+                    b,
+                    &mut self.block_u,
+                    &mut self.block_scale,
+                    &mut self.block_min,
+                );
+                let step0 = i * B::BLOCK_SIZE / 4;
+                for (t, levels) in self.block_u.chunks_exact(4).enumerate() {
+                    let at = ((step0 + t) * rows + r) * 4;
+                    self.u[at..at + 4].copy_from_slice(levels);
+                }
+                for j in 0..per_block {
+                    let at = (i * per_block + j) * rows + r;
+                    self.scale[at] = self.block_scale[j];
+                    self.min[at] = self.block_min[j];
+                }
+            }
+        }
+    }
+}
+
+/// The output matrix, shared by tasks that each write a disjoint set of its columns.
+struct Sink {
+    ptr: *mut f32,
+    len: usize,
+}
+
+// SAFETY: `Sink` only hands out writes through `write`, whose callers guarantee that no two
+// threads write the same element; the matrix outlives the parallel loop that uses it.
+unsafe impl Sync for Sink {}
+
+impl Sink {
+    /// # Safety
+    /// No other thread may write `at..at + v.len()` concurrently.
+    unsafe fn write(&self, at: usize, v: &[f32]) {
+        assert!(at + v.len() <= self.len, "write past the output");
+        // SAFETY: in bounds (checked), and exclusive by the caller's guarantee.
+        unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), self.ptr.add(at), v.len()) }
+    }
+}

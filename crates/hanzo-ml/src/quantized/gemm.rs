@@ -69,7 +69,7 @@ pub(crate) fn matmul<B: GgmlBlock>(
         len: out.len(),
     };
     (0..n.div_ceil(rows)).into_par_iter().for_each_init(
-        || Scratch::new(rows, k, m, &unpacking, B::BLOCK_SIZE),
+        || Scratch::new(rows, k, m, &unpacking),
         |scratch, p| {
             let r0 = p * rows;
             let live = rows.min(n - r0);
@@ -143,13 +143,13 @@ struct Scratch {
     min: Vec<f32>,
     out: Vec<f32>,
     /// One block's levels, scales and mins, before interleaving.
-    block_u: Vec<u8>,
-    block_scale: Vec<f32>,
-    block_min: Vec<f32>,
+    block_u: [u8; 256],
+    block_scale: [f32; 16],
+    block_min: [f32; 16],
 }
 
 impl Scratch {
-    fn new<B>(rows: usize, k: usize, m: usize, un: &Unpacking<B>, block: usize) -> Self {
+    fn new<B>(rows: usize, k: usize, m: usize, un: &Unpacking<B>) -> Self {
         let groups = k / un.group;
         Self {
             rows,
@@ -157,9 +157,9 @@ impl Scratch {
             scale: vec![0.0; groups * rows],
             min: vec![0.0; groups * rows],
             out: vec![0.0; m * rows],
-            block_u: vec![0; block],
-            block_scale: vec![0.0; block / un.group],
-            block_min: vec![0.0; block / un.group],
+            block_u: [0; 256],
+            block_scale: [0.0; 16],
+            block_min: [0.0; 16],
         }
     }
 
@@ -183,7 +183,9 @@ impl Scratch {
                     &mut self.block_min,
                 );
                 let step0 = i * B::BLOCK_SIZE / 4;
-                for (t, levels) in self.block_u.chunks_exact(4).enumerate() {
+                // Fixed-size words: a slice copy of runtime length 4 becomes a memmove call.
+                let (words, _) = self.block_u[..B::BLOCK_SIZE].as_chunks::<4>();
+                for (t, levels) in words.iter().enumerate() {
                     let at = ((step0 + t) * rows + r) * 4;
                     self.u[at..at + 4].copy_from_slice(levels);
                 }

@@ -100,53 +100,96 @@ pub fn attention(q: &[f32], kv: &KvF16, start: usize, window: Window, dims: Dims
     // ggml switches to a tiled kernel (f32 queries, f32 value sums) from 64 queries on.
     let f16_sums = t < TILED_FROM;
     let mut out = vec![0f32; q.len()];
-    out.par_chunks_mut(d).enumerate().for_each(|(idx, o)| {
-        let (i, h) = (idx / heads, idx % heads);
-        let p = start + i;
-        let kh = h / g;
-        let mut qh: Vec<f32> = q[idx * d..(idx + 1) * d].to_vec();
-        if f16_sums {
-            round_f16(&mut qh);
-        }
-        let first = window.first_key(p).max(k0) - k0;
-        let keys = &k32[kh * n * d..(kh + 1) * n * d];
-        let vals = &v32[kh * n * d..(kh + 1) * n * d];
-        one_query(&qh, keys, vals, first..p - k0 + 1, f16_sums, o);
-    });
+    // A task takes QUERY_POSITIONS positions; per KV head, its query heads at those positions
+    // pass over the keys together, so each key and value row comes from memory once per group
+    // and from L1 for the rest. Each query's arithmetic is unchanged by the grouping.
+    let row = heads * d;
+    out.par_chunks_mut(QUERY_POSITIONS * row)
+        .enumerate()
+        .for_each(|(blk, out)| {
+            let i0 = blk * QUERY_POSITIONS;
+            let positions = out.len() / row;
+            for kh in 0..kv_heads {
+                let keys = &k32[kh * n * d..(kh + 1) * n * d];
+                let vals = &v32[kh * n * d..(kh + 1) * n * d];
+                let mut group: Vec<Query> = (0..positions)
+                    .flat_map(|i| (kh * g..(kh + 1) * g).map(move |h| (i, h)))
+                    .map(|(i, h)| {
+                        let p = start + i0 + i;
+                        let at = ((i0 + i) * heads + h) * d;
+                        let first = window.first_key(p).max(k0) - k0;
+                        Query::new(&q[at..at + d], first..p - k0 + 1, f16_sums, i * row + h * d)
+                    })
+                    .collect();
+                let from = group.iter().map(|q| q.keys.start).min().unwrap_or(0);
+                let to = group.iter().map(|q| q.keys.end).max().unwrap_or(0);
+                for j in from..to {
+                    let (key, val) = (&keys[j * d..(j + 1) * d], &vals[j * d..(j + 1) * d]);
+                    for q in group.iter_mut().filter(|q| q.keys.contains(&j)) {
+                        q.step(key, val, f16_sums);
+                    }
+                }
+                for q in &group {
+                    q.finish(&mut out[q.out..q.out + d]);
+                }
+            }
+        });
     out
 }
 
-/// Online softmax over `keys[range]` for one query, accumulating values in f16
-/// (`f16_sums`, ggml's per-query kernel) or in f32 (its tiled kernel).
-fn one_query(
-    q: &[f32],
-    keys: &[f32],
-    vals: &[f32],
-    range: std::ops::Range<usize>,
-    f16_sums: bool,
-    out: &mut [f32],
-) {
-    let d = q.len();
-    let mut m = f32::NEG_INFINITY;
-    let mut s_sum = 0f32;
-    let mut acc = vec![0f32; d];
-    for j in range {
-        let s = dot(&keys[j * d..(j + 1) * d], q);
-        let (mut ms, mut vs) = (1f32, 1f32);
-        if s > m {
-            let old = m;
-            m = s;
-            ms = (old - m).exp();
-            scale(&mut acc, ms, f16_sums);
-        } else {
-            vs = (s - m).exp();
+/// Query positions per attention task: with 4 query heads per KV head, 16 queries whose
+/// vectors and sums (2 KB each for head_dim 256) stay in L1 beside the shared key row.
+const QUERY_POSITIONS: usize = 4;
+
+/// One query's online softmax over its keys, accumulating values in f16 (`f16_sums`, ggml's
+/// per-query kernel) or in f32 (its tiled kernel).
+struct Query {
+    q: Vec<f32>,
+    keys: std::ops::Range<usize>,
+    /// Where its output row starts in the task's output.
+    out: usize,
+    max: f32,
+    sum: f32,
+    acc: Vec<f32>,
+}
+
+impl Query {
+    fn new(q: &[f32], keys: std::ops::Range<usize>, f16_sums: bool, out: usize) -> Self {
+        let mut q = q.to_vec();
+        if f16_sums {
+            round_f16(&mut q);
         }
-        mad(&mut acc, &vals[j * d..(j + 1) * d], vs, f16_sums);
-        s_sum = s_sum * ms + vs;
+        let acc = vec![0f32; q.len()];
+        Self {
+            q,
+            keys,
+            out,
+            max: f32::NEG_INFINITY,
+            sum: 0.0,
+            acc,
+        }
     }
-    let inv = 1.0 / s_sum;
-    for (o, a) in out.iter_mut().zip(&acc) {
-        *o = a * inv;
+
+    fn step(&mut self, key: &[f32], val: &[f32], f16_sums: bool) {
+        let s = dot(key, &self.q);
+        let (mut ms, mut vs) = (1f32, 1f32);
+        if s > self.max {
+            let old = self.max;
+            self.max = s;
+            ms = (old - s).exp();
+            scale(&mut self.acc, ms, f16_sums);
+        } else {
+            vs = (s - self.max).exp();
+        }
+        mad(&mut self.acc, val, vs, f16_sums);
+        self.sum = self.sum * ms + vs;
+    }
+
+    fn finish(&self, out: &mut [f32]) {
+        let inv = 1.0 / self.sum;
+        for (o, a) in out.iter_mut().zip(&self.acc) {
+            *o = a * inv;
+        }
     }
 }
 
@@ -261,5 +304,92 @@ mod x86 {
         let t0 = _mm_add_ps(_mm256_castps256_ps128(x0), _mm256_extractf128_ps::<1>(x0));
         let t1 = _mm_hadd_ps(t0, t0);
         _mm_cvtss_f32(_mm_hadd_ps(t1, t1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Deterministic values in [-1, 1).
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (0..n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// Softmax attention in f64 over the cache's f16 keys and values.
+    fn naive(q: &[f32], kv: &KvF16, start: usize, window: Window, dims: Dims) -> Vec<f32> {
+        let Dims {
+            heads,
+            kv_heads,
+            head_dim: d,
+        } = dims;
+        let t = q.len() / (heads * d);
+        let mut out = vec![0f32; q.len()];
+        for i in 0..t {
+            let p = start + i;
+            for h in 0..heads {
+                let kh = h / (heads / kv_heads);
+                let qv = &q[(i * heads + h) * d..][..d];
+                let at = |c: &[f16], j: usize, e: usize| c[(j * kv_heads + kh) * d + e].to_f64();
+                let keys: Vec<usize> = (window.first_key(p)..=p).collect();
+                let scores: Vec<f64> = keys
+                    .iter()
+                    .map(|&j| (0..d).map(|e| qv[e] as f64 * at(&kv.k, j, e)).sum())
+                    .collect();
+                let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let w: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                let total: f64 = w.iter().sum();
+                for e in 0..d {
+                    let v: f64 = keys.iter().zip(&w).map(|(&j, w)| w * at(&kv.v, j, e)).sum();
+                    out[(i * heads + h) * d + e] = (v / total) as f32;
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn grouped_queries_give_each_query_its_own_softmax() {
+        let dims = Dims {
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 32,
+        };
+        let row = dims.kv_heads * dims.head_dim;
+        // Prefill from an empty cache past the tiled threshold, then a short continuation
+        // (f16 sums) and a single decode step, with full and sliding windows.
+        for (start, t) in [(0, 70), (70, 9), (79, 1)] {
+            for window in [Window::Full, Window::Sliding(16)] {
+                let n = start + t;
+                let mut kv = KvF16::default();
+                let k = values(n * row, 1);
+                let v = values(n * row, 2);
+                kv.append(&k, &v, n);
+                let q: Vec<f32> = values(t * dims.heads * dims.head_dim, 3 + t as u64)
+                    .iter()
+                    .map(|x| x * 2.0)
+                    .collect();
+                let got = attention(&q, &kv, start, window, dims);
+                let want = naive(&q, &kv, start, window, dims);
+                // f16 rounding of queries and (below 64 queries) of the value sums.
+                let tol = if t < TILED_FROM { 5e-3 } else { 1e-5 };
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (g - w).abs() <= tol,
+                        "start {start} t {t} {window:?} element {i}: {g} vs {w}"
+                    );
+                }
+            }
+        }
     }
 }

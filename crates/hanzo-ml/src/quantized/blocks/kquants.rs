@@ -511,8 +511,8 @@ impl GgmlBlock for BlockQ4K {
             group: 32,
             max_level: 15,
             unpack: |b, u, s, m| {
-                u.copy_from_slice(&q4k_levels(&b.qs));
-                k4_family_scales(b.d, b.dmin, &b.scales, s, m);
+                *u = q4k_levels(&b.qs);
+                k4_family_scales(b.d, b.dmin, &b.scales, &mut s[..8], &mut m[..8]);
             },
         })
     }
@@ -567,8 +567,8 @@ impl GgmlBlock for BlockQ5K {
             group: 32,
             max_level: 31,
             unpack: |b, u, s, m| {
-                u.copy_from_slice(&q5k_levels(b));
-                k4_family_scales(b.d, b.dmin, &b.scales, s, m);
+                *u = q5k_levels(b);
+                k4_family_scales(b.d, b.dmin, &b.scales, &mut s[..8], &mut m[..8]);
             },
         })
     }

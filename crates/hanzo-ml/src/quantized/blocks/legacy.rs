@@ -197,7 +197,7 @@ impl GgmlBlock for BlockQ4_0 {
             group: QK,
             max_level: 15,
             unpack: |b, u, s, m| {
-                u.copy_from_slice(&nibbles(&b.qs));
+                u[..QK].copy_from_slice(&nibbles(&b.qs));
                 s[0] = b.d.to_f32();
                 m[0] = 8.0 * s[0];
             },
@@ -288,7 +288,7 @@ impl GgmlBlock for BlockQ5_0 {
             group: QK,
             max_level: 31,
             unpack: |b, u, s, m| {
-                u.copy_from_slice(&nibbles_5(&b.qs, b.qh));
+                u[..QK].copy_from_slice(&nibbles_5(&b.qs, b.qh));
                 s[0] = b.d.to_f32();
                 m[0] = 16.0 * s[0];
             },
@@ -368,7 +368,7 @@ impl GgmlBlock for BlockQ8_0 {
             group: QK,
             max_level: 255,
             unpack: |b, u, s, m| {
-                for (u, &q) in u.iter_mut().zip(&b.qs) {
+                for (u, &q) in u[..QK].iter_mut().zip(&b.qs) {
                     *u = (q as u8) ^ 0x80;
                 }
                 s[0] = b.d.to_f32();

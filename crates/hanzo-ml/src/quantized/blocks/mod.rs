@@ -39,8 +39,9 @@ pub type TileFn<B, const R: usize, const C: usize> =
 pub struct Unpacking<B> {
     pub group: usize,
     pub max_level: u8,
-    /// `(block, u[BLOCK_SIZE], scale[BLOCK_SIZE / group], min[BLOCK_SIZE / group])`.
-    pub unpack: fn(&B, &mut [u8], &mut [f32], &mut [f32]),
+    /// Fills the first `BLOCK_SIZE` levels and `BLOCK_SIZE / group` scales and mins (fixed
+    /// sizes, the largest block's, so the copies compile to plain moves).
+    pub unpack: fn(&B, &mut [u8; 256], &mut [f32; 16], &mut [f32; 16]),
 }
 
 pub trait GgmlBlock: bytemuck::Pod + Send + Sync + 'static {

@@ -204,6 +204,13 @@ fn has_f16c() -> bool {
     })
 }
 
+#[cfg(target_arch = "x86_64")]
+fn has_avx512() -> bool {
+    use std::sync::OnceLock;
+    static F: OnceLock<bool> = OnceLock::new();
+    *F.get_or_init(|| is_x86_feature_detected!("avx512f"))
+}
+
 /// Rounds every value to the nearest f16 (ties to even), kept as f32.
 pub fn round_f16(xs: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
@@ -230,6 +237,12 @@ fn scale(acc: &mut [f32], s: f32, f16: bool) {
 /// `acc = fma(v, s, acc)` element-wise, rounded to f16 if `f16`.
 fn mad(acc: &mut [f32], v: &[f32], s: f32, f16: bool) {
     if !f16 {
+        #[cfg(target_arch = "x86_64")]
+        if has_f16c() && acc.len().is_multiple_of(8) {
+            // SAFETY: the CPU supports avx2 (checked above); lengths are equal.
+            unsafe { x86::mad_f32(acc, v, s) };
+            return;
+        }
         for (a, &x) in acc.iter_mut().zip(v) {
             *a += x * s;
         }
@@ -251,6 +264,10 @@ fn mad(acc: &mut [f32], v: &[f32], s: f32, f16: bool) {
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if has_f16c() && a.len().is_multiple_of(32) {
+        if has_avx512() {
+            // SAFETY: the CPU supports avx512f (checked above); lengths are equal.
+            return unsafe { x86::dot_avx512(a, b) };
+        }
         // SAFETY: the CPU supports avx2/fma (checked above); lengths are equal.
         return unsafe { x86::dot(a, b) };
     }
@@ -285,6 +302,52 @@ mod x86 {
                 _mm256_storeu_ps(a.as_mut_ptr(), _mm256_cvtph_ps(h));
             }
         }
+    }
+
+    /// `acc += v * s` as separate multiply and add (the same roundings as the scalar loop).
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn mad_f32(acc: &mut [f32], v: &[f32], s: f32) {
+        let sv = _mm256_set1_ps(s);
+        for (a, x) in acc.chunks_exact_mut(8).zip(v.chunks_exact(8)) {
+            // SAFETY: both chunks hold 8 f32s.
+            unsafe {
+                let p = _mm256_mul_ps(_mm256_loadu_ps(x.as_ptr()), sv);
+                _mm256_storeu_ps(
+                    a.as_mut_ptr(),
+                    _mm256_add_ps(_mm256_loadu_ps(a.as_ptr()), p),
+                );
+            }
+        }
+    }
+
+    /// `dot` with each pair of its 8-lane accumulators in one 16-lane register: every lane
+    /// sums the same products in the same order, and the final reduction adds the same
+    /// pairs, so the result is bit-identical.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub unsafe fn dot_avx512(a: &[f32], b: &[f32]) -> f32 {
+        // lo = [s0 | s1], hi = [s2 | s3] in `dot`'s terms.
+        let (mut lo, mut hi) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+        for (x, y) in a.chunks_exact(32).zip(b.chunks_exact(32)) {
+            // SAFETY: each 32-element chunk holds two 16-lane vectors.
+            unsafe {
+                let (x0, y0) = (_mm512_loadu_ps(x.as_ptr()), _mm512_loadu_ps(y.as_ptr()));
+                let (x1, y1) = (
+                    _mm512_loadu_ps(x.as_ptr().add(16)),
+                    _mm512_loadu_ps(y.as_ptr().add(16)),
+                );
+                lo = _mm512_fmadd_ps(x0, y0, lo);
+                hi = _mm512_fmadd_ps(x1, y1, hi);
+            }
+        }
+        // [s0 + s2 | s1 + s3], then (s0 + s2) + (s1 + s3).
+        let pair = _mm512_add_ps(lo, hi);
+        let x0 = _mm256_add_ps(
+            _mm512_castps512_ps256(pair),
+            _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(pair))),
+        );
+        let t0 = _mm_add_ps(_mm256_castps256_ps128(x0), _mm256_extractf128_ps::<1>(x0));
+        let t1 = _mm_hadd_ps(t0, t0);
+        _mm_cvtss_f32(_mm_hadd_ps(t1, t1))
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -356,6 +419,29 @@ mod tests {
             }
         }
         out
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn wide_kernels_round_like_the_narrow_ones() {
+        if !has_f16c() {
+            return;
+        }
+        let (a, b) = (values(256, 7), values(256, 8));
+        // SAFETY: AVX2/FMA/F16C checked above.
+        let narrow = unsafe { x86::dot(&a, &b) };
+        if has_avx512() {
+            // SAFETY: AVX-512F checked on the line above.
+            assert_eq!(
+                narrow.to_bits(),
+                unsafe { x86::dot_avx512(&a, &b) }.to_bits()
+            );
+        }
+        let mut wide = a.clone();
+        // SAFETY: as above.
+        unsafe { x86::mad_f32(&mut wide, &b, 0.37) };
+        let scalar: Vec<f32> = a.iter().zip(&b).map(|(a, b)| a + b * 0.37).collect();
+        assert_eq!(wide, scalar);
     }
 
     #[test]

@@ -187,6 +187,7 @@ fn gelu_tanh_grad(v: f64) -> f64 {
 pub struct GeluErf;
 impl UnaryOpT for GeluErf {
     const NAME: &'static str = "gelu";
+    const F32_VEC: Option<crate::op::F32UnaryKernel> = Some(crate::cpu::simd::gelu_erf_f32);
     fn f32(v: f32) -> f32 {
         0.5 * v * (1.0 + libm::erff(v * std::f32::consts::FRAC_1_SQRT_2))
     }

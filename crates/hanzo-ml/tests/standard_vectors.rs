@@ -290,3 +290,26 @@ fn conv2d_by_hand() -> hanzo_ml::Result<()> {
     );
     Ok(())
 }
+
+#[test]
+fn with_contiguous_sees_elements_in_row_major_order() -> hanzo_ml::Result<()> {
+    let a = Tensor::new([[1f32, 2., 3.], [4., 5., 6.]], &CPU)?;
+    // Contiguous, a contiguous narrow (offset view) and a transpose (strided, copied).
+    assert_eq!(
+        a.with_contiguous(|v: &[f32]| v.to_vec())?,
+        [1., 2., 3., 4., 5., 6.]
+    );
+    assert_eq!(
+        a.narrow(0, 1, 1)?.with_contiguous(|v: &[f32]| v.to_vec())?,
+        [4., 5., 6.]
+    );
+    assert_eq!(
+        a.t()?.with_contiguous(|v: &[f32]| v.to_vec())?,
+        [1., 4., 2., 5., 3., 6.]
+    );
+    assert!(matches!(
+        a.with_contiguous(|v: &[f64]| v.len()),
+        Err(Error::DTypeMismatch { .. })
+    ));
+    Ok(())
+}

@@ -84,9 +84,9 @@ impl QMatMul {
             QMatMul::Quantized(w) => w,
         };
         let m = x.elem_count() / k.max(1);
-        let xs = x.to_dtype(DType::F32)?.to_vec_flat::<f32>()?;
-        let out =
-            crate::with_block_type!(w.dtype(), B => matmul::<B>(w.blocks::<B>()?, n, k, &xs, m));
+        let out = x.to_dtype(DType::F32)?.with_contiguous(|xs: &[f32]| {
+            crate::with_block_type!(w.dtype(), B => Ok::<_, Error>(matmul::<B>(w.blocks::<B>()?, n, k, xs, m)))
+        })??;
         let mut out_dims = dims.to_vec();
         *out_dims.last_mut().expect("rank >= 1") = n;
         Tensor::from_vec(out, out_dims, &x.device())?.to_dtype(x.dtype())
@@ -104,7 +104,7 @@ impl QMatMul {
         if !one_row || !all_quantized {
             return ws.iter().map(|w| w.forward(x)).collect();
         }
-        let xs = x.to_dtype(DType::F32)?.to_vec_flat::<f32>()?;
+        let xs = x.to_dtype(DType::F32)?.to_vec_flat::<f32>()?; // one row: a short copy
         let jobs = ws
             .iter()
             .map(|w| {

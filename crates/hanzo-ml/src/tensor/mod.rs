@@ -213,6 +213,23 @@ impl Tensor {
         Ok(crate::cpu::unary_map(v, self.layout(), |x| x))
     }
 
+    /// Runs `f` on the elements in row-major order, borrowed where the layout is contiguous
+    /// (copied only otherwise): for kernels that read a whole tensor once.
+    pub fn with_contiguous<T: WithDType, R>(&self, f: impl FnOnce(&[T]) -> R) -> Result<R> {
+        let Some((start, end)) = self.layout().contiguous_offsets() else {
+            return Ok(f(&self.to_vec_flat::<T>()?));
+        };
+        if self.dtype() != T::DTYPE {
+            return Err(Error::DTypeMismatch {
+                op: "with_contiguous",
+                expected: self.dtype(),
+                got: T::DTYPE,
+            });
+        }
+        let cpu = self.storage().to_cpu()?;
+        Ok(f(&cpu.as_slice::<T>()?[start..end]))
+    }
+
     pub fn to_scalar<T: WithDType>(&self) -> Result<T> {
         if self.rank() != 0 {
             return Err(Error::RankMismatch {

@@ -38,16 +38,19 @@ fn gelu_ggml(x: f32, table: &[f16]) -> f32 {
 /// `gelu(gate) * up` (Gemma's GEGLU MLP), both `[t, ffn]` f32.
 pub fn geglu(gate: &Tensor, up: &Tensor) -> hanzo_ml::Result<Tensor> {
     let table = gelu_table();
-    let g = gate.to_vec_flat::<f32>()?;
-    let u = up.to_vec_flat::<f32>()?;
-    let mut out = vec![0f32; g.len()];
-    out.par_chunks_mut(4096)
-        .zip(g.par_chunks(4096).zip(u.par_chunks(4096)))
-        .for_each(|(o, (g, u))| {
-            for ((o, &g), &u) in o.iter_mut().zip(g).zip(u) {
-                *o = gelu_ggml(g, table) * u;
-            }
-        });
+    let out = gate.with_contiguous(|g: &[f32]| {
+        up.with_contiguous(|u: &[f32]| {
+            let mut out = vec![0f32; g.len()];
+            out.par_chunks_mut(4096)
+                .zip(g.par_chunks(4096).zip(u.par_chunks(4096)))
+                .for_each(|(o, (g, u))| {
+                    for ((o, &g), &u) in o.iter_mut().zip(g).zip(u) {
+                        *o = gelu_ggml(g, table) * u;
+                    }
+                });
+            out
+        })
+    })??;
     Tensor::from_vec(out, gate.shape().clone(), &Device::Cpu)
 }
 

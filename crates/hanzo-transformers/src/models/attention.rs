@@ -123,10 +123,19 @@ pub fn attention(q: &[f32], kv: &KvF16, start: usize, window: Window, dims: Dims
                     .collect();
                 let from = group.iter().map(|q| q.keys.start).min().unwrap_or(0);
                 let to = group.iter().map(|q| q.keys.end).max().unwrap_or(0);
-                for j in from..to {
-                    let (key, val) = (&keys[j * d..(j + 1) * d], &vals[j * d..(j + 1) * d]);
-                    for q in group.iter_mut().filter(|q| q.keys.contains(&j)) {
-                        q.step(key, val, f16_sums);
+                if f16_sums {
+                    for j in from..to {
+                        let (key, val) = (&keys[j * d..(j + 1) * d], &vals[j * d..(j + 1) * d]);
+                        for q in group.iter_mut().filter(|q| q.keys.contains(&j)) {
+                            q.step(key, val, f16_sums);
+                        }
+                    }
+                } else {
+                    for j0 in (from..to).step_by(KEY_BLOCK) {
+                        let block = j0..(j0 + KEY_BLOCK).min(to);
+                        for q in group.iter_mut() {
+                            q.steps_f32(keys, vals, block.clone());
+                        }
                     }
                 }
                 for q in &group {
@@ -140,6 +149,10 @@ pub fn attention(q: &[f32], kv: &KvF16, start: usize, window: Window, dims: Dims
 /// Query positions per attention task: with 4 query heads per KV head, 16 queries whose
 /// vectors and sums (2 KB each for head_dim 256) stay in L1 beside the shared key row.
 const QUERY_POSITIONS: usize = 4;
+
+/// Keys per block in the f32-sum path: a query's running sums stay in registers across a
+/// block's values.
+const KEY_BLOCK: usize = 16;
 
 /// One query's online softmax over its keys, accumulating values in f16 (`f16_sums`, ggml's
 /// per-query kernel) or in f32 (its tiled kernel).
@@ -183,6 +196,34 @@ impl Query {
         }
         mad(&mut self.acc, val, vs, f16_sums);
         self.sum = self.sum * ms + vs;
+    }
+
+    /// `step` (f32 sums) for each key of `block` this query sees, in order: the scores and
+    /// softmax bookkeeping first, then the value sums with `acc` held in registers. Each
+    /// element sees the same operations in the same order as through `step`.
+    fn steps_f32(&mut self, keys: &[f32], vals: &[f32], block: std::ops::Range<usize>) {
+        let d = self.q.len();
+        let lo = block.start.max(self.keys.start);
+        let hi = block.end.min(self.keys.end);
+        if lo >= hi {
+            return;
+        }
+        // Per key: the factor `acc` is first scaled by (1 where the max did not move), and
+        // the weight of its value.
+        let mut weights = [(1f32, 1f32); KEY_BLOCK];
+        for (w, j) in weights.iter_mut().zip(lo..hi) {
+            let s = dot(&keys[j * d..(j + 1) * d], &self.q);
+            let (mut ms, mut vs) = (1f32, 1f32);
+            if s > self.max {
+                ms = (self.max - s).exp();
+                self.max = s;
+            } else {
+                vs = (s - self.max).exp();
+            }
+            self.sum = self.sum * ms + vs;
+            *w = (ms, vs);
+        }
+        accumulate(&mut self.acc, &vals[lo * d..hi * d], &weights[..hi - lo]);
     }
 
     fn finish(&self, out: &mut [f32]) {
@@ -259,6 +300,23 @@ fn mad(acc: &mut [f32], v: &[f32], s: f32, f16: bool) {
     }
 }
 
+/// For each value row in turn: `acc *= ms` (skipped where `ms` is 1, as `step` skips it) then
+/// `acc += v * vs`, multiply and add rounded separately.
+fn accumulate(acc: &mut [f32], vals: &[f32], weights: &[(f32, f32)]) {
+    #[cfg(target_arch = "x86_64")]
+    if has_f16c() && acc.len().is_multiple_of(64) {
+        // SAFETY: the CPU supports avx2 (checked above); `vals` holds one row per weight.
+        unsafe { x86::accumulate(acc, vals, weights) };
+        return;
+    }
+    for (v, &(ms, vs)) in vals.chunks_exact(acc.len()).zip(weights) {
+        if ms != 1.0 {
+            scale(acc, ms, false);
+        }
+        mad(acc, v, vs, false);
+    }
+}
+
 /// f32 dot product summed in ggml's AVX2 order (4×8 lanes, pairwise reduction), so scores
 /// are bit-identical to llama.cpp's.
 fn dot(a: &[f32], b: &[f32]) -> f32 {
@@ -316,6 +374,37 @@ mod x86 {
                     a.as_mut_ptr(),
                     _mm256_add_ps(_mm256_loadu_ps(a.as_ptr()), p),
                 );
+            }
+        }
+    }
+
+    /// `super::accumulate` over 64-element column chunks, each held in 8 registers while
+    /// every value row passes.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn accumulate(acc: &mut [f32], vals: &[f32], weights: &[(f32, f32)]) {
+        let d = acc.len();
+        assert_eq!(vals.len(), d * weights.len());
+        for c in (0..d).step_by(64) {
+            // SAFETY: `c + 64 <= d` (d is a multiple of 64) for `acc` and every row of `vals`.
+            unsafe {
+                let a = acc.as_mut_ptr().add(c);
+                let mut r: [__m256; 8] = std::array::from_fn(|i| _mm256_loadu_ps(a.add(8 * i)));
+                for (j, &(ms, vs)) in weights.iter().enumerate() {
+                    let v = vals.as_ptr().add(j * d + c);
+                    if ms != 1.0 {
+                        let m = _mm256_set1_ps(ms);
+                        for x in r.iter_mut() {
+                            *x = _mm256_mul_ps(*x, m);
+                        }
+                    }
+                    let w = _mm256_set1_ps(vs);
+                    for (i, x) in r.iter_mut().enumerate() {
+                        *x = _mm256_add_ps(*x, _mm256_mul_ps(_mm256_loadu_ps(v.add(8 * i)), w));
+                    }
+                }
+                for (i, x) in r.iter().enumerate() {
+                    _mm256_storeu_ps(a.add(8 * i), *x);
+                }
             }
         }
     }
@@ -442,6 +531,50 @@ mod tests {
         unsafe { x86::mad_f32(&mut wide, &b, 0.37) };
         let scalar: Vec<f32> = a.iter().zip(&b).map(|(a, b)| a + b * 0.37).collect();
         assert_eq!(wide, scalar);
+    }
+
+    #[test]
+    fn blocked_value_sums_equal_key_by_key_steps() {
+        // head_dim 64 takes the register-blocked kernel on x86, 96 the portable loop.
+        for d in [64, 96] {
+            for window in [Window::Full, Window::Sliding(20)] {
+                let dims = Dims {
+                    heads: 4,
+                    kv_heads: 2,
+                    head_dim: d,
+                };
+                let (n, row) = (100, 2 * d);
+                let mut kv = KvF16::default();
+                kv.append(&values(n * row, 4), &values(n * row, 5), n);
+                let q: Vec<f32> = values(n * 4 * d, 6).iter().map(|x| x * 3.0).collect();
+                let got = attention(&q, &kv, 0, window, dims);
+                let widen = |c: &[f16], j: usize, kh: usize| -> Vec<f32> {
+                    c[(j * 2 + kh) * d..][..d]
+                        .iter()
+                        .map(|x| x.to_f32())
+                        .collect()
+                };
+                for i in 0..n {
+                    for h in 0..4 {
+                        let at = (i * 4 + h) * d;
+                        let keys = window.first_key(i)..i + 1;
+                        let mut one = Query::new(&q[at..at + d], keys.clone(), false, 0);
+                        for j in keys {
+                            one.step(&widen(&kv.k, j, h / 2), &widen(&kv.v, j, h / 2), false);
+                        }
+                        let mut want = vec![0f32; d];
+                        one.finish(&mut want);
+                        for (e, (g, w)) in got[at..at + d].iter().zip(&want).enumerate() {
+                            assert_eq!(
+                                g.to_bits(),
+                                w.to_bits(),
+                                "d {d} {window:?} query {i}/{h} [{e}]"
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -10,6 +10,8 @@ use rayon::prelude::*;
 
 /// One activation row: its Q8_0 blocks, and per weight scale group the block scale `d` and
 /// `d · Σ q` over the group's elements.
+// Only the x86 kernels read panels so far (no NEON panel kernel yet).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 #[derive(Clone, Copy)]
 pub(crate) struct PanelRow<'a> {
     pub q: &'a [BlockQ8_0],
@@ -19,6 +21,7 @@ pub(crate) struct PanelRow<'a> {
 
 /// `rows` weight rows, interleaved: levels `4t..4t + 4` of row `r` at `u[(t * rows + r) * 4..]`,
 /// group `g`'s scale and min of row `r` at `[g * rows + r]`.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) struct Panel<'a> {
     pub u: &'a [u8],
     pub scale: &'a [f32],

@@ -4,7 +4,8 @@
 //! then every output is an integer dot product of one weight row with one activation row,
 //! done by the SIMD kernel `dot::pick_*` chose. Work is split over weight rows. With several
 //! activation rows (prefill), a small tile of weight rows stays in L1 while every activation
-//! row passes over it.
+//! row passes over it; from 16 rows on, types with an unpacked form take the panel GEMM in
+//! `gemm` instead.
 
 use super::blocks::{GgmlBlock, TileFn, VecDotFn};
 use super::{GgmlDType, QTensor};

@@ -199,35 +199,37 @@ impl Tensor {
         Err(Error::DeviceUnavailable(device.location()))
     }
 
-    /// Values in row-major order, as `T` (which must be the tensor's dtype).
-    pub fn to_vec_flat<T: WithDType>(&self) -> Result<Vec<T>> {
+    /// The storage, once `T` is checked to be the tensor's dtype.
+    fn cpu_storage_as<T: WithDType>(&self, op: &'static str) -> Result<CpuStorage> {
         if self.dtype() != T::DTYPE {
             return Err(Error::DTypeMismatch {
-                op: "to_vec",
+                op,
                 expected: self.dtype(),
                 got: T::DTYPE,
             });
         }
-        let cpu = self.storage().to_cpu()?;
-        let v = cpu.as_slice::<T>()?;
-        Ok(crate::cpu::unary_map(v, self.layout(), |x| x))
+        self.storage().to_cpu()
+    }
+
+    /// Values in row-major order, as `T` (which must be the tensor's dtype).
+    pub fn to_vec_flat<T: WithDType>(&self) -> Result<Vec<T>> {
+        let cpu = self.cpu_storage_as::<T>("to_vec")?;
+        Ok(crate::cpu::unary_map(
+            cpu.as_slice::<T>()?,
+            self.layout(),
+            |x| x,
+        ))
     }
 
     /// Runs `f` on the elements in row-major order, borrowed where the layout is contiguous
     /// (copied only otherwise): for kernels that read a whole tensor once.
     pub fn with_contiguous<T: WithDType, R>(&self, f: impl FnOnce(&[T]) -> R) -> Result<R> {
-        let Some((start, end)) = self.layout().contiguous_offsets() else {
-            return Ok(f(&self.to_vec_flat::<T>()?));
-        };
-        if self.dtype() != T::DTYPE {
-            return Err(Error::DTypeMismatch {
-                op: "with_contiguous",
-                expected: self.dtype(),
-                got: T::DTYPE,
-            });
-        }
-        let cpu = self.storage().to_cpu()?;
-        Ok(f(&cpu.as_slice::<T>()?[start..end]))
+        let cpu = self.cpu_storage_as::<T>("with_contiguous")?;
+        let v = cpu.as_slice::<T>()?;
+        Ok(match self.layout().contiguous_offsets() {
+            Some((start, end)) => f(&v[start..end]),
+            None => f(&crate::cpu::unary_map(v, self.layout(), |x| x)),
+        })
     }
 
     pub fn to_scalar<T: WithDType>(&self) -> Result<T> {

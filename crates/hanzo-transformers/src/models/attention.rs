@@ -183,19 +183,27 @@ impl Query {
         }
     }
 
-    fn step(&mut self, key: &[f32], val: &[f32], f16_sums: bool) {
-        let s = dot(key, &self.q);
+    /// The online-softmax bookkeeping for one more score: returns the factor the value sums
+    /// are first scaled by (1 where the max did not move) and the weight of this key's value.
+    fn weigh(&mut self, s: f32) -> (f32, f32) {
         let (mut ms, mut vs) = (1f32, 1f32);
         if s > self.max {
-            let old = self.max;
+            ms = (self.max - s).exp();
             self.max = s;
-            ms = (old - s).exp();
-            scale(&mut self.acc, ms, f16_sums);
         } else {
             vs = (s - self.max).exp();
         }
-        mad(&mut self.acc, val, vs, f16_sums);
         self.sum = self.sum * ms + vs;
+        (ms, vs)
+    }
+
+    fn step(&mut self, key: &[f32], val: &[f32], f16_sums: bool) {
+        let (ms, vs) = self.weigh(dot(key, &self.q));
+        // Scaling by exactly 1 would change nothing (the sums are already f16 where rounded).
+        if ms != 1.0 {
+            scale(&mut self.acc, ms, f16_sums);
+        }
+        mad(&mut self.acc, val, vs, f16_sums);
     }
 
     /// `step` (f32 sums) for each key of `block` this query sees, in order: the scores and
@@ -208,20 +216,9 @@ impl Query {
         if lo >= hi {
             return;
         }
-        // Per key: the factor `acc` is first scaled by (1 where the max did not move), and
-        // the weight of its value.
         let mut weights = [(1f32, 1f32); KEY_BLOCK];
         for (w, j) in weights.iter_mut().zip(lo..hi) {
-            let s = dot(&keys[j * d..(j + 1) * d], &self.q);
-            let (mut ms, mut vs) = (1f32, 1f32);
-            if s > self.max {
-                ms = (self.max - s).exp();
-                self.max = s;
-            } else {
-                vs = (s - self.max).exp();
-            }
-            self.sum = self.sum * ms + vs;
-            *w = (ms, vs);
+            *w = self.weigh(dot(&keys[j * d..(j + 1) * d], &self.q));
         }
         accumulate(&mut self.acc, &vals[lo * d..hi * d], &weights[..hi - lo]);
     }
@@ -465,17 +462,9 @@ mod tests {
 
     /// Deterministic values in [-1, 1).
     fn values(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-            })
-            .collect()
+        use rand::{rngs::StdRng, Rng, SeedableRng};
+        let mut rng = StdRng::seed_from_u64(seed);
+        (0..n).map(|_| rng.gen_range(-1.0..1.0)).collect()
     }
 
     /// Softmax attention in f64 over the cache's f16 keys and values.

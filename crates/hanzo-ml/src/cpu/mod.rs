@@ -10,6 +10,7 @@ mod indexing;
 mod matmul;
 mod reduce;
 pub mod simd;
+pub mod team;
 
 pub use buffer::Buf;
 pub(crate) use elementwise::{binary_map, contiguous_cow, unary_map};

@@ -11,7 +11,7 @@ use super::blocks::{GgmlBlock, TileFn, VecDotFn};
 use super::{GgmlDType, QTensor};
 use crate::{DType, Error, Result, Tensor};
 use rayon::prelude::*;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// A linear map `y = x Wᵀ` with `W` of shape `[out, in]`.
 #[derive(Clone, Debug)]
@@ -22,7 +22,7 @@ pub enum QMatMul {
     Dense(Tensor),
 }
 
-/// Weight rows per task for decode; small enough to balance, large enough to amortise.
+/// Fewest weight rows per task for decode.
 const MATVEC_ROWS: usize = 16;
 /// Weight rows kept hot while all activation rows pass (prefill).
 const TILE_ROWS: usize = 32;
@@ -171,20 +171,40 @@ impl<B: GgmlBlock> MatvecJob for Matvec<'_, B> {
     }
 }
 
-/// Every job's output vector, computed in one parallel pass of `MATVEC_ROWS`-row tasks.
+/// Every job's output vector, computed in one parallel pass over row chunks: on the spinning
+/// decode team when it is free (see `cpu::team`), on rayon otherwise.
 fn matvec_many(jobs: &[Box<dyn MatvecJob + '_>]) -> Vec<Vec<f32>> {
     let mut outs: Vec<Vec<f32>> = jobs.iter().map(|j| vec![0f32; j.rows()]).collect();
-    let tasks: Vec<(&dyn MatvecJob, usize, &mut [f32])> = jobs
+    let team = crate::cpu::team::global();
+    let rows = chunk_rows(jobs.iter().map(|j| j.rows()).sum(), team.threads());
+    let tasks: Vec<(&dyn MatvecJob, usize, Mutex<&mut [f32]>)> = jobs
         .iter()
         .zip(outs.iter_mut())
         .flat_map(|(j, o)| {
-            o.chunks_mut(MATVEC_ROWS)
+            o.chunks_mut(rows)
                 .enumerate()
-                .map(move |(c, o)| (j.as_ref(), c * MATVEC_ROWS, o))
+                .map(move |(c, o)| (j.as_ref(), c * rows, Mutex::new(o)))
         })
         .collect();
-    tasks.into_par_iter().for_each(|(j, r0, o)| j.run(r0, o));
+    let run = |(j, r0, o): &(&dyn MatvecJob, usize, Mutex<&mut [f32]>)| {
+        // Each task index is claimed once, so the lock is never contended.
+        j.run(*r0, &mut o.lock().unwrap_or_else(|e| e.into_inner()));
+    };
+    if !team.run(tasks.len(), &|i| run(&tasks[i])) {
+        tasks.par_iter().for_each(run);
+    }
     outs
+}
+
+/// Rows per decode task: about `TASKS_PER_THREAD` tasks per thread, so a thread slowed down
+/// by the machine leaves its share to the others, but at least `MATVEC_ROWS` so a claim (one
+/// shared atomic) is small next to the rows it buys.
+fn chunk_rows(total: usize, threads: usize) -> usize {
+    const TASKS_PER_THREAD: usize = 16;
+    total
+        .div_ceil(threads * TASKS_PER_THREAD)
+        .next_multiple_of(MATVEC_TILE)
+        .max(MATVEC_ROWS)
 }
 
 /// `x [m, k]` (row-major f32) times `w [n, k]` (blocks) transposed → `[m, n]`.

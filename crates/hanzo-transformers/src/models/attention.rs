@@ -7,7 +7,7 @@
 //! llama.cpp's greedy output therefore means rounding where it rounds. Storing the cache in
 //! f16 also halves its memory.
 
-use half::f16;
+use half::{f16, slice::HalfFloatSliceExt};
 use rayon::prelude::*;
 
 /// Which keys a query may see.
@@ -54,8 +54,11 @@ impl KvF16 {
     /// Appends `t` positions of `k`, `v` (`[t][kv_heads][head_dim]`, f32, rounded to f16).
     pub fn append(&mut self, k: &[f32], v: &[f32], t: usize) {
         debug_assert_eq!(k.len(), v.len());
-        self.k.extend(k.iter().map(|&x| f16::from_f32(x)));
-        self.v.extend(v.iter().map(|&x| f16::from_f32(x)));
+        for (cache, new) in [(&mut self.k, k), (&mut self.v, v)] {
+            let at = cache.len();
+            cache.resize(at + new.len(), f16::ZERO);
+            cache[at..].convert_from_f32_slice(new); // F16C, round to nearest even
+        }
         self.len += t;
     }
 }
@@ -88,9 +91,7 @@ pub fn attention(q: &[f32], kv: &KvF16, start: usize, window: Window, dims: Dims
         out.par_chunks_mut(n * d).enumerate().for_each(|(h, o)| {
             for (j, row) in o.chunks_mut(d).enumerate() {
                 let s = ((k0 + j) * kv_heads + h) * d;
-                for (x, y) in row.iter_mut().zip(&src[s..s + d]) {
-                    *x = y.to_f32();
-                }
+                src[s..s + d].convert_to_f32_slice(row); // F16C, 8 at a time
             }
         });
         out

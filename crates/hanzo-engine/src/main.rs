@@ -45,6 +45,7 @@ fn init_logging() {
 }
 
 fn main() -> ExitCode {
+    hanzo_ml::cpu::reuse_large_buffers();
     let cli = Cli::parse();
     init_logging();
     if let Some(n) = cli.threads {

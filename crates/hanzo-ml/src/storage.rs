@@ -49,6 +49,12 @@ impl Storage {
             Storage::Cpu(s) => s.to_cpu(),
         }
     }
+    /// The host copy of the data: borrowed when it already lives on the CPU.
+    pub fn host(&self) -> Result<std::borrow::Cow<'_, CpuStorage>> {
+        match self {
+            Storage::Cpu(s) => Ok(std::borrow::Cow::Borrowed(s)),
+        }
+    }
     pub(crate) fn same_device(&self, other: &Self, op: &'static str) -> Result<()> {
         self.device().same(&other.device(), op)
     }

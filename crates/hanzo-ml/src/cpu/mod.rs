@@ -12,6 +12,7 @@ mod reduce;
 pub mod simd;
 pub mod team;
 
+pub use alloc::reuse_large_buffers;
 pub use buffer::Buf;
 pub(crate) use elementwise::{binary_map, contiguous_cow, unary_map};
 

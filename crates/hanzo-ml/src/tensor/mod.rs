@@ -199,8 +199,12 @@ impl Tensor {
         Err(Error::DeviceUnavailable(device.location()))
     }
 
-    /// The storage, once `T` is checked to be the tensor's dtype.
-    fn cpu_storage_as<T: WithDType>(&self, op: &'static str) -> Result<CpuStorage> {
+    /// The storage on the host (borrowed, not copied, for CPU tensors), once `T` is checked
+    /// to be the tensor's dtype.
+    fn cpu_storage_as<T: WithDType>(
+        &self,
+        op: &'static str,
+    ) -> Result<std::borrow::Cow<'_, CpuStorage>> {
         if self.dtype() != T::DTYPE {
             return Err(Error::DTypeMismatch {
                 op,
@@ -208,7 +212,7 @@ impl Tensor {
                 got: T::DTYPE,
             });
         }
-        self.storage().to_cpu()
+        self.storage().host()
     }
 
     /// Values in row-major order, as `T` (which must be the tensor's dtype).

@@ -15,23 +15,24 @@ fn gelu_f32(x: f32) -> f32 {
 }
 
 /// ggml evaluates GELU through a table indexed by the input rounded to f16, holding the
-/// result rounded to f16 (outside [-10, 10] it is 0 or the identity).
-fn gelu_table() -> &'static [f16] {
-    static T: OnceLock<Vec<f16>> = OnceLock::new();
+/// result rounded to f16 (outside [-10, 10] it is 0 or the identity). Held widened to f32
+/// (exactly) so a lookup is one load.
+fn gelu_table() -> &'static [f32] {
+    static T: OnceLock<Vec<f32>> = OnceLock::new();
     T.get_or_init(|| {
         (0..=u16::MAX)
-            .map(|b| f16::from_f32(gelu_f32(f16::from_bits(b).to_f32())))
+            .map(|b| f16::from_f32(gelu_f32(f16::from_bits(b).to_f32())).to_f32())
             .collect()
     })
 }
 
-fn gelu_ggml(x: f32, table: &[f16]) -> f32 {
+fn gelu_ggml(x: f32, table: &[f32]) -> f32 {
     if x <= -10.0 {
         0.0
     } else if x >= 10.0 {
         x
     } else {
-        table[f16::from_f32(x).to_bits() as usize].to_f32()
+        table[f16::from_f32(x).to_bits() as usize]
     }
 }
 

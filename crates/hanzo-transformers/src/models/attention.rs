@@ -1,6 +1,8 @@
 //! Causal attention (full or sliding-window, grouped-query) over an f16 KV cache with the numerics of ggml's CPU flash attention (what
 //! llama.cpp runs by default): keys and values stored as f16, each query rounded to f16,
 //! f32 dot products, an online softmax, and the weighted sum of values accumulated in f16.
+//! From 64 queries on (prefill), like ggml's tiled kernel, the softmax advances a block of
+//! keys at a time (one rescale and one vector `exp` per block) and the sums stay in f32.
 //!
 //! Small quantized models are chaotic under rounding: Gemma 3 270M's next-token
 //! log-probabilities move by ~0.1 when only the KV cache's rounding changes. Reproducing
@@ -128,7 +130,7 @@ pub fn attention(q: &[f32], kv: &KvF16, start: usize, window: Window, dims: Dims
                     for j in from..to {
                         let (key, val) = (&keys[j * d..(j + 1) * d], &vals[j * d..(j + 1) * d]);
                         for q in group.iter_mut().filter(|q| q.keys.contains(&j)) {
-                            q.step(key, val, f16_sums);
+                            q.step(key, val);
                         }
                     }
                 } else {
@@ -151,12 +153,13 @@ pub fn attention(q: &[f32], kv: &KvF16, start: usize, window: Window, dims: Dims
 /// vectors and sums (2 KB each for head_dim 256) stay in L1 beside the shared key row.
 const QUERY_POSITIONS: usize = 4;
 
-/// Keys per block in the f32-sum path: a query's running sums stay in registers across a
-/// block's values.
+/// Keys per block in the f32-sum path: the block's weights come from one vector `exp`, and a
+/// query's running sums stay in registers across the block's values.
 const KEY_BLOCK: usize = 16;
 
-/// One query's online softmax over its keys, accumulating values in f16 (`f16_sums`, ggml's
-/// per-query kernel) or in f32 (its tiled kernel).
+/// One query's online softmax over its keys, accumulating values in f16 key by key (`step`,
+/// ggml's per-query kernel) or in f32 a block of keys at a time (`steps_f32`, its tiled
+/// kernel).
 struct Query {
     q: Vec<f32>,
     keys: std::ops::Range<usize>,
@@ -198,18 +201,19 @@ impl Query {
         (ms, vs)
     }
 
-    fn step(&mut self, key: &[f32], val: &[f32], f16_sums: bool) {
+    /// One more key, value sums rounded to f16.
+    fn step(&mut self, key: &[f32], val: &[f32]) {
         let (ms, vs) = self.weigh(dot(key, &self.q));
-        // Scaling by exactly 1 would change nothing (the sums are already f16 where rounded).
+        // Scaling by exactly 1 would change nothing (the sums are already f16).
         if ms != 1.0 {
-            scale(&mut self.acc, ms, f16_sums);
+            scale(&mut self.acc, ms, true);
         }
-        mad(&mut self.acc, val, vs, f16_sums);
+        mad_f16(&mut self.acc, val, vs);
     }
 
-    /// `step` (f32 sums) for each key of `block` this query sees, in order: the scores and
-    /// softmax bookkeeping first, then the value sums with `acc` held in registers. Each
-    /// element sees the same operations in the same order as through `step`.
+    /// The keys of `block` this query sees, together: their scores, one rescale of the sums
+    /// if the block raises the running max, their weights by one vector `exp`, and the value
+    /// sums with `acc` held in registers (f32 throughout).
     fn steps_f32(&mut self, keys: &[f32], vals: &[f32], block: std::ops::Range<usize>) {
         let d = self.q.len();
         let lo = block.start.max(self.keys.start);
@@ -217,11 +221,27 @@ impl Query {
         if lo >= hi {
             return;
         }
-        let mut weights = [(1f32, 1f32); KEY_BLOCK];
-        for (w, j) in weights.iter_mut().zip(lo..hi) {
-            *w = self.weigh(dot(&keys[j * d..(j + 1) * d], &self.q));
+        let n = hi - lo;
+        let mut scores = [0f32; KEY_BLOCK];
+        for (s, j) in scores.iter_mut().zip(lo..hi) {
+            *s = dot(&keys[j * d..(j + 1) * d], &self.q);
         }
-        accumulate(&mut self.acc, &vals[lo * d..hi * d], &weights[..hi - lo]);
+        let block_max = scores[..n]
+            .iter()
+            .copied()
+            .fold(f32::NEG_INFINITY, f32::max);
+        let mut ms = 1.0;
+        if block_max > self.max {
+            ms = (self.max - block_max).exp();
+            self.max = block_max;
+        }
+        for s in &mut scores[..n] {
+            *s -= self.max;
+        }
+        let mut weights = [0f32; KEY_BLOCK];
+        hanzo_ml::cpu::simd::exp_f32(&scores[..n], &mut weights[..n]);
+        self.sum = self.sum * ms + weights[..n].iter().sum::<f32>();
+        accumulate(&mut self.acc, &vals[lo * d..hi * d], ms, &weights[..n]);
     }
 
     fn finish(&self, out: &mut [f32]) {
@@ -273,20 +293,8 @@ fn scale(acc: &mut [f32], s: f32, f16: bool) {
     }
 }
 
-/// `acc = fma(v, s, acc)` element-wise, rounded to f16 if `f16`.
-fn mad(acc: &mut [f32], v: &[f32], s: f32, f16: bool) {
-    if !f16 {
-        #[cfg(target_arch = "x86_64")]
-        if has_f16c() && acc.len().is_multiple_of(8) {
-            // SAFETY: the CPU supports avx2 (checked above); lengths are equal.
-            unsafe { x86::mad_f32(acc, v, s) };
-            return;
-        }
-        for (a, &x) in acc.iter_mut().zip(v) {
-            *a += x * s;
-        }
-        return;
-    }
+/// `acc = fma(v, s, acc)` element-wise, rounded to f16.
+fn mad_f16(acc: &mut [f32], v: &[f32], s: f32) {
     #[cfg(target_arch = "x86_64")]
     if has_f16c() && acc.len().is_multiple_of(8) {
         // SAFETY: the CPU supports avx2/fma/f16c (checked above); lengths are equal.
@@ -298,20 +306,21 @@ fn mad(acc: &mut [f32], v: &[f32], s: f32, f16: bool) {
     }
 }
 
-/// For each value row in turn: `acc *= ms` (skipped where `ms` is 1, as `step` skips it) then
-/// `acc += v * vs`, multiply and add rounded separately.
-fn accumulate(acc: &mut [f32], vals: &[f32], weights: &[(f32, f32)]) {
+/// `acc = acc * ms + Σ_j weights[j] · vals[j]` (value rows in order, fused multiply-adds).
+fn accumulate(acc: &mut [f32], vals: &[f32], ms: f32, weights: &[f32]) {
     #[cfg(target_arch = "x86_64")]
-    if has_f16c() && acc.len().is_multiple_of(64) {
-        // SAFETY: the CPU supports avx2 (checked above); `vals` holds one row per weight.
-        unsafe { x86::accumulate(acc, vals, weights) };
+    if has_f16c() && acc.len().is_multiple_of(8) {
+        // SAFETY: the CPU supports avx2/fma (checked above); `vals` holds one row per weight.
+        unsafe { x86::accumulate(acc, vals, ms, weights) };
         return;
     }
-    for (v, &(ms, vs)) in vals.chunks_exact(acc.len()).zip(weights) {
-        if ms != 1.0 {
-            scale(acc, ms, false);
+    if ms != 1.0 {
+        scale(acc, ms, false);
+    }
+    for (v, &w) in vals.chunks_exact(acc.len()).zip(weights) {
+        for (a, &x) in acc.iter_mut().zip(v) {
+            *a = x.mul_add(w, *a);
         }
-        mad(acc, v, vs, false);
     }
 }
 
@@ -360,49 +369,55 @@ mod x86 {
         }
     }
 
-    /// `acc += v * s` as separate multiply and add (the same roundings as the scalar loop).
-    #[target_feature(enable = "avx2")]
-    pub unsafe fn mad_f32(acc: &mut [f32], v: &[f32], s: f32) {
-        let sv = _mm256_set1_ps(s);
-        for (a, x) in acc.chunks_exact_mut(8).zip(v.chunks_exact(8)) {
-            // SAFETY: both chunks hold 8 f32s.
-            unsafe {
-                let p = _mm256_mul_ps(_mm256_loadu_ps(x.as_ptr()), sv);
-                _mm256_storeu_ps(
-                    a.as_mut_ptr(),
-                    _mm256_add_ps(_mm256_loadu_ps(a.as_ptr()), p),
-                );
-            }
+    /// `super::accumulate` over column chunks held in registers (64 columns, then 8 at a
+    /// time) while every value row passes.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn accumulate(acc: &mut [f32], vals: &[f32], ms: f32, weights: &[f32]) {
+        let d = acc.len();
+        assert!(d.is_multiple_of(8) && vals.len() == d * weights.len());
+        let mut c = 0;
+        while c + 64 <= d {
+            // SAFETY: c + 64 <= d, for `acc` and every row of `vals`.
+            unsafe { accumulate_chunk::<8>(acc, vals, c, ms, weights) };
+            c += 64;
+        }
+        while c < d {
+            // SAFETY: c + 8 <= d (d is a multiple of 8).
+            unsafe { accumulate_chunk::<1>(acc, vals, c, ms, weights) };
+            c += 8;
         }
     }
 
-    /// `super::accumulate` over 64-element column chunks, each held in 8 registers while
-    /// every value row passes.
-    #[target_feature(enable = "avx2")]
-    pub unsafe fn accumulate(acc: &mut [f32], vals: &[f32], weights: &[(f32, f32)]) {
+    /// Columns `c..c + 8 * N` of `accumulate`.
+    #[inline(always)]
+    unsafe fn accumulate_chunk<const N: usize>(
+        acc: &mut [f32],
+        vals: &[f32],
+        c: usize,
+        ms: f32,
+        weights: &[f32],
+    ) {
         let d = acc.len();
-        assert_eq!(vals.len(), d * weights.len());
-        for c in (0..d).step_by(64) {
-            // SAFETY: `c + 64 <= d` (d is a multiple of 64) for `acc` and every row of `vals`.
-            unsafe {
-                let a = acc.as_mut_ptr().add(c);
-                let mut r: [__m256; 8] = std::array::from_fn(|i| _mm256_loadu_ps(a.add(8 * i)));
-                for (j, &(ms, vs)) in weights.iter().enumerate() {
-                    let v = vals.as_ptr().add(j * d + c);
-                    if ms != 1.0 {
-                        let m = _mm256_set1_ps(ms);
-                        for x in r.iter_mut() {
-                            *x = _mm256_mul_ps(*x, m);
-                        }
-                    }
-                    let w = _mm256_set1_ps(vs);
-                    for (i, x) in r.iter_mut().enumerate() {
-                        *x = _mm256_add_ps(*x, _mm256_mul_ps(_mm256_loadu_ps(v.add(8 * i)), w));
-                    }
+        // SAFETY: the caller guarantees c + 8N <= d; the target features come from the
+        // caller's `target_feature` (inlined into it).
+        unsafe {
+            let a = acc.as_mut_ptr().add(c);
+            let mut r: [__m256; N] = std::array::from_fn(|i| _mm256_loadu_ps(a.add(8 * i)));
+            if ms != 1.0 {
+                let m = _mm256_set1_ps(ms);
+                for x in r.iter_mut() {
+                    *x = _mm256_mul_ps(*x, m);
                 }
-                for (i, x) in r.iter().enumerate() {
-                    _mm256_storeu_ps(a.add(8 * i), *x);
+            }
+            for (j, &w) in weights.iter().enumerate() {
+                let v = vals.as_ptr().add(j * d + c);
+                let w = _mm256_set1_ps(w);
+                for (i, x) in r.iter_mut().enumerate() {
+                    *x = _mm256_fmadd_ps(_mm256_loadu_ps(v.add(8 * i)), w, *x);
                 }
+            }
+            for (i, x) in r.iter().enumerate() {
+                _mm256_storeu_ps(a.add(8 * i), *x);
             }
         }
     }
@@ -518,15 +533,20 @@ mod tests {
         }
         let mut wide = a.clone();
         // SAFETY: as above.
-        unsafe { x86::mad_f32(&mut wide, &b, 0.37) };
-        let scalar: Vec<f32> = a.iter().zip(&b).map(|(a, b)| a + b * 0.37).collect();
+        unsafe { x86::mad_f16(&mut wide, &b, 0.37) };
+        let scalar: Vec<f32> = a
+            .iter()
+            .zip(&b)
+            .map(|(a, b)| f16::from_f32(b.mul_add(0.37, *a)).to_f32())
+            .collect();
         assert_eq!(wide, scalar);
     }
 
     #[test]
-    fn blocked_value_sums_equal_key_by_key_steps() {
-        // head_dim 64 takes the register-blocked kernel on x86, 96 the portable loop.
-        for d in [64, 96] {
+    fn blocked_softmax_matches_f64_softmax() {
+        // head_dim 64 takes 64-column register chunks on x86, 72 adds an 8-column one, 96
+        // with 2 KV heads both; the window cuts blocks of keys at arbitrary offsets.
+        for d in [64, 72, 96] {
             for window in [Window::Full, Window::Sliding(20)] {
                 let dims = Dims {
                     heads: 4,
@@ -536,34 +556,43 @@ mod tests {
                 let (n, row) = (100, 2 * d);
                 let mut kv = KvF16::default();
                 kv.append(&values(n * row, 4), &values(n * row, 5), n);
+                // Scores spread over ~±20 so the max moves inside and across key blocks.
                 let q: Vec<f32> = values(n * 4 * d, 6).iter().map(|x| x * 3.0).collect();
                 let got = attention(&q, &kv, 0, window, dims);
-                let widen = |c: &[f16], j: usize, kh: usize| -> Vec<f32> {
-                    c[(j * 2 + kh) * d..][..d]
-                        .iter()
-                        .map(|x| x.to_f32())
-                        .collect()
-                };
-                for i in 0..n {
-                    for h in 0..4 {
-                        let at = (i * 4 + h) * d;
-                        let keys = window.first_key(i)..i + 1;
-                        let mut one = Query::new(&q[at..at + d], keys.clone(), false, 0);
-                        for j in keys {
-                            one.step(&widen(&kv.k, j, h / 2), &widen(&kv.v, j, h / 2), false);
-                        }
-                        let mut want = vec![0f32; d];
-                        one.finish(&mut want);
-                        for (e, (g, w)) in got[at..at + d].iter().zip(&want).enumerate() {
-                            assert_eq!(
-                                g.to_bits(),
-                                w.to_bits(),
-                                "d {d} {window:?} query {i}/{h} [{e}]"
-                            );
-                        }
-                    }
+                let want = naive(&q, &kv, 0, window, dims);
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (g - w).abs() <= 1e-5,
+                        "d {d} {window:?} element {i}: {g} vs {w}"
+                    );
                 }
             }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn register_chunked_value_sums_match_the_portable_loop() {
+        if !has_f16c() {
+            return;
+        }
+        for d in [64, 72, 200] {
+            let acc0 = values(d, 9);
+            let vals = values(d * 5, 10);
+            let weights = [0.5, 0.25, 1.0, 0.125, 0.75];
+            let mut wide = acc0.clone();
+            // SAFETY: AVX2/FMA checked above; vals holds 5 rows of d.
+            unsafe { x86::accumulate(&mut wide, &vals, 0.5, &weights) };
+            let mut want = acc0.clone();
+            for a in want.iter_mut() {
+                *a *= 0.5;
+            }
+            for (v, &w) in vals.chunks_exact(d).zip(&weights) {
+                for (a, &x) in want.iter_mut().zip(v) {
+                    *a = x.mul_add(w, *a);
+                }
+            }
+            assert_eq!(wide, want, "d {d}");
         }
     }
 

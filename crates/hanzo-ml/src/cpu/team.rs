@@ -194,7 +194,7 @@ fn wait_for_next(s: &Shared, seen: usize) -> usize {
         }
         std::hint::spin_loop();
         spins += 1;
-        if spins % 256 == 0 && start.elapsed() > SPIN {
+        if spins.is_multiple_of(256) && start.elapsed() > SPIN {
             break;
         }
     }

@@ -314,6 +314,11 @@ fn accumulate(acc: &mut [f32], vals: &[f32], ms: f32, weights: &[f32]) {
         unsafe { x86::accumulate(acc, vals, ms, weights) };
         return;
     }
+    accumulate_portable(acc, vals, ms, weights);
+}
+
+/// `accumulate` one element at a time (the same roundings as the x86 kernel).
+fn accumulate_portable(acc: &mut [f32], vals: &[f32], ms: f32, weights: &[f32]) {
     if ms != 1.0 {
         scale(acc, ms, false);
     }
@@ -584,14 +589,7 @@ mod tests {
             // SAFETY: AVX2/FMA checked above; vals holds 5 rows of d.
             unsafe { x86::accumulate(&mut wide, &vals, 0.5, &weights) };
             let mut want = acc0.clone();
-            for a in want.iter_mut() {
-                *a *= 0.5;
-            }
-            for (v, &w) in vals.chunks_exact(d).zip(&weights) {
-                for (a, &x) in want.iter_mut().zip(v) {
-                    *a = x.mul_add(w, *a);
-                }
-            }
+            accumulate_portable(&mut want, &vals, 0.5, &weights);
             assert_eq!(wide, want, "d {d}");
         }
     }

@@ -1,6 +1,8 @@
 //! AVX-512 with VNNI: 512-bit tiles.
 //! - Q4_0/Q5_0/Q8_0: two blocks per register, summed by `vpdpbusd zmm`; an odd last block
-//!   goes through the 256-bit form of the same instruction.
+//!   goes through the 256-bit form of the same instruction. Q4_0/Q5_0 take their unsigned
+//!   levels as they are and subtract the zero point through the activations' sums (fewer
+//!   shuffles: Q5_0 matvec 15.5 → 18.6 GiB/s at 640x2048 on the Xeon VM, alternating runs).
 //! - Q4_K/Q5_K/Q6_K: 64 levels per step through the AVX512-BW `maddubs` + `madd` pair (the
 //!   `madd` applies the sub-block scales, which `vpdpbusd` cannot).
 
@@ -90,22 +92,6 @@ unsafe fn legacy_tile<B, const R: usize, const C: usize>(
     }
 }
 
-/// Two blocks' 16 packed bytes each → their 64 nibbles, block by block, low nibbles first.
-#[inline(always)]
-unsafe fn nibbles_64(a: &[u8; 16], b: &[u8; 16]) -> __m512i {
-    // SAFETY: each load reads one 16-byte array; the caller enables AVX-512F/BW.
-    unsafe {
-        let lo = _mm256_set_m128i(
-            _mm_loadu_si128(b.as_ptr() as *const __m128i),
-            _mm_loadu_si128(a.as_ptr() as *const __m128i),
-        );
-        // [a, b, a >> 4, b >> 4] in 128-bit lanes, reordered to [a, a >> 4, b, b >> 4].
-        let both = join(lo, _mm256_srli_epi16(lo, 4));
-        let ordered = _mm512_shuffle_i64x2::<0b11_01_10_00>(both, both);
-        _mm512_and_si512(ordered, _mm512_set1_epi8(0x0F))
-    }
-}
-
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn q8_0_tile<const R: usize, const C: usize>(
     w: [&[BlockQ8_0]; R],
@@ -123,19 +109,114 @@ pub unsafe fn q8_0_tile<const R: usize, const C: usize>(
     }
 }
 
+/// Q4_0 and Q5_0: levels are unsigned values less a zero point (nibble − 8, 5-bit value − 16),
+/// and a pair of consecutive blocks (`2 · size_of::<B>()` bytes, under 64) comes in with one
+/// masked load. `pair(v, blocks)` unpacks the loaded pair into its 64 unsigned values, block by
+/// block in level order; `levels` gives one block's signed levels (for an odd last block).
+///
+/// `vpdpbusd` multiplies the unsigned values by the signed activations as they are; the zero
+/// point comes off through `−zero · Σx`, computed once per activation pair and used as every
+/// row's starting sum. Fewer shuffles per block than the signed form of `legacy_tile`.
+#[inline(always)]
+unsafe fn zero_point_tile<B, const R: usize, const C: usize>(
+    w: [&[B]; R],
+    x: [&[BlockQ8_0]; C],
+    zero: u8,
+    levels: impl Fn(&B) -> (__m256i, half::f16) + Copy,
+    pair: impl Fn(__m512i, &[B]) -> __m512i,
+) -> [[f32; C]; R] {
+    check_tile!(w, x);
+    let nb = x[0].len();
+    let size = std::mem::size_of::<B>();
+    debug_assert!(size.is_multiple_of(2) && 2 * size <= 64);
+    let pair_bytes: u64 = (1u64 << (2 * size)) - 1;
+    // SAFETY: the callers enable AVX2, FMA, F16C, AVX-512F/BW/VL and AVX512-VNNI. The masked
+    // load reads blocks i and i + 1 of a row, both in the slice; masked-off bytes are not
+    // accessed.
+    unsafe {
+        let zero_i32 = _mm512_setzero_si512();
+        let zero_point = _mm512_set1_epi8(zero as i8);
+        // The two scales (each block's first field, `d`) to 16-bit lanes 0-7 and 8-15.
+        let scale_idx: [i16; 32] =
+            std::array::from_fn(|l| if l < 8 { 0 } else { (size / 2) as i16 });
+        let scale_idx = _mm512_loadu_si512(scale_idx.as_ptr() as *const __m512i);
+        let mut acc = [[_mm512_setzero_ps(); C]; R];
+        for i in (0..nb - nb % 2).step_by(2) {
+            let xs: [(__m512i, __m512i, __m512); C] = std::array::from_fn(|c| {
+                let (a, b) = (&x[c][i], &x[c][i + 1]);
+                let q = join(avx2::load256_i8(&a.qs), avx2::load256_i8(&b.qs));
+                let correction =
+                    _mm512_sub_epi32(zero_i32, _mm512_dpbusd_epi32(zero_i32, zero_point, q));
+                (q, correction, broadcast_pair(avx2::cvt_f16_pair(a.d, b.d)))
+            });
+            for r in 0..R {
+                let blocks = &w[r][i..i + 2];
+                let v = _mm512_maskz_loadu_epi8(pair_bytes, blocks.as_ptr() as *const i8);
+                let q = pair(v, blocks);
+                let wd = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(
+                    scale_idx, v,
+                )));
+                for c in 0..C {
+                    let p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(xs[c].1, q, xs[c].0));
+                    acc[r][c] = _mm512_fmadd_ps(_mm512_mul_ps(wd, xs[c].2), p, acc[r][c]);
+                }
+            }
+        }
+        let mut out = acc.map(|row| row.map(|a| _mm512_reduce_add_ps(a)));
+        if nb % 2 == 1 {
+            let last = avx2::legacy_tile::<Vnni256, _, R, C>(
+                w.map(|row| &row[nb - 1..]),
+                x.map(|col| &col[nb - 1..]),
+                levels,
+            );
+            for (o, l) in out.iter_mut().zip(last) {
+                for (o, l) in o.iter_mut().zip(l) {
+                    *o += l;
+                }
+            }
+        }
+        out
+    }
+}
+
+/// A loaded block pair's 16-byte nibble arrays, which start `qs` bytes into each block (an even
+/// offset), as 64 nibbles: block by block, low nibbles then high ones (level order).
+#[inline(always)]
+unsafe fn pair_nibbles(v: __m512i, qs: usize, size: usize) -> __m512i {
+    // SAFETY: the caller enables AVX-512F/BW.
+    unsafe {
+        // Words 0-7 and 8-15 both take the first block's eight words, 16-31 the second's.
+        let idx: [i16; 32] = std::array::from_fn(|l| {
+            let block = l / 16;
+            ((block * size + qs) / 2 + l % 8) as i16
+        });
+        let idx = _mm512_loadu_si512(idx.as_ptr() as *const __m512i);
+        let bytes = _mm512_permutexvar_epi16(idx, v);
+        // Shifting 16-bit words by 4 leaves each byte's high nibble in its low nibble.
+        let shifted = _mm512_mask_srli_epi16(bytes, 0xFF00_FF00, bytes, 4);
+        _mm512_and_si512(shifted, _mm512_set1_epi8(0x0F))
+    }
+}
+
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn q4_0_tile<const R: usize, const C: usize>(
     w: [&[BlockQ4_0]; R],
     x: [&[BlockQ8_0]; C],
 ) -> [[f32; C]; R] {
-    // SAFETY: as in q8_0_tile.
+    // SAFETY: this function enables the features zero_point_tile needs.
     unsafe {
-        legacy_tile(
+        zero_point_tile(
             w,
             x,
+            8,
             |b| avx2::q4_0_levels(b),
-            |a, b| _mm512_sub_epi8(nibbles_64(&a.qs, &b.qs), _mm512_set1_epi8(8)),
-            |b| b.d,
+            |v, _| {
+                pair_nibbles(
+                    v,
+                    std::mem::offset_of!(BlockQ4_0, qs),
+                    std::mem::size_of::<BlockQ4_0>(),
+                )
+            },
         )
     }
 }
@@ -145,20 +226,21 @@ pub unsafe fn q5_0_tile<const R: usize, const C: usize>(
     w: [&[BlockQ5_0]; R],
     x: [&[BlockQ8_0]; C],
 ) -> [[f32; C]; R] {
-    // SAFETY: as in q8_0_tile.
+    // SAFETY: this function enables the features zero_point_tile needs.
     unsafe {
-        legacy_tile(
+        zero_point_tile(
             w,
             x,
+            16,
             |b| avx2::q5_0_levels(b),
-            |a, b| {
-                // level - 16: the nibble where the 5th bit (one bit of qh per level, in order)
-                // is set, the nibble minus 16 where it is not.
-                let set = u32::from_le_bytes(a.qh) as u64 | (u32::from_le_bytes(b.qh) as u64) << 32;
-                let nibbles = nibbles_64(&a.qs, &b.qs);
-                _mm512_mask_sub_epi8(nibbles, !set, nibbles, _mm512_set1_epi8(16))
+            |v, pair| {
+                let size = std::mem::size_of::<BlockQ5_0>();
+                let nibbles = pair_nibbles(v, std::mem::offset_of!(BlockQ5_0, qs), size);
+                // The 5th bits: bit j of a block's qh belongs to its level j.
+                let set = u32::from_le_bytes(pair[0].qh) as u64
+                    | (u32::from_le_bytes(pair[1].qh) as u64) << 32;
+                _mm512_mask_add_epi8(nibbles, set, nibbles, _mm512_set1_epi8(16))
             },
-            |b| b.d,
         )
     }
 }

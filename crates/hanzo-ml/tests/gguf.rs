@@ -493,3 +493,96 @@ fn gemma3_fixture_matches_the_gguf_package() {
     let want: std::collections::BTreeSet<&str> = ["F32", "Q4_K", "Q5_0", "Q6_K", "Q8_0"].into();
     assert_eq!(types_seen, want);
 }
+
+/// Whether this machine gives anonymous memory transparent huge pages on request.
+fn huge_pages_on() -> bool {
+    cfg!(target_os = "linux")
+        && std::env::var("HANZO_HUGE_PAGES").map_or(true, |v| v != "0")
+        && std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+            .is_ok_and(|m| !m.contains("[never]"))
+}
+
+/// The `/proc/self/maps` line of the mapping that holds `addr`.
+fn mapping_of(addr: usize) -> String {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    maps.lines()
+        .find(|l| {
+            let range = l.split(' ').next().unwrap();
+            let (a, b) = range.split_once('-').unwrap();
+            let (a, b) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16));
+            (a.unwrap()..b.unwrap()).contains(&addr)
+        })
+        .unwrap_or_else(|| panic!("no mapping holds {addr:#x}"))
+        .to_string()
+}
+
+/// Moving the map onto huge pages while a tensor is borrowed and read on another thread: every
+/// read sees the file's bytes, the borrowed slice stays valid, and the moved pieces are
+/// anonymous memory afterwards (not the file).
+#[test]
+fn moving_the_map_onto_huge_pages_keeps_every_byte_in_place() {
+    let (rows, cols) = (1536, 2048); // 12 MiB of f32: several whole 2 MiB pieces
+    let mut s = 0x2545_F491_4F6C_DD1Du64;
+    let bytes: Vec<u8> = (0..rows * cols * 4)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s as u8
+        })
+        .collect();
+    let w = QTensor::from_bytes(GgmlDType::F32, (rows, cols), &bytes).unwrap();
+    let file = write(&[], &[("w".to_string(), w)]);
+    let path = std::env::temp_dir().join(format!("hanzo-gguf-huge-{}.gguf", std::process::id()));
+    // Written 4 KiB at a time, so the page cache holds it in small folios (a single large
+    // write may get 2 MiB folios, which the kernel maps whole: nothing would be moved).
+    let mut out = std::fs::File::create(&path).unwrap();
+    for chunk in file.chunks(4096) {
+        std::io::Write::write_all(&mut out, chunk).unwrap();
+    }
+    drop(out);
+
+    let f = GgufFile::open(&path).unwrap();
+    let t = f.tensor("w").unwrap();
+    let borrowed = t.data();
+    assert_eq!(borrowed, &bytes[..]);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (t, stop, want) = (t.clone(), stop.clone(), bytes.clone());
+        std::thread::spawn(move || {
+            let mut passes = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) || passes == 0 {
+                assert!(
+                    t.data() == &want[..],
+                    "a read during the move saw other bytes"
+                );
+                passes += 1;
+            }
+            passes
+        })
+    };
+    let moved = f.huge_pages().expect("first request").run().unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(reader.join().unwrap() >= 1);
+    assert!(f.huge_pages().is_none(), "the move happens once");
+
+    assert_eq!(borrowed, &bytes[..]);
+    assert_eq!(f.tensor("w").unwrap().data(), &bytes[..]);
+    if huge_pages_on() {
+        assert!(moved >= 8 << 20, "moved {moved} bytes of a 12 MiB file");
+        // The second whole 2 MiB piece of the map lies inside the tensor data.
+        let piece = (borrowed.as_ptr() as usize).next_multiple_of(2 << 20) + (2 << 20);
+        let line = mapping_of(piece);
+        let inode = line.split_whitespace().nth(4).unwrap();
+        assert_eq!(inode, "0", "still file-backed after the move: {line}");
+    } else {
+        assert_eq!(moved, 0);
+    }
+
+    // A request outliving the file and its tensors moves nothing.
+    let g = GgufFile::open(&path).unwrap();
+    let late = g.huge_pages().unwrap();
+    drop(g);
+    assert_eq!(late.run().unwrap(), 0);
+    std::fs::remove_file(&path).ok();
+}

@@ -7,8 +7,9 @@ use crate::models::{load_dir, load_gguf_with, LanguageModel, Logits, WeightMode}
 use crate::sampler::{Sampler, SamplingParams};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 use crate::{Error, Result};
-use hanzo_ml::quantized::gguf::{GgufFile, Value};
+use hanzo_ml::quantized::gguf::{GgufFile, HugePages, Value};
 use std::path::Path;
+use std::sync::Mutex;
 use std::time::Instant;
 
 /// Prompt tokens per forward pass while prefilling.
@@ -66,6 +67,8 @@ pub struct TextGeneration {
     pub template: ChatTemplate,
     /// Whether the template came from the file (false: built-in fallback).
     pub template_from_file: bool,
+    /// The not yet started move of a GGUF file's weights onto huge pages.
+    huge_pages: Mutex<Option<HugePages>>,
 }
 
 impl TextGeneration {
@@ -81,7 +84,7 @@ impl TextGeneration {
             let model = load_dir(path, mode)?;
             let tokenizer = Tokenizer::from_hf_dir(path)?;
             let template = crate::tokenizer::hf::chat_template(path)?;
-            Self::assemble(model, tokenizer, template)
+            Self::assemble(model, tokenizer, template, None)
         } else {
             let file = GgufFile::open(path)?;
             Self::from_gguf_file(&file, mode)
@@ -95,13 +98,34 @@ impl TextGeneration {
             .get("tokenizer.chat_template")
             .and_then(Value::as_str)
             .map(str::to_string);
-        Self::assemble(model, tokenizer, template)
+        // Only weights used as stored are read from the map after loading; dequantized (F32)
+        // or requantized (ISQ) ones are copies, and moving the unused file bytes would only
+        // add to the resident set.
+        let huge_pages = if mode == WeightMode::AsStored {
+            file.huge_pages()
+        } else {
+            None
+        };
+        Self::assemble(model, tokenizer, template, huge_pages)
+    }
+
+    /// Starts moving a GGUF model's weights onto 2 MiB pages in the background, once (see
+    /// `HugePages`). For long-lived callers (a server, a benchmark, perplexity): decoding runs
+    /// 4-9% faster from huge pages on a quiet machine and 25-35% faster on a busy one, but the
+    /// copy costs 0.1-0.9 s of one core, more than a short generation gains, so `generate`
+    /// does not start it. Call it after a first forward pass (the pages are then mapped, and
+    /// nothing is copied where the page cache already maps them whole). `None` when there is
+    /// nothing to move or it has started already.
+    pub fn start_huge_pages(&self) -> Option<std::thread::JoinHandle<hanzo_ml::Result<usize>>> {
+        let pending = self.huge_pages.lock().map(|mut p| p.take());
+        pending.ok().flatten().and_then(HugePages::spawn)
     }
 
     fn assemble(
         model: Box<dyn LanguageModel>,
         tokenizer: Tokenizer,
         template: Option<String>,
+        huge_pages: Option<HugePages>,
     ) -> Result<Self> {
         if tokenizer.vocab().len() > model.info().vocab_size {
             return Err(Error::model(
@@ -127,6 +151,7 @@ impl TextGeneration {
             template_from_file: template.is_some(),
             model,
             tokenizer,
+            huge_pages: Mutex::new(huge_pages),
         })
     }
 

@@ -86,6 +86,7 @@ pub fn run(a: Args) -> Result<()> {
         return encoder(&a);
     }
     let p = super::load(&a.model)?;
+    super::settle_weights(&p)?;
     let model = p.model.as_ref();
     let bos = p.tokenizer.special().bos;
     let mut rng = rand::rngs::StdRng::seed_from_u64(1234);

@@ -96,6 +96,8 @@ pub fn run(a: Args) -> Result<()> {
     let text = std::fs::read_to_string(&a.file)
         .with_context(|| format!("cannot read {}", a.file.display()))?;
     let p = super::load(&a.model)?;
+    // Many forward passes follow, each reading every weight: move them first.
+    super::settle_weights(&p)?;
     let t0 = std::time::Instant::now();
     let bar = super::progress::bar(0, "perplexity");
     let r = compute(&p, &text, a.ctx, |c, running| {

@@ -77,12 +77,16 @@ fn block_mins(w: &QTensor, dt: GgmlDType, row: usize, k: usize) -> Vec<f32> {
 }
 
 fn check(dt: GgmlDType, n: usize, k: usize, m: usize) {
+    check_with(dt, n, k, m, |q| QMatMul::from_qtensor(q).unwrap());
+}
+
+fn check_with(dt: GgmlDType, n: usize, k: usize, m: usize, make: fn(QTensor) -> QMatMul) {
     let w = common::synthetic_weights(n, k, 5 + n as u64);
     let x = common::synthetic_weights(m, k, 99 + m as u64);
     let qw = QTensor::quantize_f32(&w, (n, k), dt).unwrap();
     let wd = qw.dequantize_f32().unwrap();
     let qw_blocks = qw.clone();
-    let mm = QMatMul::from_qtensor(qw).unwrap();
+    let mm = make(qw);
     let xt = Tensor::from_vec(x.clone(), (m, k), &Device::Cpu).unwrap();
     let got = mm.forward(&xt).unwrap();
     assert_eq!(got.dims(), &[m, n]);
@@ -132,6 +136,94 @@ fn qmatmul_matches_dequantized_matmul_for_every_type_and_odd_shapes() {
             }
         }
     }
+}
+
+/// Q4_0/Q5_0 repacked eight rows at a time (the decode kernel, the small-batch tiles of 4 and
+/// 1 activation rows, and the prefill panels from 16 rows on), against the same references.
+#[test]
+fn interleaved_q4_0_q5_0_match_dequantized_matmul() {
+    for dt in [GgmlDType::Q4_0, GgmlDType::Q5_0] {
+        for (n, k) in [(8, 32), (40, 96), (72, 512)] {
+            for m in [1, 2, 3, 4, 5, 9, 15, 16, 17, 40] {
+                check_with(dt, n, k, m, |q| QMatMul::interleave(&q).unwrap());
+            }
+        }
+    }
+}
+
+/// A weight `from_arc` chose to repack is multiplied as stored until its first decode
+/// product, then repacked; its outputs are the same before and after.
+#[test]
+fn repacking_waits_for_the_first_decode_product() {
+    let (n, k) = (64, 256);
+    let q = QTensor::quantize_f32(&common::synthetic_weights(n, k, 3), (n, k), GgmlDType::Q5_0)
+        .unwrap();
+    let lazy = QMatMul::from_arc(std::sync::Arc::new(q.clone())).unwrap();
+    if !matches!(lazy, QMatMul::Interleaved(_)) {
+        eprintln!("repacking does not pay on this CPU; nothing to check");
+        return;
+    }
+    let stored = QMatMul::from_arc_as_stored(std::sync::Arc::new(q)).unwrap();
+    let input = |m: usize| {
+        let x = common::synthetic_weights(m, k, 11 + m as u64);
+        Tensor::from_vec(x, (m, k), &Device::Cpu).unwrap()
+    };
+    let out = |w: &QMatMul, m: usize| w.forward(&input(m)).unwrap().to_vec_flat::<f32>().unwrap();
+    let close = |got: Vec<f32>, want: Vec<f32>| {
+        let scale = want.iter().fold(0f32, |s, v| s.max(v.abs()));
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() <= 1e-5 * scale, "{g} vs {w}");
+        }
+    };
+    assert!(!lazy.is_repacked());
+    assert_eq!(
+        out(&lazy, 3),
+        out(&stored, 3),
+        "before repacking: the stored path itself"
+    );
+    assert!(!lazy.is_repacked(), "a prompt does not repack");
+    close(out(&lazy, 1), out(&stored, 1));
+    assert!(lazy.is_repacked(), "the first decode product repacks");
+    close(out(&lazy, 3), out(&stored, 3));
+    close(out(&lazy, 20), out(&stored, 20));
+}
+
+/// The repacked form gives the row form's outputs to float rounding, through `forward_many`
+/// (one decode pass over several weights) as through `forward`.
+#[test]
+fn interleaved_and_stored_rows_agree() {
+    let (k, n) = (256, 64);
+    let x = Tensor::from_vec(common::synthetic_weights(1, k, 7), (1, k), &Device::Cpu).unwrap();
+    for dt in [GgmlDType::Q4_0, GgmlDType::Q5_0] {
+        let q = QTensor::quantize_f32(&common::synthetic_weights(n, k, 3), (n, k), dt).unwrap();
+        let stored = QMatMul::from_arc_as_stored(std::sync::Arc::new(q.clone())).unwrap();
+        let packed = QMatMul::interleave(&q).unwrap();
+        assert!(matches!(packed, QMatMul::Interleaved(_)));
+        let a = stored.forward(&x).unwrap().to_vec_flat::<f32>().unwrap();
+        let many = QMatMul::forward_many(&[&packed, &stored], &x).unwrap();
+        for got in [packed.forward(&x).unwrap(), many[0].clone()] {
+            let got = got.to_vec_flat::<f32>().unwrap();
+            let scale = a.iter().fold(0f32, |s, v| s.max(v.abs()));
+            for (g, a) in got.iter().zip(&a) {
+                assert!((g - a).abs() <= 1e-5 * scale, "{dt}: {g} vs {a}");
+            }
+        }
+    }
+    let q = QTensor::quantize_f32(
+        &common::synthetic_weights(12, 64, 3),
+        (12, 64),
+        GgmlDType::Q5_0,
+    )
+    .unwrap();
+    let err = QMatMul::interleave(&q).unwrap_err().to_string();
+    assert!(err.contains("groups of 8 rows"), "{err}");
+    let q = QTensor::quantize_f32(
+        &common::synthetic_weights(8, 256, 3),
+        (8, 256),
+        GgmlDType::Q4K,
+    )
+    .unwrap();
+    assert!(QMatMul::interleave(&q).is_err());
 }
 
 #[test]

@@ -60,12 +60,46 @@ pub(crate) fn matmul<B: GgmlBlock>(
     m: usize,
 ) -> Option<Vec<f32>> {
     let (unpacking, rows, kernel) = plan::<B>(m, k)?;
+    let per_row = k / B::BLOCK_SIZE;
+    let fill = |s: &mut Scratch, r0: usize, live: usize| {
+        s.unpack(&unpacking, &w[r0 * per_row..(r0 + live) * per_row], per_row)
+    };
+    over_panels(n, k, x, m, unpacking.group, (rows, kernel), &fill)
+}
+
+/// The panel kernel for `m` activation rows of width `k` whose weights come already unpacked
+/// `rows_wanted` rows at a time (see `quantized::interleaved`): `None` where this CPU's
+/// panels hold a different number of rows, or where the tile path suits `m` better.
+pub(crate) fn plan_prepacked(
+    m: usize,
+    k: usize,
+    group: usize,
+    max_level: u8,
+    rows_wanted: usize,
+) -> Option<(usize, PanelFn)> {
+    if m < MIN_ROWS || k == 0 || !k.is_multiple_of(32) {
+        return None;
+    }
+    super::dot::pick_panel(group, max_level).filter(|&(rows, _)| rows == rows_wanted)
+}
+
+/// Runs `kernel` over panels of `rows` weight rows each, which `fill(scratch, r0, live)`
+/// writes into `scratch` (rows `r0..r0 + live` of the `n`; the rest of a last partial panel
+/// must be zero), one rayon task per panel.
+pub(crate) fn over_panels(
+    n: usize,
+    k: usize,
+    x: &[f32],
+    m: usize,
+    group: usize,
+    (rows, kernel): (usize, PanelFn),
+    fill: &(dyn Fn(&mut Scratch, usize, usize) + Sync),
+) -> Option<Vec<f32>> {
     if n == 0 {
         return None;
     }
-    let acts = Activations::new(x, m, k, unpacking.group);
+    let acts = Activations::new(x, m, k, group);
     let xs: Vec<PanelRow> = (0..m).map(|j| acts.row(j)).collect();
-    let per_row = k / B::BLOCK_SIZE;
     // Every element is written below exactly once, so the buffer starts uninitialised (a
     // zeroing pass over a 4 MB output was 4% of a prefill).
     let mut out: Vec<f32> = Vec::with_capacity(m * n);
@@ -74,11 +108,11 @@ pub(crate) fn matmul<B: GgmlBlock>(
         len: m * n,
     };
     (0..n.div_ceil(rows)).into_par_iter().for_each_init(
-        || Scratch::new(rows, k, m, &unpacking),
+        || Scratch::new(rows, k, m, group),
         |scratch, p| {
             let r0 = p * rows;
             let live = rows.min(n - r0);
-            scratch.unpack(&unpacking, &w[r0 * per_row..(r0 + live) * per_row], per_row);
+            fill(scratch, r0, live);
             let panel = Panel {
                 u: &scratch.u,
                 scale: &scratch.scale,
@@ -144,7 +178,7 @@ impl Activations {
 }
 
 /// A task's unpacked panel and its output, reused across the panels the task takes.
-struct Scratch {
+pub(crate) struct Scratch {
     rows: usize,
     u: Vec<u8>,
     scale: Vec<f32>,
@@ -157,8 +191,8 @@ struct Scratch {
 }
 
 impl Scratch {
-    fn new<B>(rows: usize, k: usize, m: usize, un: &Unpacking<B>) -> Self {
-        let groups = k / un.group;
+    fn new(rows: usize, k: usize, m: usize, group: usize) -> Self {
+        let groups = k / group;
         Self {
             rows,
             u: vec![0; k * rows],
@@ -169,6 +203,11 @@ impl Scratch {
             block_scale: [0.0; 16],
             block_min: [0.0; 16],
         }
+    }
+
+    /// The panel's levels, scales and mins, laid out as `Panel` describes.
+    pub(crate) fn panel_mut(&mut self) -> (&mut [u8], &mut [f32], &mut [f32]) {
+        (&mut self.u, &mut self.scale, &mut self.min)
     }
 
     /// Unpacks `w` (`per_row` blocks per row, at most `self.rows` rows) into the panel; rows

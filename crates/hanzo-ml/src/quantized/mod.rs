@@ -5,6 +5,7 @@ mod dot;
 mod dtype;
 mod gemm;
 pub mod gguf;
+pub mod interleaved;
 pub mod isq;
 mod qmatmul;
 mod qtensor;

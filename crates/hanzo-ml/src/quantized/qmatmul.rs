@@ -5,21 +5,81 @@
 //! done by the SIMD kernel `dot::pick_*` chose. Work is split over weight rows. With several
 //! activation rows (prefill), a small tile of weight rows stays in L1 while every activation
 //! row passes over it; from 16 rows on, types with an unpacked form take the panel GEMM in
-//! `gemm` instead.
+//! `gemm` instead. Q4_0 and Q5_0 weights are repacked eight rows at a time where the kernels
+//! are 256 bits wide (`interleaved`).
 
-use super::blocks::{GgmlBlock, TileFn, VecDotFn};
+use super::blocks::{BlockQ4_0, BlockQ5_0, GgmlBlock, TileFn, VecDotFn};
+use super::interleaved::{self, Interleaved, RowGroups};
 use super::{GgmlDType, QTensor};
 use crate::{DType, Error, Result, Tensor};
 use rayon::prelude::*;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// A linear map `y = x Wᵀ` with `W` of shape `[out, in]`.
 #[derive(Clone, Debug)]
 pub enum QMatMul {
     /// Blocks multiplied as they are stored.
     Quantized(Arc<QTensor>),
+    /// Q4_0/Q5_0 blocks, repacked eight rows at a time (see `interleaved`) on their first
+    /// decode product.
+    Interleaved(Arc<Repacking>),
     /// Float weights (F32/F16/BF16 files) go through the dense matmul.
     Dense(Tensor),
+}
+
+/// A Q4_0/Q5_0 weight that `interleaved` repacks on its first decode product (one activation
+/// row). Until then, which covers loading and the first prompt, it is multiplied as stored, so
+/// the first token does not wait for the copy (~50 ms for Gemma 3 270M's 44 MB of Q5_0 on
+/// 2 threads); after it, the stored bytes' pages leave the resident set.
+#[derive(Debug)]
+pub struct Repacking {
+    stored: Arc<QTensor>,
+    packed: OnceLock<Box<dyn RowGroups>>,
+}
+
+impl Repacking {
+    /// Checks everything repacking needs, so that it cannot fail later.
+    fn new(stored: Arc<QTensor>) -> Result<Self> {
+        let (n, k) = QMatMul::dims_of(&stored)?;
+        let fits = matches!(stored.dtype(), GgmlDType::Q4_0 | GgmlDType::Q5_0)
+            && n.is_multiple_of(interleaved::ROWS)
+            && k.is_multiple_of(32);
+        if !fits {
+            return Err(Error::invalid(
+                "QMatMul::interleave",
+                format!(
+                    "{} weight [{n}, {k}]: only Q4_0 and Q5_0 weights of whole groups of {} rows are repacked",
+                    stored.dtype(),
+                    interleaved::ROWS
+                ),
+            ));
+        }
+        Ok(Self {
+            stored,
+            packed: OnceLock::new(),
+        })
+    }
+
+    /// The repacked weight, made on the first call.
+    fn packed(&self) -> &dyn RowGroups {
+        self.packed
+            .get_or_init(|| {
+                let w = &self.stored;
+                let (n, k) = (w.shape().dims()[0], w.shape().dims()[1]);
+                let packed: Box<dyn RowGroups> = match w.dtype() {
+                    GgmlDType::Q4_0 => Box::new(Self::pack::<BlockQ4_0>(w, n, k)),
+                    _ => Box::new(Self::pack::<BlockQ5_0>(w, n, k)),
+                };
+                w.release_pages();
+                packed
+            })
+            .as_ref()
+    }
+
+    fn pack<B: interleaved::Interleave>(w: &QTensor, n: usize, k: usize) -> Interleaved<B> {
+        let blocks = w.blocks::<B>().expect("dtype checked in Repacking::new");
+        Interleaved::new(blocks, n, k).expect("shape checked in Repacking::new")
+    }
 }
 
 /// Fewest weight rows per task for decode.
@@ -32,23 +92,55 @@ impl QMatMul {
         Self::from_arc(Arc::new(w))
     }
 
+    /// Float weights go to the dense matmul; Q4_0/Q5_0 ones are repacked where that pays
+    /// (`interleaved::pays`); the rest stay as stored.
     pub fn from_arc(w: Arc<QTensor>) -> Result<Self> {
-        if w.shape().rank() != 2 {
-            return Err(Error::invalid(
-                "QMatMul",
-                format!("weights must be 2-D [out, in], got {:?}", w.shape().dims()),
-            ));
+        let (n, k) = Self::dims_of(&w)?;
+        if interleaved::pays(w.dtype(), n, k) {
+            return Ok(QMatMul::Interleaved(Arc::new(Repacking::new(w)?)));
         }
+        Self::from_arc_as_stored(w)
+    }
+
+    /// Never repacks: quantized blocks are multiplied as they are stored.
+    pub fn from_arc_as_stored(w: Arc<QTensor>) -> Result<Self> {
+        Self::dims_of(&w)?;
         Ok(match w.dtype() {
             GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16 => QMatMul::Dense(w.dequantize()?),
             _ => QMatMul::Quantized(w),
         })
     }
 
+    /// Repacks a Q4_0/Q5_0 weight eight rows at a time now, whatever the CPU (the kernels
+    /// fall back to portable code); an error for other types or a row count not a multiple of
+    /// 8.
+    pub fn interleave(w: &QTensor) -> Result<Self> {
+        let r = Repacking::new(Arc::new(w.clone()))?;
+        r.packed();
+        Ok(QMatMul::Interleaved(Arc::new(r)))
+    }
+
+    /// Whether this weight is held repacked (`interleave`, or a lazily repacking weight after
+    /// its first decode product).
+    pub fn is_repacked(&self) -> bool {
+        matches!(self, QMatMul::Interleaved(r) if r.packed.get().is_some())
+    }
+
+    fn dims_of(w: &QTensor) -> Result<(usize, usize)> {
+        match w.shape().dims() {
+            &[n, k] => Ok((n, k)),
+            d => Err(Error::invalid(
+                "QMatMul",
+                format!("weights must be 2-D [out, in], got {d:?}"),
+            )),
+        }
+    }
+
     /// `[out, in]`.
     pub fn weight_dims(&self) -> (usize, usize) {
         let d = match self {
             QMatMul::Quantized(w) => w.shape().dims(),
+            QMatMul::Interleaved(w) => w.stored.shape().dims(),
             QMatMul::Dense(t) => t.dims(),
         };
         (d[0], d[1])
@@ -57,8 +149,10 @@ impl QMatMul {
     /// The block type `rows` activation rows are quantized to before the integer products
     /// (`None` for float weights, which multiply in floating point).
     pub fn activation_dtype(&self, rows: usize) -> Option<GgmlDType> {
-        let QMatMul::Quantized(w) = self else {
-            return None;
+        let w = match self {
+            QMatMul::Quantized(w) => w,
+            QMatMul::Interleaved(_) => return Some(GgmlDType::Q8_0),
+            QMatMul::Dense(_) => return None,
         };
         let k = self.weight_dims().1;
         Some(crate::with_block_type!(w.dtype(), B => {
@@ -80,14 +174,21 @@ impl QMatMul {
                 format!("input {dims:?} does not end in the weight's in-dim {k}"),
             ));
         }
-        let w = match self {
-            QMatMul::Dense(w) => return x.matmul(&w.to_dtype(x.dtype())?.t()?),
-            QMatMul::Quantized(w) => w,
-        };
         let m = x.elem_count() / k.max(1);
-        let out = x.to_dtype(DType::F32)?.with_contiguous(|xs: &[f32]| {
-            crate::with_block_type!(w.dtype(), B => Ok::<_, Error>(matmul::<B>(w.blocks::<B>()?, n, k, xs, m)))
-        })??;
+        let x32 = x.to_dtype(DType::F32)?;
+        let out = match self {
+            QMatMul::Dense(w) => return x.matmul(&w.to_dtype(x.dtype())?.t()?),
+            QMatMul::Quantized(w) => x32.with_contiguous(|xs: &[f32]| as_stored(w, xs, m))??,
+            QMatMul::Interleaved(w) if m == 1 => x32.with_contiguous(|xs: &[f32]| {
+                matvec_many(&[w.packed().job(xs)]).pop().expect("one job")
+            })?,
+            QMatMul::Interleaved(w) => {
+                x32.with_contiguous(|xs: &[f32]| match w.packed.get() {
+                    Some(p) => Ok(p.matmul(xs, m)),
+                    None => as_stored(&w.stored, xs, m),
+                })??
+            }
+        };
         let mut out_dims = dims.to_vec();
         *out_dims.last_mut().expect("rank >= 1") = n;
         Tensor::from_vec(out, out_dims, &x.device())?.to_dtype(x.dtype())
@@ -99,23 +200,24 @@ impl QMatMul {
     pub fn forward_many(ws: &[&QMatMul], x: &Tensor) -> Result<Vec<Tensor>> {
         let k = x.dims().last().copied().unwrap_or(0);
         let one_row = x.elem_count() == k && k > 0;
-        let all_quantized = ws
-            .iter()
-            .all(|w| matches!(w, QMatMul::Quantized(_)) && w.weight_dims().1 == k);
+        let all_quantized = ws.iter().all(|w| {
+            matches!(w, QMatMul::Quantized(_) | QMatMul::Interleaved(_)) && w.weight_dims().1 == k
+        });
         if !one_row || !all_quantized {
             return ws.iter().map(|w| w.forward(x)).collect();
         }
         let xs = x.to_dtype(DType::F32)?.to_vec_flat::<f32>()?; // one row: a short copy
         let jobs = ws
             .iter()
-            .map(|w| {
-                let QMatMul::Quantized(q) = w else {
-                    unreachable!("checked above")
-                };
-                let n = w.weight_dims().0;
-                crate::with_block_type!(q.dtype(), B => Ok(
-                    Box::new(Matvec::<B>::new(q.blocks::<B>()?, n, k, &xs)) as Box<dyn MatvecJob>
-                ))
+            .map(|w| match w {
+                QMatMul::Quantized(q) => {
+                    let n = w.weight_dims().0;
+                    crate::with_block_type!(q.dtype(), B => Ok(
+                        Box::new(Matvec::<B>::new(q.blocks::<B>()?, n, k, &xs)) as Box<dyn MatvecJob>
+                    ))
+                }
+                QMatMul::Interleaved(r) => Ok(r.packed().job(&xs)),
+                QMatMul::Dense(_) => unreachable!("checked above"),
             })
             .collect::<Result<Vec<_>>>()?;
         let outs = matvec_many(&jobs);
@@ -129,9 +231,15 @@ impl QMatMul {
     }
 }
 
+/// `x [m, k]` times the stored blocks of `w [n, k]` transposed.
+fn as_stored(w: &QTensor, x: &[f32], m: usize) -> Result<Vec<f32>> {
+    let (n, k) = QMatMul::dims_of(w)?;
+    crate::with_block_type!(w.dtype(), B => Ok(matmul::<B>(w.blocks::<B>()?, n, k, x, m)))
+}
+
 /// One weight's share of a decode step: its kernels, its rows and the activation row
 /// quantized to its partner type.
-trait MatvecJob: Sync {
+pub(crate) trait MatvecJob: Sync {
     fn rows(&self) -> usize;
     /// `out[i] = w[r0 + i] · x`.
     fn run(&self, r0: usize, out: &mut [f32]);
@@ -173,7 +281,7 @@ impl<B: GgmlBlock> MatvecJob for Matvec<'_, B> {
 
 /// Every job's output vector, computed in one parallel pass over row chunks: on the spinning
 /// decode team when it is free (see `cpu::team`), on rayon otherwise.
-fn matvec_many(jobs: &[Box<dyn MatvecJob + '_>]) -> Vec<Vec<f32>> {
+pub(crate) fn matvec_many(jobs: &[Box<dyn MatvecJob + '_>]) -> Vec<Vec<f32>> {
     let mut outs: Vec<Vec<f32>> = jobs.iter().map(|j| vec![0f32; j.rows()]).collect();
     let team = crate::cpu::team::global();
     let rows = chunk_rows(jobs.iter().map(|j| j.rows()).sum(), team.threads());
@@ -198,12 +306,13 @@ fn matvec_many(jobs: &[Box<dyn MatvecJob + '_>]) -> Vec<Vec<f32>> {
 
 /// Rows per decode task: about `TASKS_PER_THREAD` tasks per thread, so a thread slowed down
 /// by the machine leaves its share to the others, but at least `MATVEC_ROWS` so a claim (one
-/// shared atomic) is small next to the rows it buys.
+/// shared atomic) is small next to the rows it buys. Whole groups of interleaved rows (a
+/// multiple of `MATVEC_TILE` too).
 fn chunk_rows(total: usize, threads: usize) -> usize {
     const TASKS_PER_THREAD: usize = 16;
     total
         .div_ceil(threads * TASKS_PER_THREAD)
-        .next_multiple_of(MATVEC_TILE)
+        .next_multiple_of(interleaved::ROWS)
         .max(MATVEC_ROWS)
 }
 

@@ -174,6 +174,28 @@ impl QTensor {
         matches!(self.data, Bytes::Mapped { .. })
     }
 
+    /// Tells the kernel this process will not read the mapped bytes for a while, so the pages
+    /// wholly inside them leave its resident set (`MADV_PAGEOUT`). They stay valid: a later
+    /// read brings the same bytes back from the file. Pages the kernel cannot write out
+    /// (anonymous copies, with no swap) simply stay. For owned data, and off Linux, nothing
+    /// happens.
+    pub fn release_pages(&self) {
+        #[cfg(target_os = "linux")]
+        if let Bytes::Mapped { map, offset, len } = &self.data {
+            const PAGE: usize = 4096;
+            let start = (map.as_ptr() as usize + offset).next_multiple_of(PAGE);
+            let end = (map.as_ptr() as usize + offset + len) & !(PAGE - 1);
+            if end > start {
+                // SAFETY: [start, end) lies inside the live map; MADV_PAGEOUT only reclaims
+                // pages, never changes what a read of them returns (file pages are re-read,
+                // others are left alone). Failure (an old kernel) is harmless.
+                unsafe {
+                    libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_PAGEOUT);
+                }
+            }
+        }
+    }
+
     /// The blocks, typed. Errors when `B` is not this tensor's type.
     pub fn blocks<B: GgmlBlock>(&self) -> Result<&[B]> {
         if B::DTYPE != self.dtype {

@@ -67,7 +67,7 @@ const _: () = assert!(std::mem::size_of::<BlockQ8_1>() == 36);
 
 /// The 32 unsigned levels of a 4-bit block (no 5th bit).
 #[inline]
-fn nibbles(qs: &[u8; 16]) -> [u8; 32] {
+pub(crate) fn nibbles(qs: &[u8; 16]) -> [u8; 32] {
     let mut q = [0u8; 32];
     for j in 0..16 {
         q[j] = qs[j] & 0x0F;
@@ -78,7 +78,7 @@ fn nibbles(qs: &[u8; 16]) -> [u8; 32] {
 
 /// The 32 unsigned 5-bit levels.
 #[inline]
-fn nibbles_5(qs: &[u8; 16], qh: [u8; 4]) -> [u8; 32] {
+pub(crate) fn nibbles_5(qs: &[u8; 16], qh: [u8; 4]) -> [u8; 32] {
     let mut q = nibbles(qs);
     let h = u32::from_le_bytes(qh);
     for (j, v) in q.iter_mut().enumerate() {

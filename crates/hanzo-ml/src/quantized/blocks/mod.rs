@@ -15,6 +15,7 @@ pub use iq4nl::BlockIQ4NL;
 pub use kquants::{
     quantize_q8k_ref, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K,
 };
+pub(crate) use legacy::{nibbles, nibbles_5};
 pub use legacy::{
     quantize_q8_0_ref, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, QK,
 };

@@ -15,6 +15,8 @@ macro_rules! check_tile {
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod interleaved;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 #[cfg(target_arch = "x86_64")]
@@ -161,6 +163,53 @@ pub(crate) fn pick_panel(group: usize, max_level: u8) -> Option<(usize, super::g
         None
     }
 }
+
+/// The kernel over eight interleaved rows and `C` activation rows (see
+/// `quantized::interleaved`): AVX2 where the kernel set has it, the portable one otherwise.
+macro_rules! x8_picker {
+    ($name:ident, $block:ty) => {
+        pub(crate) fn $name<const C: usize>() -> crate::quantized::interleaved::DotFn<$block, C> {
+            #[cfg(target_arch = "x86_64")]
+            if has_avx2() {
+                use crate::quantized::interleaved::{Interleave, XRow, ROWS};
+                fn kernel<const C: usize>(
+                    w: &[<$block as Interleave>::X8],
+                    x: [XRow; C],
+                ) -> [[f32; ROWS]; C] {
+                    // SAFETY: `has_avx2()` checked AVX2, FMA and F16C; the kernel asserts
+                    // that every activation row has `w.len()` blocks.
+                    unsafe { interleaved::dot::<_, C>(w, x) }
+                }
+                return kernel::<C>;
+            }
+            crate::quantized::interleaved::dot_scalar::<$block, C>
+        }
+    };
+}
+x8_picker!(pick_x8_q4_0, BlockQ4_0);
+x8_picker!(pick_x8_q5_0, BlockQ5_0);
+
+/// The SIMD expansion of an interleaved block into its unsigned levels, where there is one.
+macro_rules! x8_expand_picker {
+    ($name:ident, $block:ty) => {
+        pub(crate) fn $name() -> Option<crate::quantized::interleaved::ExpandFn<$block>> {
+            #[cfg(target_arch = "x86_64")]
+            if has_avx2() {
+                fn kernel(
+                    b: &<$block as crate::quantized::interleaved::Interleave>::X8,
+                    out: &mut [u8; 256],
+                ) {
+                    // SAFETY: `has_avx2()` checked AVX2.
+                    unsafe { interleaved::expand_into(b, out) }
+                }
+                return Some(kernel);
+            }
+            None
+        }
+    };
+}
+x8_expand_picker!(pick_x8_expand_q4_0, BlockQ4_0);
+x8_expand_picker!(pick_x8_expand_q5_0, BlockQ5_0);
 
 /// The kernel set every `pick_*` and `tile_*` uses, decided once per process.
 pub fn isa() -> Isa {

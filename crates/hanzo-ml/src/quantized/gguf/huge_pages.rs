@@ -37,6 +37,7 @@ pub(super) fn promote(map: &Weak<memmap2::Mmap>, file: &File) -> std::io::Result
     if map.upgrade().is_some_and(|m| mostly_huge_already(&m)) {
         return Ok(0);
     }
+    let pagemap = Pagemap::open();
     let mut moved = 0;
     for piece in 0..count {
         // Held across the move: the target range must stay this map's until the move is done.
@@ -44,10 +45,50 @@ pub(super) fn promote(map: &Weak<memmap2::Mmap>, file: &File) -> std::io::Result
             break;
         };
         let offset = first + piece * HUGE;
+        if !pagemap.mostly_resident(map.as_ptr().wrapping_add(offset)) {
+            continue;
+        }
         move_piece(&map, file, offset)?;
         moved += HUGE;
     }
     Ok(moved)
+}
+
+/// Which pages of this process are resident, from `/proc/self/pagemap`.
+///
+/// A piece is copied only where the process uses it: pages the model never read, or gave back
+/// (`QTensor::release_pages`, after a weight was repacked into memory of its own), would
+/// otherwise come back resident as part of a huge page.
+struct Pagemap(Option<File>);
+
+impl Pagemap {
+    fn open() -> Self {
+        Self(File::open("/proc/self/pagemap").ok())
+    }
+
+    /// Whether at least 7/8 of the 4 KiB pages of the 2 MiB piece at `at` are resident
+    /// (true where that cannot be read: the move is still correct, only maybe wasteful).
+    #[cfg(target_os = "linux")]
+    fn mostly_resident(&self, at: *const u8) -> bool {
+        use std::os::unix::fs::FileExt;
+        const PAGES: usize = HUGE / 4096;
+        let Some(f) = &self.0 else {
+            return true;
+        };
+        // One little-endian u64 per virtual page; bit 63: present in memory.
+        let mut entries = [0u8; 8 * PAGES];
+        let index = (at as usize / 4096) as u64;
+        if f.read_exact_at(&mut entries, index * 8).is_err() {
+            return true;
+        }
+        let present = entries.chunks_exact(8).filter(|e| e[7] & 0x80 != 0).count();
+        present * 8 >= PAGES * 7
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn mostly_resident(&self, _: *const u8) -> bool {
+        true
+    }
 }
 
 /// The offset of the map's first 2 MiB-aligned byte and how many whole aligned pieces follow.

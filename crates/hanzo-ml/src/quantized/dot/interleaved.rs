@@ -1,0 +1,140 @@
+//! AVX2 kernels over eight interleaved rows (see `quantized::interleaved`): each block's
+//! unsigned levels expand into eight vectors, vector `t` holding levels `4t..4t + 4` of every
+//! row, and `maddubs` against those 4 activation bytes broadcast advances all eight rows.
+
+use super::prefetch_ahead;
+use crate::quantized::interleaved::{BlockQ4_0x8, BlockQ5_0x8, XRow, ROWS};
+use std::arch::x86_64::*;
+
+/// A repacked block's eight steps of unsigned levels.
+pub(super) trait Expand: bytemuck::Pod {
+    const OFFSET: i32;
+    /// # Safety
+    /// AVX2 must be enabled in the caller.
+    unsafe fn expand(&self) -> [__m256i; 8];
+    fn scales(&self) -> &[half::f16; ROWS];
+}
+
+/// The low four bits of all eight steps: step `p` in the low nibbles of `qs[32p..]`, step
+/// `p + 4` in the high ones.
+#[inline(always)]
+unsafe fn nibble_steps(qs: &[u8; 128]) -> [__m256i; 8] {
+    // SAFETY: the caller enables AVX2; each load reads 32 of the 128 bytes.
+    unsafe {
+        let m15 = _mm256_set1_epi8(15);
+        let raw: [__m256i; 4] =
+            std::array::from_fn(|p| _mm256_loadu_si256(qs.as_ptr().add(32 * p) as *const __m256i));
+        std::array::from_fn(|t| {
+            if t < 4 {
+                _mm256_and_si256(raw[t], m15)
+            } else {
+                _mm256_and_si256(_mm256_srli_epi16::<4>(raw[t - 4]), m15)
+            }
+        })
+    }
+}
+
+impl Expand for BlockQ4_0x8 {
+    const OFFSET: i32 = 8;
+
+    #[inline(always)]
+    unsafe fn expand(&self) -> [__m256i; 8] {
+        // SAFETY: forwarded from the caller.
+        unsafe { nibble_steps(&self.qs) }
+    }
+
+    fn scales(&self) -> &[half::f16; ROWS] {
+        &self.d
+    }
+}
+
+impl Expand for BlockQ5_0x8 {
+    const OFFSET: i32 = 16;
+
+    #[inline(always)]
+    unsafe fn expand(&self) -> [__m256i; 8] {
+        // SAFETY: the caller enables AVX2; the load reads the 32 bytes of `qh`.
+        unsafe {
+            let mut u = nibble_steps(&self.qs);
+            let qh = _mm256_loadu_si256(self.qh.as_ptr() as *const __m256i);
+            // Bit t of each byte is step t's fifth bit: move it to bit 4 (16-bit shifts of a
+            // masked byte never carry into the next byte).
+            let bit = |t: i32| _mm256_and_si256(qh, _mm256_set1_epi8(1 << t));
+            let fifth = [
+                _mm256_slli_epi16::<4>(bit(0)),
+                _mm256_slli_epi16::<3>(bit(1)),
+                _mm256_slli_epi16::<2>(bit(2)),
+                _mm256_slli_epi16::<1>(bit(3)),
+                bit(4),
+                _mm256_srli_epi16::<1>(bit(5)),
+                _mm256_srli_epi16::<2>(bit(6)),
+                _mm256_srli_epi16::<3>(bit(7)),
+            ];
+            for (u, f) in u.iter_mut().zip(fifth) {
+                *u = _mm256_or_si256(*u, f);
+            }
+            u
+        }
+    }
+
+    fn scales(&self) -> &[half::f16; ROWS] {
+        &self.d
+    }
+}
+
+/// The eight steps stored one after the other (a GEMM panel's layout).
+///
+/// # Safety
+/// AVX2 must be available.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn expand_into<B: Expand>(b: &B, out: &mut [u8; 256]) {
+    // SAFETY: AVX2 is enabled; store `t` writes bytes `32t..32t + 32` of the 256.
+    unsafe {
+        for (t, v) in b.expand().into_iter().enumerate() {
+            _mm256_storeu_si256(out.as_mut_ptr().add(32 * t) as *mut __m256i, v);
+        }
+    }
+}
+
+/// `[c][r]` = row `r` times activation row `c`; the same floats as `dot_scalar`.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available; every `x[c]` has `w.len()` blocks.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn dot<B: Expand, const C: usize>(w: &[B], x: [XRow; C]) -> [[f32; ROWS]; C] {
+    assert!(x
+        .iter()
+        .all(|x| x.q.len() == w.len() && x.d.len() == w.len() && x.sum.len() == w.len()));
+    // SAFETY: features enabled above; every activation read is 4 bytes inside a block's `qs`
+    // (offsets 4t, t < 8), and every block index is below `w.len()`, checked above.
+    unsafe {
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [_mm256_setzero_ps(); C];
+        for (i, b) in w.iter().enumerate() {
+            prefetch_ahead(b as *const B as *const u8, std::mem::size_of::<B>());
+            let u = b.expand();
+            let d = _mm256_cvtph_ps(_mm_loadu_si128(b.scales().as_ptr() as *const __m128i));
+            for c in 0..C {
+                let q = x[c].q.get_unchecked(i).qs.as_ptr();
+                let at =
+                    |t: usize| _mm256_set1_epi32((q.add(4 * t) as *const i32).read_unaligned());
+                let p: [__m256i; 8] = std::array::from_fn(|t| _mm256_maddubs_epi16(u[t], at(t)));
+                // Four products per i16 lane at most (|u| ≤ 31, |q| ≤ 127: ≤ 31,496), then i32.
+                let lo =
+                    _mm256_add_epi16(_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3]));
+                let hi =
+                    _mm256_add_epi16(_mm256_add_epi16(p[4], p[5]), _mm256_add_epi16(p[6], p[7]));
+                let s = _mm256_add_epi32(_mm256_madd_epi16(lo, ones), _mm256_madd_epi16(hi, ones));
+                let offset = B::OFFSET * *x[c].sum.get_unchecked(i);
+                let s = _mm256_sub_epi32(s, _mm256_set1_epi32(offset));
+                let scale = _mm256_mul_ps(d, _mm256_set1_ps(*x[c].d.get_unchecked(i)));
+                acc[c] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(s), acc[c]);
+            }
+        }
+        acc.map(|a| {
+            let mut out = [0f32; ROWS];
+            _mm256_storeu_ps(out.as_mut_ptr(), a);
+            out
+        })
+    }
+}

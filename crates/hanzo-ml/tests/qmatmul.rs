@@ -322,6 +322,65 @@ fn forward_many_equals_separate_products() {
     assert!(QMatMul::forward_many(&[&ws[0]], &narrow).is_err());
 }
 
+/// Q8_0 weights at -128 (only foreign files hold it) and 127 against activations at ±127:
+/// the largest integer pair sums the prefill panels and the decode tiles see, checked against
+/// the exact products.
+#[test]
+fn q8_0_extreme_levels_in_prefill_and_decode() {
+    let (n, k, m) = (8, 64, 16);
+    let mut bytes = Vec::new();
+    for r in 0..n {
+        for b in 0..k / 32 {
+            bytes.extend_from_slice(&half::f16::from_f32(1.0).to_le_bytes());
+            bytes.extend((0..32).map(|j| if (r + b + j) % 3 == 0 { 0x80u8 } else { 127 }));
+        }
+    }
+    let w = QTensor::from_bytes(GgmlDType::Q8_0, (n, k), &bytes).unwrap();
+    let levels = |r: usize, e: usize| {
+        if (r + e / 32 + e % 32).is_multiple_of(3) {
+            -128.0
+        } else {
+            127.0
+        }
+    };
+    // Every activation row quantizes to exactly ±127 with scale 1/127.
+    let x: Vec<f32> = (0..m * k)
+        .map(|i| {
+            if (i * 7 / 3 + i / k) % 2 == 0 {
+                1.0
+            } else {
+                -1.0
+            }
+        })
+        .collect();
+    let mm = QMatMul::from_qtensor(w).unwrap();
+    let prefill = mm
+        .forward(&Tensor::from_vec(x.clone(), (m, k), &Device::Cpu).unwrap())
+        .unwrap()
+        .to_vec_flat::<f32>()
+        .unwrap();
+    let d_x = half::f16::from_f32(1.0 / 127.0).to_f32() as f64;
+    for j in 0..m {
+        let row = &x[j * k..(j + 1) * k];
+        let decode = mm
+            .forward(&Tensor::from_vec(row.to_vec(), (1, k), &Device::Cpu).unwrap())
+            .unwrap()
+            .to_vec_flat::<f32>()
+            .unwrap();
+        for r in 0..n {
+            let exact: f64 = (0..k)
+                .map(|e| levels(r, e) * 127.0 * row[e] as f64 * d_x)
+                .sum();
+            for (path, got) in [("prefill", prefill[j * n + r]), ("decode", decode[r])] {
+                assert!(
+                    (got as f64 - exact).abs() <= 1e-5 * exact.abs().max(1.0),
+                    "{path} row {j} col {r}: {got} vs {exact}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn wrong_input_width_is_an_error() {
     let mm =

@@ -26,6 +26,8 @@ pub(crate) fn pick(group: usize, max_level: u8) -> Option<(usize, PanelFn)> {
         (Isa::AvxVnni, 32) => (8, run_avxvnni::<32>),
         (Isa::Avx2, 16) if avx2_fits => (8, run_avx2::<16>),
         (Isa::Avx2, 32) if avx2_fits => (8, run_avx2::<32>),
+        // 8-bit levels are Q8_0's, stored `q + 128` with min `128 · scale`.
+        (Isa::Avx2, 32) if max_level == 255 => (8, run_avx2_centred::<32>),
         _ => return None,
     })
 }
@@ -120,6 +122,54 @@ fn run_avx2<const G: usize>(p: &Panel, x: &[PanelRow], out: &mut [f32]) {
     check(p, x, out, 8, G);
     // Up to 4 activation rows per tile (16 registers).
     by_tiles!(tile_avx2::<G>, p, x, out, 8, [4, 3, 2, 1]);
+}
+
+/// Q8_0 on AVX2. Its stored levels `u = q + 128` reach 255, and `maddubs` pair sums of
+/// 255 · 127 overflow i16, so the kernel flips them back to the signed `q` and multiplies
+/// `|q|` by the activation carrying `q`'s sign (`sign_epi8`): pair sums stay within
+/// 2 · 128 · 127. That gives `Σ q·x` itself, so the min term `128 · scale · Σ x` is left out.
+fn run_avx2_centred<const G: usize>(p: &Panel, x: &[PanelRow], out: &mut [f32]) {
+    check(p, x, out, 8, G);
+    by_tiles!(tile_avx2_centred::<G>, p, x, out, 8, [4, 3, 2, 1]);
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile_avx2_centred<const G: usize, const C: usize>(
+    p: &Panel,
+    x: &[PanelRow],
+    out: &mut [f32],
+) {
+    let groups = p.scale.len() / 8;
+    // SAFETY: as in tile_avx512, with 8 rows; this function enables AVX2 and FMA. Activation
+    // levels are within ±127 (Q8_0 quantization), so negating them by `sign_epi8` is exact;
+    // a level of -128 gives |q| = 0x80, which `maddubs` reads unsigned as 128.
+    unsafe {
+        let flip = _mm256_set1_epi8(i8::MIN);
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [_mm256_setzero_ps(); C];
+        for g in 0..groups {
+            let mut dot = [_mm256_setzero_si256(); C];
+            for t in 0..G / 4 {
+                let e = g * G + 4 * t;
+                let u = _mm256_loadu_si256(p.u.as_ptr().add(e * 8) as *const __m256i);
+                let q = _mm256_xor_si256(u, flip);
+                let q_abs = _mm256_sign_epi8(q, q);
+                for (c, dot) in dot.iter_mut().enumerate() {
+                    let xb = _mm256_set1_epi32(x4(x.get_unchecked(c).q, e));
+                    let pairs = _mm256_maddubs_epi16(q_abs, _mm256_sign_epi8(xb, q));
+                    *dot = _mm256_add_epi32(*dot, _mm256_madd_epi16(pairs, ones));
+                }
+            }
+            let s = _mm256_loadu_ps(p.scale.as_ptr().add(g * 8));
+            for c in 0..C {
+                let sd = _mm256_mul_ps(s, _mm256_set1_ps(*x.get_unchecked(c).d.get_unchecked(g)));
+                acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[c]), sd, acc[c]);
+            }
+        }
+        for (c, a) in acc.iter().enumerate() {
+            _mm256_storeu_ps(out.as_mut_ptr().add(c * 8), *a);
+        }
+    }
 }
 
 fn run_avxvnni<const G: usize>(p: &Panel, x: &[PanelRow], out: &mut [f32]) {

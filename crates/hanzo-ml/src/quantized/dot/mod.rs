@@ -328,11 +328,11 @@ tile_picker!(pick_q8_0, pick_q8_0_for, tile_q8_0, tile_q8_0_for, BlockQ8_0, q8_0
     ["x86_64" Avx512Vnni => avx512, "x86_64" AvxVnni => vnni, "x86_64" Avx2 => avx2,
      "aarch64" Neon => neon]);
 tile_picker!(pick_q4k, pick_q4k_for, tile_q4k, tile_q4k_for, BlockQ4K, q4k_tile,
-    ["x86_64" Avx512Vnni => avx512, "x86_64" Avx2 => avx2]);
+    ["x86_64" Avx512Vnni => avx512, "x86_64" Avx2 => avx2, "aarch64" Neon => neon]);
 tile_picker!(pick_q5k, pick_q5k_for, tile_q5k, tile_q5k_for, BlockQ5K, q5k_tile,
-    ["x86_64" Avx512Vnni => avx512, "x86_64" Avx2 => avx2]);
+    ["x86_64" Avx512Vnni => avx512, "x86_64" Avx2 => avx2, "aarch64" Neon => neon]);
 tile_picker!(pick_q6k, pick_q6k_for, tile_q6k, tile_q6k_for, BlockQ6K, q6k_tile,
-    ["x86_64" Avx512Vnni => avx512, "x86_64" Avx2 => avx2]);
+    ["x86_64" Avx512Vnni => avx512, "x86_64" Avx2 => avx2, "aarch64" Neon => neon]);
 picker!(pick_q4_1, BlockQ4_1, q4_1_q8_1);
 
 pub fn pick_q2k() -> VecDotFn<BlockQ2K> {

@@ -12,6 +12,7 @@ mod legacy;
 pub(crate) mod search;
 
 pub use iq4nl::BlockIQ4NL;
+#[cfg(target_arch = "aarch64")]
 pub(crate) use kquants::scale_min_k4;
 pub use kquants::{
     quantize_q8k_ref, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K,

@@ -38,11 +38,20 @@ const MIN_ROWS: usize = 16;
 /// The unpacked form and the panel kernel, where `matmul` applies to `m` rows of width `k`.
 fn plan<B: GgmlBlock>(m: usize, k: usize) -> Option<(Unpacking<B>, usize, PanelFn)> {
     let unpacking = B::unpacking()?;
-    if m < MIN_ROWS || k == 0 || !k.is_multiple_of(32) || !k.is_multiple_of(B::BLOCK_SIZE) {
+    if !k.is_multiple_of(B::BLOCK_SIZE) {
         return None;
     }
-    let (rows, kernel) = super::dot::pick_panel(unpacking.group, unpacking.max_level)?;
+    let (rows, kernel) = panel_kernel(m, k, unpacking.group, unpacking.max_level)?;
     Some((unpacking, rows, kernel))
+}
+
+/// This CPU's panel kernel for levels up to `max_level` in scale groups of `group`, where `m`
+/// activation rows of width `k` are enough rows for panels and `k` is whole Q8_0 blocks.
+fn panel_kernel(m: usize, k: usize, group: usize, max_level: u8) -> Option<(usize, PanelFn)> {
+    if m < MIN_ROWS || k == 0 || !k.is_multiple_of(32) {
+        return None;
+    }
+    super::dot::pick_panel(group, max_level)
 }
 
 /// Whether `matmul` takes `m` activation rows of width `k` (which it quantizes to Q8_0).
@@ -77,10 +86,7 @@ pub(crate) fn plan_prepacked(
     max_level: u8,
     rows_wanted: usize,
 ) -> Option<(usize, PanelFn)> {
-    if m < MIN_ROWS || k == 0 || !k.is_multiple_of(32) {
-        return None;
-    }
-    super::dot::pick_panel(group, max_level).filter(|&(rows, _)| rows == rows_wanted)
+    panel_kernel(m, k, group, max_level).filter(|&(rows, _)| rows == rows_wanted)
 }
 
 /// Runs `kernel` over panels of `rows` weight rows each, which `fill(scratch, r0, live)`

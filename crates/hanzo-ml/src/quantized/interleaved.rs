@@ -375,17 +375,22 @@ impl<B: Interleave> MatvecJob for Job<'_, B> {
     }
 }
 
-/// Whether `QMatMul` repacks a `dtype` weight of `n` rows by `k`: where the kernels in use are
-/// 256 bits wide (the AVX-512 ones keep the row layout), unless `HANZO_INTERLEAVE=0`.
+/// Whether a `dtype` weight of `n` rows by `k` can be repacked: Q4_0 or Q5_0, in whole groups
+/// of eight rows.
+pub(crate) fn fits(dtype: GgmlDType, n: usize, k: usize) -> bool {
+    matches!(dtype, GgmlDType::Q4_0 | GgmlDType::Q5_0)
+        && n.is_multiple_of(ROWS)
+        && k.is_multiple_of(32)
+}
+
+/// Whether `QMatMul` repacks a `dtype` weight of `n` rows by `k`: where it `fits` and the
+/// kernels in use are 256 bits wide (the AVX-512 ones keep the row layout), unless
+/// `HANZO_INTERLEAVE=0`.
 pub(crate) fn pays(dtype: GgmlDType, n: usize, k: usize) -> bool {
     use super::dot::{isa, Isa};
     static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let off = *OFF.get_or_init(|| std::env::var("HANZO_INTERLEAVE").is_ok_and(|v| v == "0"));
-    matches!(dtype, GgmlDType::Q4_0 | GgmlDType::Q5_0)
-        && matches!(isa(), Isa::Avx2 | Isa::AvxVnni)
-        && n.is_multiple_of(ROWS)
-        && k.is_multiple_of(32)
-        && !off
+    fits(dtype, n, k) && matches!(isa(), Isa::Avx2 | Isa::AvxVnni) && !off
 }
 
 #[cfg(test)]

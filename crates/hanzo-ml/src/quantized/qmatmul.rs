@@ -41,10 +41,7 @@ impl Repacking {
     /// Checks everything repacking needs, so that it cannot fail later.
     fn new(stored: Arc<QTensor>) -> Result<Self> {
         let (n, k) = QMatMul::dims_of(&stored)?;
-        let fits = matches!(stored.dtype(), GgmlDType::Q4_0 | GgmlDType::Q5_0)
-            && n.is_multiple_of(interleaved::ROWS)
-            && k.is_multiple_of(32);
-        if !fits {
+        if !interleaved::fits(stored.dtype(), n, k) {
             return Err(Error::invalid(
                 "QMatMul::interleave",
                 format!(

@@ -87,7 +87,11 @@ pub fn attention(q: &[f32], kv: &KvF16, start: usize, window: Window, dims: Dims
     let t = q.len() / (heads * d);
     let k0 = window.first_key(start);
     let n = start + t - k0;
-    // Head-major f32 copies of the visible keys and values (f16 → f32 is exact).
+    // ggml switches to a tiled kernel (f32 queries, f32 value sums) from 64 queries on. That
+    // path reads each key and value row once per query block, so it first widens the visible
+    // ones into head-major f32 copies (f16 → f32 is exact); the per-query path (decode among
+    // others) reads each row once per task and converts it as it goes.
+    let f16_sums = t < TILED_FROM;
     let widen = |src: &[f16]| -> Vec<f32> {
         let mut out = vec![0f32; kv_heads * n * d];
         out.par_chunks_mut(n * d).enumerate().for_each(|(h, o)| {
@@ -98,55 +102,138 @@ pub fn attention(q: &[f32], kv: &KvF16, start: usize, window: Window, dims: Dims
         });
         out
     };
-    let (k32, v32) = (widen(&kv.k), widen(&kv.v));
+    let wide = (!f16_sums).then(|| (widen(&kv.k), widen(&kv.v)));
     let g = heads / kv_heads;
-    // ggml switches to a tiled kernel (f32 queries, f32 value sums) from 64 queries on.
-    let f16_sums = t < TILED_FROM;
-    let mut out = vec![0f32; q.len()];
-    // A task takes QUERY_POSITIONS positions; per KV head, its query heads at those positions
-    // pass over the keys together, so each key and value row comes from memory once per group
-    // and from L1 for the rest. Each query's arithmetic is unchanged by the grouping.
+    let call = Call {
+        q,
+        kv,
+        wide: wide.as_ref().map(|(k, v)| (k.as_slice(), v.as_slice())),
+        start,
+        k0,
+        n,
+        window,
+        dims,
+    };
     let row = heads * d;
-    out.par_chunks_mut(QUERY_POSITIONS * row)
-        .enumerate()
-        .for_each(|(blk, out)| {
-            let i0 = blk * QUERY_POSITIONS;
-            let positions = out.len() / row;
-            for kh in 0..kv_heads {
-                let keys = &k32[kh * n * d..(kh + 1) * n * d];
-                let vals = &v32[kh * n * d..(kh + 1) * n * d];
-                let mut group: Vec<Query> = (0..positions)
-                    .flat_map(|i| (kh * g..(kh + 1) * g).map(move |h| (i, h)))
-                    .map(|(i, h)| {
-                        let p = start + i0 + i;
-                        let at = ((i0 + i) * heads + h) * d;
-                        let first = window.first_key(p).max(k0) - k0;
-                        Query::new(&q[at..at + d], first..p - k0 + 1, f16_sums, i * row + h * d)
-                    })
-                    .collect();
-                let from = group.iter().map(|q| q.keys.start).min().unwrap_or(0);
-                let to = group.iter().map(|q| q.keys.end).max().unwrap_or(0);
-                if f16_sums {
-                    for j in from..to {
-                        let (key, val) = (&keys[j * d..(j + 1) * d], &vals[j * d..(j + 1) * d]);
-                        for q in group.iter_mut().filter(|q| q.keys.contains(&j)) {
-                            q.step(key, val);
-                        }
-                    }
-                } else {
-                    for j0 in (from..to).step_by(KEY_BLOCK) {
-                        let block = j0..(j0 + KEY_BLOCK).min(to);
-                        for q in group.iter_mut() {
-                            q.steps_f32(keys, vals, block.clone());
-                        }
-                    }
+    let mut out = vec![0f32; q.len()];
+    if t > QUERY_POSITIONS {
+        // A task takes QUERY_POSITIONS positions and every head.
+        out.par_chunks_mut(QUERY_POSITIONS * row)
+            .enumerate()
+            .for_each(|(blk, out)| {
+                let i0 = blk * QUERY_POSITIONS;
+                let positions = i0..i0 + out.len() / row;
+                for kh in 0..kv_heads {
+                    let heads = kh * g..(kh + 1) * g;
+                    call.attend(positions.clone(), heads.clone(), |i, h, o| {
+                        let at = (i - i0) * row + h * d;
+                        out[at..at + d].copy_from_slice(o)
+                    });
                 }
-                for q in &group {
-                    q.finish(&mut out[q.out..q.out + d]);
+            });
+        return out;
+    }
+    // Decode (a few positions): one task per KV head, its query heads split so that every
+    // thread of the decode team has one (rayon's wake-ups would cost more than the work).
+    let team = hanzo_ml::cpu::team::global();
+    let split = team.threads().div_ceil(kv_heads).clamp(1, g);
+    let tasks: Vec<std::ops::Range<usize>> = (0..kv_heads)
+        .flat_map(|kh| {
+            (0..split).map(move |s| kh * g + s * g / split..kh * g + (s + 1) * g / split)
+        })
+        .collect();
+    // Each task's rows, `[position][its heads][head_dim]`, then scattered into `out`.
+    let rows: Vec<std::sync::Mutex<Vec<f32>>> = tasks.iter().map(|_| Default::default()).collect();
+    let run = |i: usize| {
+        let mut r = Vec::with_capacity(t * tasks[i].len() * d);
+        call.attend(0..t, tasks[i].clone(), |_, _, o| r.extend_from_slice(o));
+        *rows[i].lock().unwrap_or_else(|e| e.into_inner()) = r;
+    };
+    if !team.run(tasks.len(), &run) {
+        (0..tasks.len()).for_each(run);
+    }
+    for (heads, r) in tasks.iter().zip(rows) {
+        let r = r.into_inner().unwrap_or_else(|e| e.into_inner());
+        for (k, o) in r.chunks_exact(d).enumerate() {
+            let (i, h) = (k / heads.len(), heads.start + k % heads.len());
+            out[i * row + h * d..][..d].copy_from_slice(o);
+        }
+    }
+    out
+}
+
+/// What every attention task of one call shares: scaled queries `[t][heads][head_dim]`, the
+/// cache, and for the tiled path the visible keys and values widened to f32, head-major
+/// (`[kv_head][n][head_dim]`, from position `k0`).
+struct Call<'a> {
+    q: &'a [f32],
+    kv: &'a KvF16,
+    wide: Option<(&'a [f32], &'a [f32])>,
+    start: usize,
+    k0: usize,
+    n: usize,
+    window: Window,
+    dims: Dims,
+}
+
+impl Call<'_> {
+    /// Attention of query heads `heads` (all of one KV head's group, or part of it) at
+    /// positions `positions` of this call; hands each `(position, head, output row)` to
+    /// `emit`, position by position and head by head within each. The queries of one KV head pass over its keys together, so each key and value
+    /// row comes from memory once per task and from L1 for the rest; each query's arithmetic
+    /// does not depend on which others share its task.
+    fn attend(
+        &self,
+        positions: std::ops::Range<usize>,
+        heads: std::ops::Range<usize>,
+        mut emit: impl FnMut(usize, usize, &[f32]),
+    ) {
+        let Dims {
+            heads: n_heads,
+            kv_heads,
+            head_dim: d,
+        } = self.dims;
+        let kh = heads.start / (n_heads / kv_heads);
+        let f16_sums = self.wide.is_none();
+        let mut group: Vec<(usize, usize, Query)> = positions
+            .flat_map(|i| heads.clone().map(move |h| (i, h)))
+            .map(|(i, h)| {
+                let p = self.start + i;
+                let at = (i * n_heads + h) * d;
+                let first = self.window.first_key(p).max(self.k0) - self.k0;
+                let keys = first..p - self.k0 + 1;
+                (i, h, Query::new(&self.q[at..at + d], keys, f16_sums))
+            })
+            .collect();
+        let from = group.iter().map(|q| q.2.keys.start).min().unwrap_or(0);
+        let to = group.iter().map(|q| q.2.keys.end).max().unwrap_or(0);
+        match self.wide {
+            None => {
+                for j in from..to {
+                    let at = ((self.k0 + j) * kv_heads + kh) * d;
+                    let (key, val) = (&self.kv.k[at..at + d], &self.kv.v[at..at + d]);
+                    for (_, _, q) in group.iter_mut().filter(|q| q.2.keys.contains(&j)) {
+                        q.step(key, val);
+                    }
                 }
             }
-        });
-    out
+            Some((keys, vals)) => {
+                let rows = kh * self.n * d..(kh + 1) * self.n * d;
+                let (keys, vals) = (&keys[rows.clone()], &vals[rows]);
+                for j0 in (from..to).step_by(KEY_BLOCK) {
+                    let block = j0..(j0 + KEY_BLOCK).min(to);
+                    for (_, _, q) in group.iter_mut() {
+                        q.steps_f32(keys, vals, block.clone());
+                    }
+                }
+            }
+        }
+        let mut row = vec![0f32; d];
+        for (i, h, q) in &group {
+            q.finish(&mut row);
+            emit(*i, *h, &row);
+        }
+    }
 }
 
 /// Query positions per attention task: with 4 query heads per KV head, 16 queries whose
@@ -163,15 +250,13 @@ const KEY_BLOCK: usize = 16;
 struct Query {
     q: Vec<f32>,
     keys: std::ops::Range<usize>,
-    /// Where its output row starts in the task's output.
-    out: usize,
     max: f32,
     sum: f32,
     acc: Vec<f32>,
 }
 
 impl Query {
-    fn new(q: &[f32], keys: std::ops::Range<usize>, f16_sums: bool, out: usize) -> Self {
+    fn new(q: &[f32], keys: std::ops::Range<usize>, f16_sums: bool) -> Self {
         let mut q = q.to_vec();
         if f16_sums {
             round_f16(&mut q);
@@ -180,7 +265,6 @@ impl Query {
         Self {
             q,
             keys,
-            out,
             max: f32::NEG_INFINITY,
             sum: 0.0,
             acc,
@@ -202,7 +286,7 @@ impl Query {
     }
 
     /// One more key, value sums rounded to f16.
-    fn step(&mut self, key: &[f32], val: &[f32]) {
+    fn step(&mut self, key: &[f16], val: &[f16]) {
         let (ms, vs) = self.weigh(dot(key, &self.q));
         // Scaling by exactly 1 would change nothing (the sums are already f16).
         if ms != 1.0 {
@@ -294,7 +378,7 @@ fn scale(acc: &mut [f32], s: f32, f16: bool) {
 }
 
 /// `acc = fma(v, s, acc)` element-wise, rounded to f16.
-fn mad_f16(acc: &mut [f32], v: &[f32], s: f32) {
+fn mad_f16(acc: &mut [f32], v: &[f16], s: f32) {
     #[cfg(target_arch = "x86_64")]
     if has_f16c() && acc.len().is_multiple_of(8) {
         // SAFETY: the CPU supports avx2/fma/f16c (checked above); lengths are equal.
@@ -302,7 +386,7 @@ fn mad_f16(acc: &mut [f32], v: &[f32], s: f32) {
         return;
     }
     for (a, &x) in acc.iter_mut().zip(v) {
-        *a = f16::from_f32(x.mul_add(s, *a)).to_f32();
+        *a = f16::from_f32(x.to_f32().mul_add(s, *a)).to_f32();
     }
 }
 
@@ -329,9 +413,65 @@ fn accumulate_portable(acc: &mut [f32], vals: &[f32], ms: f32, weights: &[f32]) 
     }
 }
 
+/// A key or value element: f32 in the widened copies, f16 in the cache.
+trait Elem: Copy {
+    fn widen(self) -> f32;
+    /// Eight elements from `p` as f32 lanes.
+    ///
+    /// # Safety
+    /// `p..p + 8` is readable and the CPU has AVX2 and F16C.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256;
+    /// Sixteen elements from `p` as f32 lanes.
+    ///
+    /// # Safety
+    /// `p..p + 16` is readable and the CPU has AVX-512F.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load16(p: *const Self) -> std::arch::x86_64::__m512;
+}
+
+impl Elem for f32 {
+    fn widen(self) -> f32 {
+        self
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256 {
+        // SAFETY: the caller guarantees 8 readable floats and AVX.
+        unsafe { std::arch::x86_64::_mm256_loadu_ps(p) }
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load16(p: *const Self) -> std::arch::x86_64::__m512 {
+        // SAFETY: the caller guarantees 16 readable floats and AVX-512F.
+        unsafe { std::arch::x86_64::_mm512_loadu_ps(p) }
+    }
+}
+
+impl Elem for f16 {
+    fn widen(self) -> f32 {
+        self.to_f32()
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::*;
+        // SAFETY: the caller guarantees 8 readable halves (16 bytes) and F16C.
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)) }
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load16(p: *const Self) -> std::arch::x86_64::__m512 {
+        use std::arch::x86_64::*;
+        // SAFETY: the caller guarantees 16 readable halves (32 bytes) and AVX-512F.
+        unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i)) }
+    }
+}
+
 /// f32 dot product summed in ggml's AVX2 order (4×8 lanes, pairwise reduction), so scores
-/// are bit-identical to llama.cpp's.
-fn dot(a: &[f32], b: &[f32]) -> f32 {
+/// are bit-identical to llama.cpp's. Keys are widened exactly, so f16 and f32 keys of the
+/// same values give the same score.
+fn dot<K: Elem>(a: &[K], b: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if has_f16c() && a.len().is_multiple_of(32) {
         if has_avx512() {
@@ -341,11 +481,13 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
         // SAFETY: the CPU supports avx2/fma (checked above); lengths are equal.
         return unsafe { x86::dot(a, b) };
     }
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
+    a.iter().zip(b).map(|(x, y)| x.widen() * y).sum()
 }
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
+    use super::Elem;
+    use half::f16;
     use std::arch::x86_64::*;
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -361,13 +503,12 @@ mod x86 {
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn mad_f16(acc: &mut [f32], v: &[f32], s: f32) {
+    pub unsafe fn mad_f16(acc: &mut [f32], v: &[f16], s: f32) {
         let sv = _mm256_set1_ps(s);
         for (a, x) in acc.chunks_exact_mut(8).zip(v.chunks_exact(8)) {
-            // SAFETY: both chunks hold 8 f32s.
+            // SAFETY: both chunks hold 8 elements.
             unsafe {
-                let r =
-                    _mm256_fmadd_ps(_mm256_loadu_ps(x.as_ptr()), sv, _mm256_loadu_ps(a.as_ptr()));
+                let r = _mm256_fmadd_ps(f16::load8(x.as_ptr()), sv, _mm256_loadu_ps(a.as_ptr()));
                 let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(r);
                 _mm256_storeu_ps(a.as_mut_ptr(), _mm256_cvtph_ps(h));
             }
@@ -430,16 +571,16 @@ mod x86 {
     /// `dot` with each pair of its 8-lane accumulators in one 16-lane register: every lane
     /// sums the same products in the same order, and the final reduction adds the same
     /// pairs, so the result is bit-identical.
-    #[target_feature(enable = "avx512f,avx2,fma")]
-    pub unsafe fn dot_avx512(a: &[f32], b: &[f32]) -> f32 {
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    pub unsafe fn dot_avx512<K: Elem>(a: &[K], b: &[f32]) -> f32 {
         // lo = [s0 | s1], hi = [s2 | s3] in `dot`'s terms.
         let (mut lo, mut hi) = (_mm512_setzero_ps(), _mm512_setzero_ps());
         for (x, y) in a.chunks_exact(32).zip(b.chunks_exact(32)) {
             // SAFETY: each 32-element chunk holds two 16-lane vectors.
             unsafe {
-                let (x0, y0) = (_mm512_loadu_ps(x.as_ptr()), _mm512_loadu_ps(y.as_ptr()));
+                let (x0, y0) = (K::load16(x.as_ptr()), _mm512_loadu_ps(y.as_ptr()));
                 let (x1, y1) = (
-                    _mm512_loadu_ps(x.as_ptr().add(16)),
+                    K::load16(x.as_ptr().add(16)),
                     _mm512_loadu_ps(y.as_ptr().add(16)),
                 );
                 lo = _mm512_fmadd_ps(x0, y0, lo);
@@ -458,13 +599,13 @@ mod x86 {
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
+    pub unsafe fn dot<K: Elem>(a: &[K], b: &[f32]) -> f32 {
         let mut s = [_mm256_setzero_ps(); 4];
         for (x, y) in a.chunks_exact(32).zip(b.chunks_exact(32)) {
             for (j, acc) in s.iter_mut().enumerate() {
                 // SAFETY: each 32-element chunk holds four 8-lane vectors.
                 unsafe {
-                    let xv = _mm256_loadu_ps(x.as_ptr().add(8 * j));
+                    let xv = K::load8(x.as_ptr().add(8 * j));
                     let yv = _mm256_loadu_ps(y.as_ptr().add(8 * j));
                     *acc = _mm256_fmadd_ps(xv, yv, *acc);
                 }
@@ -527,22 +668,27 @@ mod tests {
             return;
         }
         let (a, b) = (values(256, 7), values(256, 8));
+        let a16: Vec<f16> = a.iter().map(|&x| f16::from_f32(x)).collect();
+        let a16_wide: Vec<f32> = a16.iter().map(|x| x.to_f32()).collect();
         // SAFETY: AVX2/FMA/F16C checked above.
-        let narrow = unsafe { x86::dot(&a, &b) };
+        let narrow = unsafe { x86::dot(&a16_wide, &b) };
+        // Keys read from the f16 cache score exactly like their widened copies.
+        // SAFETY: as above.
+        assert_eq!(narrow.to_bits(), unsafe { x86::dot(&a16, &b) }.to_bits());
         if has_avx512() {
             // SAFETY: AVX-512F checked on the line above.
-            assert_eq!(
-                narrow.to_bits(),
-                unsafe { x86::dot_avx512(&a, &b) }.to_bits()
-            );
+            unsafe {
+                assert_eq!(narrow.to_bits(), x86::dot_avx512(&a16_wide, &b).to_bits());
+                assert_eq!(narrow.to_bits(), x86::dot_avx512(&a16, &b).to_bits());
+            }
         }
-        let mut wide = a.clone();
+        let mut wide = b.clone();
         // SAFETY: as above.
-        unsafe { x86::mad_f16(&mut wide, &b, 0.37) };
-        let scalar: Vec<f32> = a
+        unsafe { x86::mad_f16(&mut wide, &a16, 0.37) };
+        let scalar: Vec<f32> = b
             .iter()
-            .zip(&b)
-            .map(|(a, b)| f16::from_f32(b.mul_add(0.37, *a)).to_f32())
+            .zip(&a16_wide)
+            .map(|(b, a)| f16::from_f32(a.mul_add(0.37, *b)).to_f32())
             .collect();
         assert_eq!(wide, scalar);
     }

@@ -256,10 +256,7 @@ impl<'a, B: GgmlBlock> Matvec<'a, B> {
         <B::Dot as GgmlBlock>::quantize(x, &mut xq);
         Self {
             kernels: Kernels::pick(),
-            w: Rows {
-                blocks: w,
-                per_row: k / B::BLOCK_SIZE,
-            },
+            w: Rows::new(w, k / B::BLOCK_SIZE),
             n,
             xq,
         }
@@ -332,14 +329,8 @@ pub fn matmul<B: GgmlBlock>(w: &[B], n: usize, k: usize, x: &[f32], m: usize) ->
         .zip(x.par_chunks(k.max(1)))
         .for_each(|(q, x)| <B::Dot as GgmlBlock>::quantize(x, q));
     let kernels = Kernels::<B>::pick();
-    let wrows = Rows {
-        blocks: w,
-        per_row: wpr,
-    };
-    let xrows = Rows {
-        blocks: &xq,
-        per_row: xpr,
-    };
+    let wrows = Rows::new(w, wpr);
+    let xrows = Rows::new(&xq, xpr);
     let mut out = vec![0f32; m * n];
     // Each task fills a [TILE_ROWS, m] tile of the transposed output.
     let mut out_t = vec![0f32; n * m];
@@ -359,16 +350,32 @@ pub fn matmul<B: GgmlBlock>(w: &[B], n: usize, k: usize, x: &[f32], m: usize) ->
 #[inline(always)]
 fn prefetch_rows<B>(w: &Rows<B>, r: usize, n: usize) {
     let span = w.span(r, n);
-    super::dot::prefetch_ahead(span.as_ptr() as *const u8, std::mem::size_of_val(span));
+    let (at, bytes) = (span.as_ptr() as *const u8, std::mem::size_of_val(span));
+    if w.streamed {
+        super::dot::prefetch_ahead_streamed(at, bytes)
+    } else {
+        super::dot::prefetch_ahead(at, bytes)
+    }
 }
 
 /// A matrix of blocks stored row after row.
 struct Rows<'a, B> {
     blocks: &'a [B],
     per_row: usize,
+    /// Larger than the last-level cache: decode prefetches it as non-temporal.
+    streamed: bool,
 }
 
 impl<'a, B> Rows<'a, B> {
+    fn new(blocks: &'a [B], per_row: usize) -> Self {
+        let streamed = std::mem::size_of_val(blocks) > super::dot::last_level_cache_bytes();
+        Self {
+            blocks,
+            per_row,
+            streamed,
+        }
+    }
+
     /// Rows `r..r + n`, which lie back to back in memory.
     fn span(&self, r: usize, n: usize) -> &'a [B] {
         &self.blocks[r * self.per_row..(r + n) * self.per_row]

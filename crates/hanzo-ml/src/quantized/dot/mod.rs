@@ -68,6 +68,55 @@ pub(crate) fn prefetch_ahead(start: *const u8, bytes: usize) {
     }
 }
 
+/// `prefetch_ahead` for a matrix larger than the last-level cache (an output head): the
+/// lines are asked for as non-temporal, so that streaming it once per token does not evict
+/// the rest of the model's weights and activations from L2 and L3. Gemma 3 270M's 178 MB
+/// Q8_0 head on the AMD EPYC Zen 3 VM: tg128 +2.2% against the two temporal requests (median
+/// of 6 alternating rounds, 0.99–1.03x in each). Same two requests per line as there.
+#[inline(always)]
+pub(crate) fn prefetch_ahead_streamed(start: *const u8, bytes: usize) {
+    for line in (0..bytes).step_by(64) {
+        let at = start.wrapping_add(PREFETCH_DISTANCE + line);
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch has no architectural effect and never faults.
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_NTA};
+            _mm_prefetch::<_MM_HINT_NTA>(at as *const i8);
+            _mm_prefetch::<_MM_HINT_NTA>(at as *const i8);
+        }
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: `prfm` has no architectural effect and never faults.
+        unsafe {
+            use std::arch::asm;
+            asm!("prfm pldl2strm, [{0}]", in(reg) at, options(nostack, readonly, preserves_flags));
+            asm!("prfm pldl1strm, [{0}]", in(reg) at, options(nostack, readonly, preserves_flags));
+        }
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+        let _ = at;
+    }
+}
+
+/// Bytes of the last-level cache (Linux sysfs; 32 MiB where unknown): weights larger than
+/// this cannot stay cached between tokens anyway, so decode streams them past the caches.
+pub(crate) fn last_level_cache_bytes() -> usize {
+    static BYTES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *BYTES.get_or_init(|| {
+        let read = |i: usize| -> Option<usize> {
+            let dir = format!("/sys/devices/system/cpu/cpu0/cache/index{i}");
+            let size = std::fs::read_to_string(format!("{dir}/size")).ok()?;
+            let size = size.trim();
+            let (digits, unit) = size.split_at(size.find(|c: char| !c.is_ascii_digit())?);
+            let scale = match unit {
+                "K" => 1 << 10,
+                "M" => 1 << 20,
+                _ => return None,
+            };
+            Some(digits.parse::<usize>().ok()? * scale)
+        };
+        (0..8).filter_map(read).max().unwrap_or(32 << 20)
+    })
+}
+
 /// The kernel sets, in order of preference. A type without a kernel at one level takes the
 /// next one down, so each level's CPU features must cover the levels below it. The one gap:
 /// an AVX-512 CPU may lack AVX-VNNI, so every type with an `AvxVnni` kernel also has an

@@ -36,6 +36,58 @@ fn gelu_ggml(x: f32, table: &[f32]) -> f32 {
     }
 }
 
+/// `o = gelu(g) * u` element-wise, eight at a time where the CPU has AVX2 and F16C (the
+/// scalar loop's f16 rounding, table lookup and clamps, so the same floats; ~5 ns an element
+/// scalar, a noticeable share of a decode step's serial time).
+fn geglu_slice(g: &[f32], u: &[f32], o: &mut [f32], table: &[f32]) {
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_f16c() {
+        // SAFETY: AVX2 and F16C checked above; the table has all 65536 entries.
+        done = unsafe { x86::geglu(g, u, o, table) };
+    }
+    for ((o, &g), &u) in o[done..].iter_mut().zip(&g[done..]).zip(&u[done..]) {
+        *o = gelu_ggml(g, table) * u;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn has_avx2_f16c() -> bool {
+    static F: OnceLock<bool> = OnceLock::new();
+    *F.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("f16c"))
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    /// The whole groups of eight of `geglu_slice`; returns how many elements it did.
+    ///
+    /// # Safety
+    /// AVX2 and F16C must be available; `table` has 65536 entries.
+    #[target_feature(enable = "avx2,f16c")]
+    pub unsafe fn geglu(g: &[f32], u: &[f32], o: &mut [f32], table: &[f32]) -> usize {
+        assert!(table.len() == 1 << 16 && u.len() >= g.len() && o.len() >= g.len());
+        let (lo, hi) = (_mm256_set1_ps(-10.0), _mm256_set1_ps(10.0));
+        let n = g.len() / 8 * 8;
+        for i in (0..n).step_by(8) {
+            // SAFETY: i + 8 <= n for g, u and o; every gathered index is a u16, inside the
+            // table (checked above).
+            unsafe {
+                let x = _mm256_loadu_ps(g.as_ptr().add(i));
+                let bits = _mm256_cvtepu16_epi32(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x));
+                let y = _mm256_i32gather_ps::<4>(table.as_ptr(), bits);
+                // x <= -10 → 0, x >= 10 → x (ordered compares: NaN keeps the table's NaN).
+                let y = _mm256_andnot_ps(_mm256_cmp_ps::<_CMP_LE_OQ>(x, lo), y);
+                let y = _mm256_blendv_ps(y, x, _mm256_cmp_ps::<_CMP_GE_OQ>(x, hi));
+                let r = _mm256_mul_ps(y, _mm256_loadu_ps(u.as_ptr().add(i)));
+                _mm256_storeu_ps(o.as_mut_ptr().add(i), r);
+            }
+        }
+        n
+    }
+}
+
 /// `gelu(gate) * up` (Gemma's GEGLU MLP), both `[t, ffn]` f32.
 pub fn geglu(gate: &Tensor, up: &Tensor) -> hanzo_ml::Result<Tensor> {
     let table = gelu_table();
@@ -44,11 +96,7 @@ pub fn geglu(gate: &Tensor, up: &Tensor) -> hanzo_ml::Result<Tensor> {
             let mut out = vec![0f32; g.len()];
             out.par_chunks_mut(4096)
                 .zip(g.par_chunks(4096).zip(u.par_chunks(4096)))
-                .for_each(|(o, (g, u))| {
-                    for ((o, &g), &u) in o.iter_mut().zip(g).zip(u) {
-                        *o = gelu_ggml(g, table) * u;
-                    }
-                });
+                .for_each(|(o, (g, u))| geglu_slice(g, u, o, table));
             out
         })
     })??;
@@ -85,4 +133,44 @@ pub fn rope_tables(
         Tensor::from_vec(cos, (t, half), &Device::Cpu)?,
         Tensor::from_vec(sin, (t, half), &Device::Cpu)?,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vector_geglu_gives_the_scalar_floats() {
+        use rand::{rngs::StdRng, Rng, SeedableRng};
+        let mut rng = StdRng::seed_from_u64(3);
+        let mut g: Vec<f32> = (0..1003).map(|_| rng.gen_range(-12.0..12.0)).collect();
+        // The clamps, both sides of them, f16 ties, and values no f16 holds.
+        let edges = [
+            -10.0,
+            10.0,
+            -10.000001,
+            9.999999,
+            0.0,
+            -0.0,
+            1.000_488_3, // halfway between two f16s
+            70000.0,
+            -70000.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            1e-8,
+        ];
+        g[..edges.len()].copy_from_slice(&edges);
+        let u: Vec<f32> = (0..g.len()).map(|_| rng.gen_range(-2.0..2.0)).collect();
+        let table = gelu_table();
+        let mut got = vec![0f32; g.len()];
+        geglu_slice(&g, &u, &mut got, table);
+        for (i, ((&g, &u), &got)) in g.iter().zip(&u).zip(&got).enumerate() {
+            let want = gelu_ggml(g, table) * u;
+            assert!(
+                want.to_bits() == got.to_bits() || (want.is_nan() && got.is_nan()),
+                "element {i}: gelu({g}) * {u}: {got} vs {want}"
+            );
+        }
+    }
 }

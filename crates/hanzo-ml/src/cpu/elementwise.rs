@@ -22,13 +22,11 @@ pub fn unary_map<T: Copy + Sync, U: Send + Copy + bytemuck::Zeroable>(
             let src = &v[start..start + len];
             if len >= PAR_MIN {
                 let mut out = super::alloc::zeroed_vec::<U>(len);
-                out.par_chunks_mut(PAR_CHUNK)
-                    .zip(src.par_chunks(PAR_CHUNK))
-                    .for_each(|(o, s)| {
-                        for (o, &s) in o.iter_mut().zip(s) {
-                            *o = f(s)
-                        }
-                    });
+                super::par::for_each_chunk(&mut out, PAR_CHUNK, &|i, o| {
+                    for (o, &s) in o.iter_mut().zip(&src[i * PAR_CHUNK..]) {
+                        *o = f(s)
+                    }
+                });
                 out
             } else {
                 src.iter().map(|&x| f(x)).collect()
@@ -73,22 +71,20 @@ fn transposed_map<T: Copy + Sync, U: Send + Copy + bytemuck::Zeroable>(
     let mut out = super::alloc::zeroed_vec::<U>(l.shape().elem_count());
     // Source offset of output row `row` (its first column).
     let row_src = |row: usize| outer[row / rows_per_outer] + row % rows_per_outer;
-    out.par_chunks_mut(TILE * cols)
-        .enumerate()
-        .for_each(|(band, o)| {
-            let row0 = band * TILE;
-            let nrows = o.len() / cols;
-            let srcs: Vec<usize> = (0..nrows).map(|i| row_src(row0 + i)).collect();
-            for j0 in (0..cols).step_by(TILE) {
-                let j1 = (j0 + TILE).min(cols);
-                for (i, &s) in srcs.iter().enumerate() {
-                    let orow = &mut o[i * cols..(i + 1) * cols];
-                    for j in j0..j1 {
-                        orow[j] = f(v[s + j * col_stride]);
-                    }
+    super::par::for_each_chunk(&mut out, TILE * cols, &|band, o| {
+        let row0 = band * TILE;
+        let nrows = o.len() / cols;
+        let srcs: Vec<usize> = (0..nrows).map(|i| row_src(row0 + i)).collect();
+        for j0 in (0..cols).step_by(TILE) {
+            let j1 = (j0 + TILE).min(cols);
+            for (i, &s) in srcs.iter().enumerate() {
+                let orow = &mut o[i * cols..(i + 1) * cols];
+                for j in j0..j1 {
+                    orow[j] = f(v[s + j * col_stride]);
                 }
             }
-        });
+        }
+    });
     Some(out)
 }
 
@@ -238,9 +234,9 @@ pub fn binary_map<T: Copy + Sync, U: Send + Copy + bytemuck::Zeroable>(
             }
         };
         if n >= PAR_MIN {
-            out.par_chunks_mut(PAR_CHUNK)
-                .zip(a.par_chunks(PAR_CHUNK).zip(b.par_chunks(PAR_CHUNK)))
-                .for_each(|(o, (a, b))| run(o, a, b));
+            super::par::for_each_chunk(&mut out, PAR_CHUNK, &|i, o| {
+                run(o, &a[i * PAR_CHUNK..], &b[i * PAR_CHUNK..])
+            });
         } else {
             run(&mut out, a, b);
         }

@@ -8,6 +8,7 @@ mod elementwise;
 mod fused;
 mod indexing;
 mod matmul;
+mod par;
 mod reduce;
 pub mod simd;
 pub mod team;

@@ -40,12 +40,15 @@ fn gelu_ggml(x: f32, table: &[f32]) -> f32 {
 /// scalar loop's f16 rounding, table lookup and clamps, so the same floats; ~5 ns an element
 /// scalar, a noticeable share of a decode step's serial time).
 fn geglu_slice(g: &[f32], u: &[f32], o: &mut [f32], table: &[f32]) {
-    let mut done = 0;
     #[cfg(target_arch = "x86_64")]
-    if has_avx2_f16c() {
+    let done = if has_avx2_f16c() {
         // SAFETY: AVX2 and F16C checked above; the table has all 65536 entries.
-        done = unsafe { x86::geglu(g, u, o, table) };
-    }
+        unsafe { x86::geglu(g, u, o, table) }
+    } else {
+        0
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let done = 0;
     for ((o, &g), &u) in o[done..].iter_mut().zip(&g[done..]).zip(&u[done..]) {
         *o = gelu_ggml(g, table) * u;
     }

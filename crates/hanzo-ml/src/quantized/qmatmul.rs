@@ -352,9 +352,9 @@ fn prefetch_rows<B>(w: &Rows<B>, r: usize, n: usize) {
     let span = w.span(r, n);
     let (at, bytes) = (span.as_ptr() as *const u8, std::mem::size_of_val(span));
     if w.streamed {
-        super::dot::prefetch_ahead_streamed(at, bytes)
+        super::dot::prefetch_ahead::<true>(at, bytes)
     } else {
-        super::dot::prefetch_ahead(at, bytes)
+        super::dot::prefetch_ahead::<false>(at, bytes)
     }
 }
 

@@ -336,8 +336,9 @@ impl Query {
     }
 }
 
+/// AVX2, FMA and F16C: what the f16/f32 kernels here and in `numerics` need.
 #[cfg(target_arch = "x86_64")]
-fn has_f16c() -> bool {
+pub(super) fn has_f16c() -> bool {
     use std::sync::OnceLock;
     static F: OnceLock<bool> = OnceLock::new();
     *F.get_or_init(|| {

@@ -41,7 +41,7 @@ fn gelu_ggml(x: f32, table: &[f32]) -> f32 {
 /// scalar, a noticeable share of a decode step's serial time).
 fn geglu_slice(g: &[f32], u: &[f32], o: &mut [f32], table: &[f32]) {
     #[cfg(target_arch = "x86_64")]
-    let done = if has_avx2_f16c() {
+    let done = if super::attention::has_f16c() {
         // SAFETY: AVX2 and F16C checked above; the table has all 65536 entries.
         unsafe { x86::geglu(g, u, o, table) }
     } else {
@@ -52,12 +52,6 @@ fn geglu_slice(g: &[f32], u: &[f32], o: &mut [f32], table: &[f32]) {
     for ((o, &g), &u) in o[done..].iter_mut().zip(&g[done..]).zip(&u[done..]) {
         *o = gelu_ggml(g, table) * u;
     }
-}
-
-#[cfg(target_arch = "x86_64")]
-fn has_avx2_f16c() -> bool {
-    static F: OnceLock<bool> = OnceLock::new();
-    *F.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("f16c"))
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -111,7 +111,7 @@ pub(super) unsafe fn dot<B: Expand, const C: usize>(w: &[B], x: [XRow; C]) -> [[
         let ones = _mm256_set1_epi16(1);
         let mut acc = [_mm256_setzero_ps(); C];
         for (i, b) in w.iter().enumerate() {
-            prefetch_ahead(b as *const B as *const u8, std::mem::size_of::<B>());
+            prefetch_ahead::<false>(b as *const B as *const u8, std::mem::size_of::<B>());
             let u = b.expand();
             let d = _mm256_cvtph_ps(_mm_loadu_si128(b.scales().as_ptr() as *const __m128i));
             for c in 0..C {

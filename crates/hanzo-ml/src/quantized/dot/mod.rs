@@ -45,51 +45,39 @@ const PREFETCH_DISTANCE: usize = 3 * 1024;
 /// slower on Zen 3, where a prefetch that finds the miss buffers full is dropped; a third
 /// request measured within noise. Prefetches never fault, so the range may run past the end
 /// of the matrix.
+///
+/// `STREAMED` is for a matrix larger than the last-level cache (an output head): the same two
+/// requests, as non-temporal, so that streaming it once per token does not evict the rest of
+/// the model's weights and activations from L2 and L3. Gemma 3 270M's 178 MB Q8_0 head on the
+/// AMD EPYC Zen 3 VM: tg128 +2.2% against the temporal requests (median of 6 alternating
+/// rounds, 0.99–1.03x in each).
 #[inline(always)]
-pub(crate) fn prefetch_ahead(start: *const u8, bytes: usize) {
+pub(crate) fn prefetch_ahead<const STREAMED: bool>(start: *const u8, bytes: usize) {
     for line in (0..bytes).step_by(64) {
         let at = start.wrapping_add(PREFETCH_DISTANCE + line);
         #[cfg(target_arch = "x86_64")]
         // SAFETY: a prefetch has no architectural effect and never faults.
         unsafe {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
-            _mm_prefetch::<_MM_HINT_T1>(at as *const i8);
-            _mm_prefetch::<_MM_HINT_T0>(at as *const i8);
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_NTA, _MM_HINT_T0, _MM_HINT_T1};
+            if STREAMED {
+                _mm_prefetch::<_MM_HINT_NTA>(at as *const i8);
+                _mm_prefetch::<_MM_HINT_NTA>(at as *const i8);
+            } else {
+                _mm_prefetch::<_MM_HINT_T1>(at as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(at as *const i8);
+            }
         }
         #[cfg(target_arch = "aarch64")]
         // SAFETY: `prfm` has no architectural effect and never faults.
         unsafe {
             use std::arch::asm;
-            asm!("prfm pldl2keep, [{0}]", in(reg) at, options(nostack, readonly, preserves_flags));
-            asm!("prfm pldl1keep, [{0}]", in(reg) at, options(nostack, readonly, preserves_flags));
-        }
-        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-        let _ = at;
-    }
-}
-
-/// `prefetch_ahead` for a matrix larger than the last-level cache (an output head): the
-/// lines are asked for as non-temporal, so that streaming it once per token does not evict
-/// the rest of the model's weights and activations from L2 and L3. Gemma 3 270M's 178 MB
-/// Q8_0 head on the AMD EPYC Zen 3 VM: tg128 +2.2% against the two temporal requests (median
-/// of 6 alternating rounds, 0.99–1.03x in each). Same two requests per line as there.
-#[inline(always)]
-pub(crate) fn prefetch_ahead_streamed(start: *const u8, bytes: usize) {
-    for line in (0..bytes).step_by(64) {
-        let at = start.wrapping_add(PREFETCH_DISTANCE + line);
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: a prefetch has no architectural effect and never faults.
-        unsafe {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_NTA};
-            _mm_prefetch::<_MM_HINT_NTA>(at as *const i8);
-            _mm_prefetch::<_MM_HINT_NTA>(at as *const i8);
-        }
-        #[cfg(target_arch = "aarch64")]
-        // SAFETY: `prfm` has no architectural effect and never faults.
-        unsafe {
-            use std::arch::asm;
-            asm!("prfm pldl2strm, [{0}]", in(reg) at, options(nostack, readonly, preserves_flags));
-            asm!("prfm pldl1strm, [{0}]", in(reg) at, options(nostack, readonly, preserves_flags));
+            if STREAMED {
+                asm!("prfm pldl2strm, [{0}]", in(reg) at, options(nostack, readonly, preserves_flags));
+                asm!("prfm pldl1strm, [{0}]", in(reg) at, options(nostack, readonly, preserves_flags));
+            } else {
+                asm!("prfm pldl2keep, [{0}]", in(reg) at, options(nostack, readonly, preserves_flags));
+                asm!("prfm pldl1keep, [{0}]", in(reg) at, options(nostack, readonly, preserves_flags));
+            }
         }
         #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
         let _ = at;

@@ -138,11 +138,11 @@ fn qmatmul_matches_dequantized_matmul_for_every_type_and_odd_shapes() {
     }
 }
 
-/// Q4_0/Q5_0 repacked eight rows at a time (the decode kernel, the small-batch tiles of 4 and
-/// 1 activation rows, and the prefill panels from 16 rows on), against the same references.
+/// Q4_0/Q5_0/Q8_0 repacked eight rows at a time (the decode kernel, the small-batch tiles of 4
+/// and 1 activation rows, and the prefill panels from 16 rows on), against the same references.
 #[test]
-fn interleaved_q4_0_q5_0_match_dequantized_matmul() {
-    for dt in [GgmlDType::Q4_0, GgmlDType::Q5_0] {
+fn interleaved_q4_0_q5_0_q8_0_match_dequantized_matmul() {
+    for dt in [GgmlDType::Q4_0, GgmlDType::Q5_0, GgmlDType::Q8_0] {
         for (n, k) in [(8, 32), (40, 96), (72, 512)] {
             for m in [1, 2, 3, 4, 5, 9, 15, 16, 17, 40] {
                 check_with(dt, n, k, m, |q| QMatMul::interleave(&q).unwrap());
@@ -194,7 +194,7 @@ fn repacking_waits_for_the_first_decode_product() {
 fn interleaved_and_stored_rows_agree() {
     let (k, n) = (256, 64);
     let x = Tensor::from_vec(common::synthetic_weights(1, k, 7), (1, k), &Device::Cpu).unwrap();
-    for dt in [GgmlDType::Q4_0, GgmlDType::Q5_0] {
+    for dt in [GgmlDType::Q4_0, GgmlDType::Q5_0, GgmlDType::Q8_0] {
         let q = QTensor::quantize_f32(&common::synthetic_weights(n, k, 3), (n, k), dt).unwrap();
         let stored = QMatMul::from_arc_as_stored(std::sync::Arc::new(q.clone())).unwrap();
         let packed = QMatMul::interleave(&q).unwrap();
@@ -224,6 +224,32 @@ fn interleaved_and_stored_rows_agree() {
     )
     .unwrap();
     assert!(QMatMul::interleave(&q).is_err());
+}
+
+/// A tied output head serves embedding lookups: a repacked weight gives back exactly the
+/// stored rows, and an id past the last row is an error.
+#[test]
+fn repacked_weights_give_back_their_rows() {
+    let (n, k) = (24, 96);
+    let ids = [0u32, 23, 7, 8, 7];
+    for dt in [GgmlDType::Q4_0, GgmlDType::Q5_0, GgmlDType::Q8_0] {
+        let q = QTensor::quantize_f32(&common::synthetic_weights(n, k, 5), (n, k), dt).unwrap();
+        let want = q
+            .dequantize_rows(&ids)
+            .unwrap()
+            .to_vec_flat::<f32>()
+            .unwrap();
+        for w in [
+            QMatMul::interleave(&q).unwrap(),
+            QMatMul::from_arc_as_stored(std::sync::Arc::new(q.clone())).unwrap(),
+        ] {
+            let got = w.dequantize_rows(&ids).unwrap();
+            assert_eq!(got.dims(), [ids.len(), k]);
+            assert_eq!(got.to_vec_flat::<f32>().unwrap(), want, "{dt}");
+            let err = w.dequantize_rows(&[24]).unwrap_err().to_string();
+            assert!(err.contains("out of range"), "{err}");
+        }
+    }
 }
 
 #[test]

@@ -6,9 +6,11 @@
 const HUGE_MIN_BYTES: usize = 4 << 20;
 
 /// A zero-filled Vec of `n` elements (calloc: large ones come straight from fresh, untouched
-/// pages, so zeroing is free until the first write).
-pub(crate) fn zeroed_vec<T: bytemuck::Zeroable + Clone>(n: usize) -> Vec<T> {
-    let v = vec![T::zeroed(); n];
+/// pages, so zeroing is free until the first write). `vec![T::zeroed(); n]` would take calloc
+/// only for primitive `T`; for others (f16, repacked weight blocks) it writes every byte up
+/// front, which faults in the whole buffer at once.
+pub(crate) fn zeroed_vec<T: bytemuck::Zeroable>(n: usize) -> Vec<T> {
+    let v = bytemuck::zeroed_vec::<T>(n);
     advise_huge(&v);
     v
 }

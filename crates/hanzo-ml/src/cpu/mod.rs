@@ -2,7 +2,7 @@
 //! kernels over them. Work is split over rayon in chunks so a busy core slows one chunk, not a
 //! barrier every row.
 
-mod alloc;
+pub(crate) mod alloc;
 mod buffer;
 mod elementwise;
 mod fused;

@@ -16,6 +16,15 @@
 //! 10.6 GB/s row by row and 27.9 GB/s interleaved (a C prototype of both kernels); Gemma 3
 //! 270M (Q5_0 attention and FFN-down weights) decodes 6.6% faster (tg128 75.0 -> 79.9 t/s,
 //! median of 5 alternating rounds, 1.04-1.15x in each).
+//!
+//! Q8_0 takes the same layout with its levels kept signed (`BlockQ8_0x8`): `level + 128`
+//! would overflow `maddubs`' pair sums, so its kernel moves each weight's sign onto the
+//! broadcast activation instead. A row-by-row Q8_0 dot spends ~12 instructions per 34-byte
+//! block on converting and broadcasting one scale, a horizontal sum per row and the sign
+//! juggling; interleaved it is 5 per 32 bytes. In a C prototype on the AMD EPYC Zen 3 VM
+//! (2 threads, Gemma 3's 262144 x 640 Q8_0 output head), 8.0-12.2 GB/s row by row against
+//! 13.4-20.2 GB/s interleaved from DRAM (the bare read gave 15-20 GB/s that hour), and 37
+//! against 62 GB/s from L2.
 
 use super::blocks::{nibbles, nibbles_5, BlockQ4_0, BlockQ5_0, BlockQ8_0, GgmlBlock};
 use super::gemm;
@@ -49,7 +58,17 @@ pub struct BlockQ5_0x8 {
     pub qs: [u8; 128],
 }
 
+/// Block `i` of eight consecutive rows of Q8_0: level `j` of row `r` at
+/// `qs[32 (j / 4) + 4r + j % 4]`, signed as stored (the unsigned level is `q + 128`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct BlockQ8_0x8 {
+    pub d: [f16; ROWS],
+    pub qs: [i8; 256],
+}
+
 const _: () = assert!(std::mem::size_of::<BlockQ4_0x8>() == ROWS * 18);
+const _: () = assert!(std::mem::size_of::<BlockQ8_0x8>() == ROWS * 34);
 const _: () = assert!(std::mem::size_of::<BlockQ5_0x8>() == ROWS * 22);
 
 /// Unsigned levels of a repacked block: `[t][4r + b]` is level `4t + b` of row `r`.
@@ -70,8 +89,9 @@ pub trait Interleave: GgmlBlock<Dot = BlockQ8_0> {
     /// The unsigned levels, by the portable code the SIMD expansion is checked against.
     fn unpack(b: &Self::X8) -> Steps;
     fn scales(b: &Self::X8) -> &[f16; ROWS];
-    /// The dot kernel for `C` activation rows, the fastest this CPU has.
-    fn kernel<const C: usize>() -> DotFn<Self, C>;
+    /// The dot kernel for `C` activation rows, the fastest this CPU has; `streamed` for a
+    /// weight larger than the last-level cache (see `dot::prefetch_ahead`).
+    fn kernel<const C: usize>(streamed: bool) -> DotFn<Self, C>;
     /// `unpack` into bytes (`[t][4r + b]` at `32t + 4r + b`), the fastest this CPU has.
     fn expand() -> ExpandFn<Self>;
 }
@@ -85,10 +105,13 @@ pub type ExpandFn<B> = fn(&<B as Interleave>::X8, &mut [u8; 256]);
 /// of a row holds elements `j` and `j + 16`, which are steps `j / 4` and `j / 4 + 4` at the same
 /// byte `4r + j % 4`.
 fn interleave_qs(rows: [&[u8; 16]; ROWS]) -> [u8; 128] {
-    std::array::from_fn(|i| {
-        let (p, r, b) = (i / 32, (i % 32) / 4, i % 4);
-        rows[r][4 * p + b]
-    })
+    bytemuck::cast(interleave_words::<4, 32>(rows.map(|q| bytemuck::cast(*q))))
+}
+
+/// Word `t` of row `r` at `8t + r` (`N = 8W`): the 4-byte steps of eight rows interleaved,
+/// moved a word at a time (repacking the 178 MB head byte by byte took 0.18 s).
+fn interleave_words<const W: usize, const N: usize>(rows: [[u32; W]; ROWS]) -> [u32; N] {
+    std::array::from_fn(|i| rows[i % ROWS][i / ROWS])
 }
 
 fn nibble_of(qs: &[u8; 128], t: usize, p: usize) -> u8 {
@@ -119,8 +142,8 @@ impl Interleave for BlockQ4_0 {
     fn scales(b: &BlockQ4_0x8) -> &[f16; ROWS] {
         &b.d
     }
-    fn kernel<const C: usize>() -> DotFn<Self, C> {
-        super::dot::pick_x8_q4_0::<C>()
+    fn kernel<const C: usize>(streamed: bool) -> DotFn<Self, C> {
+        super::dot::pick_x8_q4_0::<C>(streamed)
     }
     fn expand() -> ExpandFn<Self> {
         super::dot::pick_x8_expand_q4_0().unwrap_or(portable_expand::<Self>)
@@ -155,11 +178,41 @@ impl Interleave for BlockQ5_0 {
     fn scales(b: &BlockQ5_0x8) -> &[f16; ROWS] {
         &b.d
     }
-    fn kernel<const C: usize>() -> DotFn<Self, C> {
-        super::dot::pick_x8_q5_0::<C>()
+    fn kernel<const C: usize>(streamed: bool) -> DotFn<Self, C> {
+        super::dot::pick_x8_q5_0::<C>(streamed)
     }
     fn expand() -> ExpandFn<Self> {
         super::dot::pick_x8_expand_q5_0().unwrap_or(portable_expand::<Self>)
+    }
+}
+
+impl Interleave for BlockQ8_0 {
+    type X8 = BlockQ8_0x8;
+    const OFFSET: i32 = 128;
+    const MAX_LEVEL: u8 = 255;
+
+    fn levels(&self) -> [u8; 32] {
+        self.qs.map(|q| q as u8 ^ 0x80)
+    }
+    fn pack(rows: [&Self; ROWS]) -> BlockQ8_0x8 {
+        BlockQ8_0x8 {
+            d: rows.map(|b| b.d),
+            qs: bytemuck::cast(interleave_words::<8, 64>(
+                rows.map(|b| bytemuck::cast(b.qs)),
+            )),
+        }
+    }
+    fn unpack(b: &BlockQ8_0x8) -> Steps {
+        std::array::from_fn(|t| std::array::from_fn(|p| b.qs[32 * t + p] as u8 ^ 0x80))
+    }
+    fn scales(b: &BlockQ8_0x8) -> &[f16; ROWS] {
+        &b.d
+    }
+    fn kernel<const C: usize>(streamed: bool) -> DotFn<Self, C> {
+        super::dot::pick_x8_q8_0::<C>(streamed)
+    }
+    fn expand() -> ExpandFn<Self> {
+        super::dot::pick_x8_expand_q8_0().unwrap_or(portable_expand::<Self>)
     }
 }
 
@@ -251,6 +304,20 @@ impl<B: Interleave> std::fmt::Debug for Interleaved<B> {
 impl<B: Interleave> Interleaved<B> {
     /// Repacks `w` (`[n, k]`, row after row); `n` must be a multiple of 8.
     pub fn new(w: &[B], n: usize, k: usize) -> Result<Self> {
+        Self::new_releasing(w, n, k, &|_| {})
+    }
+
+    /// As `new`, handing `release` the bytes of `w` copied so far (`0..end`, growing), so the
+    /// caller can drop those pages while the rest is still being copied: the weight and its
+    /// copy are never both resident in full (Gemma 3's 178 MB output head would otherwise add
+    /// its whole size to the peak resident set for a moment). Always the whole prefix: a file
+    /// mapped with 2 MiB pages gives a page back only once all of it is released.
+    pub(crate) fn new_releasing(
+        w: &[B],
+        n: usize,
+        k: usize,
+        release: &(dyn Fn(std::ops::Range<usize>) + Sync),
+    ) -> Result<Self> {
         let per_row = k / 32;
         if !n.is_multiple_of(ROWS) || !k.is_multiple_of(32) || w.len() != n * per_row {
             return Err(Error::invalid(
@@ -262,23 +329,50 @@ impl<B: Interleave> Interleaved<B> {
                 ),
             ));
         }
-        let mut blocks = vec![<B::X8 as bytemuck::Zeroable>::zeroed(); w.len() / ROWS];
-        blocks
-            .par_chunks_mut(per_row.max(1))
-            .enumerate()
-            .for_each(|(g, out)| {
-                let rows: [&[B]; ROWS] =
-                    std::array::from_fn(|r| &w[(ROWS * g + r) * per_row..][..per_row]);
-                for (i, o) in out.iter_mut().enumerate() {
-                    *o = B::pack(rows.map(|row| &row[i]));
-                }
-            });
+        /// Source bytes copied (in parallel) between two releases.
+        const CHUNK_BYTES: usize = 4 << 20;
+        let group_bytes = (ROWS * per_row * std::mem::size_of::<B>()).max(1);
+        let chunk_groups = (CHUNK_BYTES / group_bytes).max(1);
+        // On 2 MiB pages where the kernel allows: decode streams the copy once per token.
+        let mut blocks = crate::cpu::alloc::zeroed_vec::<B::X8>(w.len() / ROWS);
+        let mut done = 0;
+        for chunk in blocks.chunks_mut((chunk_groups * per_row).max(1)) {
+            chunk
+                .par_chunks_mut(per_row.max(1))
+                .enumerate()
+                .for_each(|(g, out)| {
+                    let g = done + g;
+                    let rows: [&[B]; ROWS] =
+                        std::array::from_fn(|r| &w[(ROWS * g + r) * per_row..][..per_row]);
+                    for (i, o) in out.iter_mut().enumerate() {
+                        *o = B::pack(rows.map(|row| &row[i]));
+                    }
+                });
+            done += chunk.len() / per_row.max(1);
+            release(0..done * group_bytes);
+        }
         Ok(Self { blocks, n, k })
     }
 
     fn group(&self, g: usize) -> &[B::X8] {
         let per_row = self.k / 32;
         &self.blocks[g * per_row..][..per_row]
+    }
+
+    /// Larger than the last-level cache: decode streams it past the caches.
+    fn streamed(&self) -> bool {
+        std::mem::size_of_val(&self.blocks[..]) > super::dot::last_level_cache_bytes()
+    }
+
+    /// Row `r` as f32 (`out` holds `k` values): an embedding lookup in a tied output head.
+    fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        let (g, p) = (r / ROWS, r % ROWS);
+        for (b, out) in self.group(g).iter().zip(out.chunks_exact_mut(32)) {
+            let (u, d) = (B::unpack(b), B::scales(b)[p].to_f32());
+            for (j, o) in out.iter_mut().enumerate() {
+                *o = (u[j / 4][4 * p + j % 4] as i32 - B::OFFSET) as f32 * d;
+            }
+        }
     }
 
     /// `x [m, k]` times the weight transposed → `[m, n]`.
@@ -312,12 +406,12 @@ impl<B: Interleave> Interleaved<B> {
         let w = self.group(g);
         let mut j = 0;
         while j + 4 <= x.len() {
-            let y = B::kernel::<4>()(w, std::array::from_fn(|c| x[j + c]));
+            let y = B::kernel::<4>(false)(w, std::array::from_fn(|c| x[j + c]));
             out[j * ROWS..][..4 * ROWS].copy_from_slice(y.as_flattened());
             j += 4;
         }
         for (j, x) in x.iter().enumerate().skip(j) {
-            out[j * ROWS..][..ROWS].copy_from_slice(&B::kernel::<1>()(w, [*x])[0]);
+            out[j * ROWS..][..ROWS].copy_from_slice(&B::kernel::<1>(false)(w, [*x])[0]);
         }
     }
 
@@ -341,6 +435,8 @@ pub(crate) trait RowGroups: Send + Sync + std::fmt::Debug {
     /// The decode product with one activation row, for `qmatmul::matvec_many`.
     fn job<'a>(&'a self, x: &[f32]) -> Box<dyn MatvecJob + 'a>;
     fn matmul(&self, x: &[f32], m: usize) -> Vec<f32>;
+    /// Row `r` as f32 into `out` (`k` values).
+    fn dequantize_row(&self, r: usize, out: &mut [f32]);
 }
 
 impl<B: Interleave> RowGroups for Interleaved<B> {
@@ -348,11 +444,14 @@ impl<B: Interleave> RowGroups for Interleaved<B> {
         Box::new(Job {
             w: self,
             x: Activations::new(x, 1, self.k),
-            dot: B::kernel::<1>(),
+            dot: B::kernel::<1>(self.streamed()),
         })
     }
     fn matmul(&self, x: &[f32], m: usize) -> Vec<f32> {
         Interleaved::matmul(self, x, m)
+    }
+    fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        Interleaved::dequantize_row(self, r, out)
     }
 }
 
@@ -375,10 +474,10 @@ impl<B: Interleave> MatvecJob for Job<'_, B> {
     }
 }
 
-/// Whether a `dtype` weight of `n` rows by `k` can be repacked: Q4_0 or Q5_0, in whole groups
-/// of eight rows.
+/// Whether a `dtype` weight of `n` rows by `k` can be repacked: Q4_0, Q5_0 or Q8_0, in whole
+/// groups of eight rows.
 pub(crate) fn fits(dtype: GgmlDType, n: usize, k: usize) -> bool {
-    matches!(dtype, GgmlDType::Q4_0 | GgmlDType::Q5_0)
+    matches!(dtype, GgmlDType::Q4_0 | GgmlDType::Q5_0 | GgmlDType::Q8_0)
         && n.is_multiple_of(ROWS)
         && k.is_multiple_of(32)
 }
@@ -411,13 +510,21 @@ mod tests {
         [bytes[0], bytes[1]]
     }
 
-    /// Eight rows whose every level is the largest and whose scales are 1.
-    fn extreme_block<B: Interleave>() -> B::X8 {
+    /// Eight rows whose every level is the largest (`top`) or the smallest, scales 1.
+    fn extreme_block<B: Interleave>(top: bool) -> B::X8 {
         let mut one = <B as bytemuck::Zeroable>::zeroed();
         let bytes = bytemuck::bytes_of_mut(&mut one);
-        bytes.fill(0xFF);
+        // Stored as unsigned bits except Q8_0's signed bytes: 127 on top, -128 at the bottom.
+        let signed = B::DTYPE == GgmlDType::Q8_0;
+        bytes.fill(match (top, signed) {
+            (true, false) => 0xFF,
+            (false, false) => 0x00,
+            (true, true) => 0x7F,
+            (false, true) => 0x80,
+        });
         bytes[..2].copy_from_slice(&f16::ONE.to_le_bytes());
-        assert_eq!(one.levels(), [B::MAX_LEVEL; 32]);
+        let level = if top { B::MAX_LEVEL } else { 0 };
+        assert_eq!(one.levels(), [level; 32]);
         B::pack([&one; ROWS])
     }
 
@@ -459,6 +566,7 @@ mod tests {
     fn repacking_keeps_every_level_and_scale() {
         round_trip::<BlockQ4_0>();
         round_trip::<BlockQ5_0>();
+        round_trip::<BlockQ8_0>();
     }
 
     /// The SIMD kernel against the portable one, bit for bit, including the largest levels
@@ -467,14 +575,14 @@ mod tests {
         let mut rng = rand::rngs::StdRng::seed_from_u64(2);
         let blocks = 16;
         let mut w = random_blocks::<B>(&mut rng, ROWS * blocks);
-        let extreme = extreme_block::<B>();
         let mut packed = Interleaved::new(&w, ROWS, 32 * blocks).unwrap();
-        packed.blocks[0] = extreme;
+        packed.blocks[0] = extreme_block::<B>(true);
+        packed.blocks[1] = extreme_block::<B>(false);
         w.clear();
-        // Block 0 of activation row 0 is all +1 and of row 1 all -1 (levels ±127).
+        // Blocks 0 and 1 of activation row 0 are all +1 and of row 1 all -1 (levels ±127).
         let width = 32 * blocks;
         let xs: Vec<f32> = (0..4 * width)
-            .map(|i| match (i / width, i % width < 32) {
+            .map(|i| match (i / width, i % width < 64) {
                 (0, true) => 1.0,
                 (1, true) => -1.0,
                 _ => rng.gen_range(-2.0..2.0),
@@ -483,26 +591,32 @@ mod tests {
         let acts = Activations::new(&xs, 4, 32 * blocks);
         let rows: [XRow; 4] = std::array::from_fn(|j| acts.row(j));
         assert_eq!(
-            B::kernel::<4>()(&packed.blocks, rows),
+            B::kernel::<4>(false)(&packed.blocks, rows),
             dot_scalar::<B, 4>(&packed.blocks, rows)
         );
         assert_eq!(
-            B::kernel::<1>()(&packed.blocks, [rows[1]]),
+            B::kernel::<1>(true)(&packed.blocks, [rows[1]]),
             dot_scalar::<B, 1>(&packed.blocks, [rows[1]])
         );
-        // The first block alone: the exact integer sums, scaled by the activation scale.
-        let one = dot_scalar::<B, 4>(
-            &packed.blocks[..1],
-            std::array::from_fn(|j| XRow {
-                q: &rows[j].q[..1],
-                d: &rows[j].d[..1],
-                sum: &rows[j].sum[..1],
-            }),
-        );
-        let u = B::MAX_LEVEL as i32;
-        for (j, sign) in [(0, 1), (1, -1)] {
-            let want = sign * 32 * 127 * (u - B::OFFSET);
-            assert_eq!(one[j], [rows[j].d[0] * want as f32; ROWS]);
+        // The extreme blocks alone: the exact integer sums, scaled by the activation scale.
+        for (i, u) in [(0, B::MAX_LEVEL as i32), (1, 0)] {
+            let one = dot_scalar::<B, 4>(
+                &packed.blocks[i..i + 1],
+                std::array::from_fn(|j| XRow {
+                    q: &rows[j].q[i..i + 1],
+                    d: &rows[j].d[i..i + 1],
+                    sum: &rows[j].sum[i..i + 1],
+                }),
+            );
+            for (j, sign) in [(0, 1), (1, -1)] {
+                let want = sign * 32 * 127 * (u - B::OFFSET);
+                assert_eq!(
+                    one[j],
+                    [rows[j].d[i] * want as f32; ROWS],
+                    "{} block {i}",
+                    B::DTYPE
+                );
+            }
         }
     }
 
@@ -510,5 +624,6 @@ mod tests {
     fn simd_kernels_equal_the_portable_one() {
         kernels_agree::<BlockQ4_0>();
         kernels_agree::<BlockQ5_0>();
+        kernels_agree::<BlockQ8_0>();
     }
 }

@@ -8,7 +8,7 @@
 //! `gemm` instead. Q4_0 and Q5_0 weights are repacked eight rows at a time where the kernels
 //! are 256 bits wide (`interleaved`).
 
-use super::blocks::{BlockQ4_0, BlockQ5_0, GgmlBlock, TileFn, VecDotFn};
+use super::blocks::{BlockQ4_0, BlockQ5_0, BlockQ8_0, GgmlBlock, TileFn, VecDotFn};
 use super::interleaved::{self, Interleaved, RowGroups};
 use super::{GgmlDType, QTensor};
 use crate::{DType, Error, Result, Tensor};
@@ -20,14 +20,14 @@ use std::sync::{Arc, Mutex, OnceLock};
 pub enum QMatMul {
     /// Blocks multiplied as they are stored.
     Quantized(Arc<QTensor>),
-    /// Q4_0/Q5_0 blocks, repacked eight rows at a time (see `interleaved`) on their first
+    /// Q4_0/Q5_0/Q8_0 blocks, repacked eight rows at a time (see `interleaved`) on their first
     /// decode product.
     Interleaved(Arc<Repacking>),
     /// Float weights (F32/F16/BF16 files) go through the dense matmul.
     Dense(Tensor),
 }
 
-/// A Q4_0/Q5_0 weight that `interleaved` repacks on its first decode product (one activation
+/// A Q4_0/Q5_0/Q8_0 weight that `interleaved` repacks on its first decode product (one activation
 /// row). Until then, which covers loading and the first prompt, it is multiplied as stored, so
 /// the first token does not wait for the copy (~50 ms for Gemma 3 270M's 44 MB of Q5_0 on
 /// 2 threads); after it, the stored bytes' pages leave the resident set.
@@ -45,7 +45,7 @@ impl Repacking {
             return Err(Error::invalid(
                 "QMatMul::interleave",
                 format!(
-                    "{} weight [{n}, {k}]: only Q4_0 and Q5_0 weights of whole groups of {} rows are repacked",
+                    "{} weight [{n}, {k}]: only Q4_0, Q5_0 and Q8_0 weights of whole groups of {} rows are repacked",
                     stored.dtype(),
                     interleaved::ROWS
                 ),
@@ -65,9 +65,9 @@ impl Repacking {
                 let (n, k) = (w.shape().dims()[0], w.shape().dims()[1]);
                 let packed: Box<dyn RowGroups> = match w.dtype() {
                     GgmlDType::Q4_0 => Box::new(Self::pack::<BlockQ4_0>(w, n, k)),
-                    _ => Box::new(Self::pack::<BlockQ5_0>(w, n, k)),
+                    GgmlDType::Q5_0 => Box::new(Self::pack::<BlockQ5_0>(w, n, k)),
+                    _ => Box::new(Self::pack::<BlockQ8_0>(w, n, k)),
                 };
-                w.release_pages();
                 packed
             })
             .as_ref()
@@ -75,7 +75,8 @@ impl Repacking {
 
     fn pack<B: interleaved::Interleave>(w: &QTensor, n: usize, k: usize) -> Interleaved<B> {
         let blocks = w.blocks::<B>().expect("dtype checked in Repacking::new");
-        Interleaved::new(blocks, n, k).expect("shape checked in Repacking::new")
+        Interleaved::new_releasing(blocks, n, k, &|bytes| w.release_bytes(bytes))
+            .expect("shape checked in Repacking::new")
     }
 }
 
@@ -89,7 +90,7 @@ impl QMatMul {
         Self::from_arc(Arc::new(w))
     }
 
-    /// Float weights go to the dense matmul; Q4_0/Q5_0 ones are repacked where that pays
+    /// Float weights go to the dense matmul; Q4_0/Q5_0/Q8_0 ones are repacked where that pays
     /// (`interleaved::pays`); the rest stay as stored.
     pub fn from_arc(w: Arc<QTensor>) -> Result<Self> {
         let (n, k) = Self::dims_of(&w)?;
@@ -108,7 +109,7 @@ impl QMatMul {
         })
     }
 
-    /// Repacks a Q4_0/Q5_0 weight eight rows at a time now, whatever the CPU (the kernels
+    /// Repacks a Q4_0/Q5_0/Q8_0 weight eight rows at a time now, whatever the CPU (the kernels
     /// fall back to portable code); an error for other types or a row count not a multiple of
     /// 8.
     pub fn interleave(w: &QTensor) -> Result<Self> {
@@ -143,6 +144,35 @@ impl QMatMul {
         (d[0], d[1])
     }
 
+    /// Rows `ids` of the weight as an f32 `[ids.len(), in]` tensor: the embedding lookup of a
+    /// tied output head. A repacked weight reads its copy: its stored pages were released, and
+    /// reading them back would be a page fault (often a disk read) per token.
+    pub fn dequantize_rows(&self, ids: &[u32]) -> Result<Tensor> {
+        let packed = match self {
+            QMatMul::Quantized(w) => return w.dequantize_rows(ids),
+            QMatMul::Dense(t) => {
+                let ids = Tensor::from_vec(ids.to_vec(), ids.len(), &t.device())?;
+                return t.index_select(&ids, 0)?.to_dtype(DType::F32);
+            }
+            QMatMul::Interleaved(r) => match r.packed.get() {
+                Some(p) => p,
+                None => return r.stored.dequantize_rows(ids),
+            },
+        };
+        let (n, k) = self.weight_dims();
+        if let Some(&bad) = ids.iter().find(|&&i| i as usize >= n) {
+            return Err(Error::invalid(
+                "QMatMul::dequantize_rows",
+                format!("row {bad} out of range for {n} rows"),
+            ));
+        }
+        let mut out = vec![0f32; ids.len() * k];
+        for (&id, o) in ids.iter().zip(out.chunks_exact_mut(k.max(1))) {
+            packed.dequantize_row(id as usize, o);
+        }
+        Tensor::from_vec(out, (ids.len(), k), &crate::Device::Cpu)
+    }
+
     /// The block type `rows` activation rows are quantized to before the integer products
     /// (`None` for float weights, which multiply in floating point).
     pub fn activation_dtype(&self, rows: usize) -> Option<GgmlDType> {
@@ -163,6 +193,17 @@ impl QMatMul {
 
     /// `x`: `[..., in]` in any float dtype; returns `[..., out]` in x's dtype.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.forward_with(x, true)
+    }
+
+    /// `forward` for a prompt: never the product that repacks a weight (see `Repacking`). A
+    /// prompt's last-position logits are a one-row product with the output head, but not yet
+    /// the decode loop, and the first token should not wait for a 178 MB copy.
+    pub fn forward_prompt(&self, x: &Tensor) -> Result<Tensor> {
+        self.forward_with(x, false)
+    }
+
+    fn forward_with(&self, x: &Tensor, may_repack: bool) -> Result<Tensor> {
         let (n, k) = self.weight_dims();
         let dims = x.dims();
         if dims.last() != Some(&k) {
@@ -176,9 +217,10 @@ impl QMatMul {
         let out = match self {
             QMatMul::Dense(w) => return x.matmul(&w.to_dtype(x.dtype())?.t()?),
             QMatMul::Quantized(w) => x32.with_contiguous(|xs: &[f32]| as_stored(w, xs, m))??,
-            QMatMul::Interleaved(w) if m == 1 => x32.with_contiguous(|xs: &[f32]| {
-                matvec_many(&[w.packed().job(xs)]).pop().expect("one job")
-            })?,
+            QMatMul::Interleaved(w) if m == 1 && (may_repack || w.packed.get().is_some()) => x32
+                .with_contiguous(|xs: &[f32]| {
+                    matvec_many(&[w.packed().job(xs)]).pop().expect("one job")
+                })?,
             QMatMul::Interleaved(w) => {
                 x32.with_contiguous(|xs: &[f32]| match w.packed.get() {
                     Some(p) => Ok(p.matmul(xs, m)),

@@ -175,22 +175,40 @@ impl QTensor {
     }
 
     /// Tells the kernel this process will not read the mapped bytes for a while, so the pages
-    /// wholly inside them leave its resident set (`MADV_PAGEOUT`). They stay valid: a later
-    /// read brings the same bytes back from the file. Pages the kernel cannot write out
-    /// (anonymous copies, with no swap) simply stay. For owned data, and off Linux, nothing
-    /// happens.
+    /// wholly inside them leave its resident set. They stay valid: a later read brings the same
+    /// bytes back from the file. File pages are unmapped (`MADV_DONTNEED`) and stay in the
+    /// page cache, so the next process to load the model finds them there; pieces already
+    /// moved onto anonymous huge pages (see `gguf::HugePages`) are offered for reclaim
+    /// (`MADV_PAGEOUT`), which without swap leaves them be. For owned data, and off Linux,
+    /// nothing happens.
     pub fn release_pages(&self) {
+        self.release_bytes(0..self.data().len())
+    }
+
+    /// `release_pages` for the pages wholly inside bytes `range` of the data.
+    pub fn release_bytes(&self, range: std::ops::Range<usize>) {
+        #[cfg(not(target_os = "linux"))]
+        let _ = range;
         #[cfg(target_os = "linux")]
         if let Bytes::Mapped { map, offset, len } = &self.data {
             const PAGE: usize = 4096;
-            let start = (map.as_ptr() as usize + offset).next_multiple_of(PAGE);
-            let end = (map.as_ptr() as usize + offset + len) & !(PAGE - 1);
+            let (from, to) = (range.start.min(*len), range.end.min(*len));
+            let start = (map.as_ptr() as usize + offset + from).next_multiple_of(PAGE);
+            let end = (map.as_ptr() as usize + offset + to) & !(PAGE - 1);
             if end > start {
-                // SAFETY: [start, end) lies inside the live map; MADV_PAGEOUT only reclaims
-                // pages, never changes what a read of them returns (file pages are re-read,
-                // others are left alone). Failure (an old kernel) is harmless.
+                // Held across the call: no piece moves onto anonymous memory meanwhile.
+                let guard = super::gguf::huge_pages::MOVED.lock();
+                let advice = if *guard.as_deref().unwrap_or(&true) {
+                    libc::MADV_PAGEOUT
+                } else {
+                    libc::MADV_DONTNEED
+                };
+                // SAFETY: [start, end) lies inside the live read-only file map. Before any
+                // piece moved, every page there is a file page, which MADV_DONTNEED unmaps
+                // and a later read maps again from the page cache with the same bytes;
+                // MADV_PAGEOUT only reclaims what can be read back. Failure is harmless.
                 unsafe {
-                    libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_PAGEOUT);
+                    libc::madvise(start as *mut libc::c_void, end - start, advice);
                 }
             }
         }

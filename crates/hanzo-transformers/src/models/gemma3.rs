@@ -5,13 +5,12 @@
 //! GGUF norm weights already include Gemma's `1 + w` offset (the converter adds it).
 
 use super::attention::{attention, Dims, Window};
-use super::meta::Gguf;
+use super::meta::{Embedding, Gguf};
 use super::numerics::{geglu, rope_tables};
-use super::{check_tokens, rope_heads, Cache, LanguageModel, Logits, ModelInfo};
+use super::{check_tokens, output_logits, rope_heads, Cache, LanguageModel, Logits, ModelInfo};
 use crate::Result;
-use hanzo_ml::quantized::{QMatMul, QTensor};
+use hanzo_ml::quantized::QMatMul;
 use hanzo_ml::{RopeKind, Tensor};
-use std::sync::Arc;
 
 struct Layer {
     attn_norm: Tensor,
@@ -32,7 +31,7 @@ struct Layer {
 
 pub struct Gemma3 {
     info: ModelInfo,
-    embed: Arc<QTensor>,
+    embed: Embedding,
     output: QMatMul,
     final_norm: Tensor,
     layers: Vec<Layer>,
@@ -68,7 +67,7 @@ impl Gemma3 {
         let base = g.f64_or("rope.freq_base", 1_000_000.0)?;
         let factor = g.f64_or("rope.scaling.factor", 1.0)?.max(1.0);
         let (embed, output) = g.embedding_and_output(hidden)?;
-        let vocab = embed.shape().dims()[0];
+        let vocab = embed.vocab();
         let mut layers = Vec::with_capacity(n_layers);
         for i in 0..n_layers {
             let n = |s: &str| format!("blk.{i}.{s}.weight");
@@ -135,7 +134,7 @@ impl LanguageModel for Gemma3 {
         };
         let mut x = self
             .embed
-            .dequantize_rows(tokens)?
+            .rows(tokens)?
             .affine((self.info.hidden_size as f64).sqrt(), 0.0)?;
         for (layer, kv) in self.layers.iter().zip(cache.layers.iter_mut()) {
             let (cos, sin) = match layer.window {
@@ -175,6 +174,6 @@ impl LanguageModel for Gemma3 {
             Logits::All => x,
         };
         let x = x.rms_norm(&self.final_norm, eps)?;
-        Ok(self.output.forward(&x)?)
+        output_logits(&self.output, &x, t)
     }
 }

@@ -4,13 +4,12 @@
 //! `output.weight`. Phi-3 (`phi3`) is the same block with fused QKV and gate/up matmuls.
 
 use super::attention::{attention, Dims, Window};
-use super::meta::Gguf;
-use super::{check_tokens, rope_heads, Cache, LanguageModel, Logits, ModelInfo};
+use super::meta::{Embedding, Gguf};
+use super::{check_tokens, output_logits, rope_heads, Cache, LanguageModel, Logits, ModelInfo};
 use crate::{Error, Result};
-use hanzo_ml::quantized::{QMatMul, QTensor};
+use hanzo_ml::quantized::QMatMul;
 use hanzo_ml::{Device, RopeKind, Tensor};
 use hanzo_nn::{RopeScaling, RotaryEmbedding};
-use std::sync::Arc;
 
 struct Proj {
     w: QMatMul,
@@ -55,7 +54,7 @@ struct Layer {
 
 pub struct Llama {
     info: ModelInfo,
-    embed: Arc<QTensor>,
+    embed: Embedding,
     output: QMatMul,
     final_norm: Tensor,
     layers: Vec<Layer>,
@@ -135,7 +134,7 @@ impl Llama {
             }
         }
         let (embed, output) = g.embedding_and_output(hidden)?;
-        let vocab = embed.shape().dims()[0];
+        let vocab = embed.vocab();
         let mut layers = Vec::with_capacity(n_layers);
         for i in 0..n_layers {
             let n = |s: &str| format!("blk.{i}.{s}.weight");
@@ -218,7 +217,7 @@ impl LanguageModel for Llama {
             head_dim: hd,
         };
         let scale = 1.0 / (hd as f64).sqrt();
-        let mut x = self.embed.dequantize_rows(tokens)?;
+        let mut x = self.embed.rows(tokens)?;
         for (layer, kv) in self.layers.iter().zip(cache.layers.iter_mut()) {
             let h = x.rms_norm(&layer.attn_norm, eps)?;
             let (qn, kn) = match &layer.qk_norm {
@@ -277,6 +276,6 @@ impl LanguageModel for Llama {
             Logits::Last => x.narrow(0, t - 1, 1)?,
             Logits::All => x,
         };
-        Ok(self.output.forward(&x.rms_norm(&self.final_norm, eps)?)?)
+        output_logits(&self.output, &x.rms_norm(&self.final_norm, eps)?, t)
     }
 }

@@ -145,7 +145,7 @@ impl<'a> Gguf<'a> {
 
     /// The token embedding `[vocab, hidden]` and the output projection, tied to the embedding
     /// when the file has no `output.weight`.
-    pub fn embedding_and_output(&self, hidden: usize) -> Result<(Arc<QTensor>, QMatMul)> {
+    pub fn embedding_and_output(&self, hidden: usize) -> Result<(Embedding, QMatMul)> {
         let embed = Arc::new(self.weight("token_embd.weight")?);
         let vocab = embed.shape().dims()[0];
         if embed.shape().dims() != [vocab, hidden] {
@@ -154,12 +154,13 @@ impl<'a> Gguf<'a> {
                 format!("token_embd.weight has shape {:?}", embed.shape().dims()),
             ));
         }
-        let output = if self.has_tensor("output.weight") {
-            self.matmul("output.weight", vocab, hidden)?
+        Ok(if self.has_tensor("output.weight") {
+            let output = self.matmul("output.weight", vocab, hidden)?;
+            (Embedding::Own(embed), output)
         } else {
-            self.matmul_of(embed.clone())?
-        };
-        Ok((embed, output))
+            let output = self.matmul_of(embed)?;
+            (Embedding::Tied(output.clone()), output)
+        })
     }
 
     /// `{arch}.{key}` as a string.
@@ -273,5 +274,29 @@ impl<'a> Gguf<'a> {
         } else {
             Ok(None)
         }
+    }
+}
+
+/// The token embedding table `[vocab, hidden]`. A tied one is read through the output head,
+/// which may have repacked the weight and let its stored pages go.
+pub enum Embedding {
+    Own(Arc<QTensor>),
+    Tied(QMatMul),
+}
+
+impl Embedding {
+    pub fn vocab(&self) -> usize {
+        match self {
+            Embedding::Own(t) => t.shape().dims()[0],
+            Embedding::Tied(w) => w.weight_dims().0,
+        }
+    }
+
+    /// Rows `ids` as an f32 `[ids.len(), hidden]` tensor.
+    pub fn rows(&self, ids: &[u32]) -> Result<Tensor> {
+        Ok(match self {
+            Embedding::Own(t) => t.dequantize_rows(ids)?,
+            Embedding::Tied(w) => w.dequantize_rows(ids)?,
+        })
     }
 }

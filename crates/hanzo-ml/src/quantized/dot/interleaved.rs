@@ -3,7 +3,7 @@
 //! row, and `maddubs` against those 4 activation bytes broadcast advances all eight rows.
 
 use super::prefetch_ahead;
-use crate::quantized::interleaved::{BlockQ4_0x8, BlockQ5_0x8, XRow, ROWS};
+use crate::quantized::interleaved::{BlockQ4_0x8, BlockQ5_0x8, BlockQ8_0x8, XRow, ROWS};
 use std::arch::x86_64::*;
 
 /// A repacked block's eight steps of unsigned levels.
@@ -82,6 +82,28 @@ impl Expand for BlockQ5_0x8 {
     }
 }
 
+impl Expand for BlockQ8_0x8 {
+    const OFFSET: i32 = 128;
+
+    /// The unsigned levels `q + 128`, for the GEMM panels (decode reads the signed bytes in
+    /// `dot_q8_0`).
+    #[inline(always)]
+    unsafe fn expand(&self) -> [__m256i; 8] {
+        // SAFETY: the caller enables AVX2; load `t` reads bytes `32t..32t + 32` of the 256.
+        unsafe {
+            let flip = _mm256_set1_epi8(i8::MIN);
+            std::array::from_fn(|t| {
+                let q = _mm256_loadu_si256(self.qs.as_ptr().add(32 * t) as *const __m256i);
+                _mm256_xor_si256(q, flip)
+            })
+        }
+    }
+
+    fn scales(&self) -> &[half::f16; ROWS] {
+        &self.d
+    }
+}
+
 /// The eight steps stored one after the other (a GEMM panel's layout).
 ///
 /// # Safety
@@ -101,7 +123,10 @@ pub(super) unsafe fn expand_into<B: Expand>(b: &B, out: &mut [u8; 256]) {
 /// # Safety
 /// AVX2, FMA and F16C must be available; every `x[c]` has `w.len()` blocks.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn dot<B: Expand, const C: usize>(w: &[B], x: [XRow; C]) -> [[f32; ROWS]; C] {
+pub(super) unsafe fn dot<B: Expand, const C: usize, const STREAMED: bool>(
+    w: &[B],
+    x: [XRow; C],
+) -> [[f32; ROWS]; C] {
     assert!(x
         .iter()
         .all(|x| x.q.len() == w.len() && x.d.len() == w.len() && x.sum.len() == w.len()));
@@ -111,7 +136,7 @@ pub(super) unsafe fn dot<B: Expand, const C: usize>(w: &[B], x: [XRow; C]) -> [[
         let ones = _mm256_set1_epi16(1);
         let mut acc = [_mm256_setzero_ps(); C];
         for (i, b) in w.iter().enumerate() {
-            prefetch_ahead::<false>(b as *const B as *const u8, std::mem::size_of::<B>());
+            prefetch_ahead::<STREAMED>(b as *const B as *const u8, std::mem::size_of::<B>());
             let u = b.expand();
             let d = _mm256_cvtph_ps(_mm_loadu_si128(b.scales().as_ptr() as *const __m128i));
             for c in 0..C {
@@ -127,6 +152,58 @@ pub(super) unsafe fn dot<B: Expand, const C: usize>(w: &[B], x: [XRow; C]) -> [[
                 let s = _mm256_add_epi32(_mm256_madd_epi16(lo, ones), _mm256_madd_epi16(hi, ones));
                 let offset = B::OFFSET * *x[c].sum.get_unchecked(i);
                 let s = _mm256_sub_epi32(s, _mm256_set1_epi32(offset));
+                let scale = _mm256_mul_ps(d, _mm256_set1_ps(*x[c].d.get_unchecked(i)));
+                acc[c] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(s), acc[c]);
+            }
+        }
+        acc.map(|a| {
+            let mut out = [0f32; ROWS];
+            _mm256_storeu_ps(out.as_mut_ptr(), a);
+            out
+        })
+    }
+}
+
+/// `dot` for Q8_0, whose levels stay signed: `maddubs` takes `|q|` as its unsigned operand and
+/// the broadcast activation bytes carrying `q`'s sign (`sign_epi8`), so every pair sum stays
+/// within 2 · 128 · 127 (a level of -128 gives `|q|` = 0x80, read unsigned as 128; activation
+/// levels are within ±127, so negating them is exact). The block sums are `Σ q·x` itself, the
+/// integers `dot_scalar` reaches through `Σ (q + 128)·x - 128 · Σ x`: the same floats.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available; every `x[c]` has `w.len()` blocks.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn dot_q8_0<const C: usize, const STREAMED: bool>(
+    w: &[BlockQ8_0x8],
+    x: [XRow; C],
+) -> [[f32; ROWS]; C] {
+    assert!(x
+        .iter()
+        .all(|x| x.q.len() == w.len() && x.d.len() == w.len()));
+    // SAFETY: features enabled above; every activation read is 4 bytes inside a block's `qs`
+    // (offsets 4t, t < 8), every weight load 32 of the 256 bytes of `qs`, and every block
+    // index is below `w.len()`, checked above.
+    unsafe {
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [_mm256_setzero_ps(); C];
+        for (i, b) in w.iter().enumerate() {
+            prefetch_ahead::<STREAMED>(
+                b as *const BlockQ8_0x8 as *const u8,
+                std::mem::size_of::<BlockQ8_0x8>(),
+            );
+            let q: [__m256i; 8] = std::array::from_fn(|t| {
+                _mm256_loadu_si256(b.qs.as_ptr().add(32 * t) as *const __m256i)
+            });
+            let q_abs = q.map(|q| _mm256_sign_epi8(q, q));
+            let d = _mm256_cvtph_ps(_mm_loadu_si128(b.d.as_ptr() as *const __m128i));
+            for c in 0..C {
+                let xq = x[c].q.get_unchecked(i).qs.as_ptr();
+                let mut s = _mm256_setzero_si256();
+                for t in 0..8 {
+                    let xb = _mm256_set1_epi32((xq.add(4 * t) as *const i32).read_unaligned());
+                    let pairs = _mm256_maddubs_epi16(q_abs[t], _mm256_sign_epi8(xb, q[t]));
+                    s = _mm256_add_epi32(s, _mm256_madd_epi16(pairs, ones));
+                }
                 let scale = _mm256_mul_ps(d, _mm256_set1_ps(*x[c].d.get_unchecked(i)));
                 acc[c] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(s), acc[c]);
             }

@@ -202,29 +202,39 @@ pub(crate) fn pick_panel(group: usize, max_level: u8) -> Option<(usize, super::g
 }
 
 /// The kernel over eight interleaved rows and `C` activation rows (see
-/// `quantized::interleaved`): AVX2 where the kernel set has it, the portable one otherwise.
+/// `quantized::interleaved`): AVX2 (`$avx2`, then its type argument if it takes one, with the
+/// prefetch hint chosen by `streamed`)
+/// where the kernel set has it, the portable one otherwise.
 macro_rules! x8_picker {
-    ($name:ident, $block:ty) => {
-        pub(crate) fn $name<const C: usize>() -> crate::quantized::interleaved::DotFn<$block, C> {
+    ($name:ident, $block:ty, $avx2:ident $(, $ty:tt)?) => {
+        pub(crate) fn $name<const C: usize>(
+            streamed: bool,
+        ) -> crate::quantized::interleaved::DotFn<$block, C> {
             #[cfg(target_arch = "x86_64")]
             if has_avx2() {
                 use crate::quantized::interleaved::{Interleave, XRow, ROWS};
-                fn kernel<const C: usize>(
+                fn kernel<const C: usize, const STREAMED: bool>(
                     w: &[<$block as Interleave>::X8],
                     x: [XRow; C],
                 ) -> [[f32; ROWS]; C] {
                     // SAFETY: `has_avx2()` checked AVX2, FMA and F16C; the kernel asserts
                     // that every activation row has `w.len()` blocks.
-                    unsafe { interleaved::dot::<_, C>(w, x) }
+                    unsafe { interleaved::$avx2::<$($ty,)? C, STREAMED>(w, x) }
                 }
-                return kernel::<C>;
+                return if streamed {
+                    kernel::<C, true>
+                } else {
+                    kernel::<C, false>
+                };
             }
+            let _ = streamed;
             crate::quantized::interleaved::dot_scalar::<$block, C>
         }
     };
 }
-x8_picker!(pick_x8_q4_0, BlockQ4_0);
-x8_picker!(pick_x8_q5_0, BlockQ5_0);
+x8_picker!(pick_x8_q4_0, BlockQ4_0, dot, _);
+x8_picker!(pick_x8_q5_0, BlockQ5_0, dot, _);
+x8_picker!(pick_x8_q8_0, BlockQ8_0, dot_q8_0);
 
 /// The SIMD expansion of an interleaved block into its unsigned levels, where there is one.
 macro_rules! x8_expand_picker {
@@ -247,6 +257,7 @@ macro_rules! x8_expand_picker {
 }
 x8_expand_picker!(pick_x8_expand_q4_0, BlockQ4_0);
 x8_expand_picker!(pick_x8_expand_q5_0, BlockQ5_0);
+x8_expand_picker!(pick_x8_expand_q8_0, BlockQ8_0);
 
 /// The kernel set every `pick_*` and `tile_*` uses, decided once per process.
 pub fn isa() -> Isa {

@@ -23,6 +23,11 @@ use std::sync::Weak;
 
 const HUGE: usize = 2 << 20;
 
+/// True once any map has started moving onto huge pages; held for the whole move. A moved
+/// piece is anonymous memory, which `MADV_DONTNEED` would zero rather than give back to the
+/// file, so `QTensor::release_bytes` checks this (under the lock) before choosing its advice.
+pub(crate) static MOVED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+
 /// Moves every whole 2 MiB piece of `map` onto anonymous huge pages holding the same bytes of
 /// `file`, front to back; stops early (returning what it moved) once `map` is dropped.
 /// Returns the bytes moved: 0 where transparent huge pages are off, `HANZO_HUGE_PAGES=0`,
@@ -37,6 +42,8 @@ pub(super) fn promote(map: &Weak<memmap2::Mmap>, file: &File) -> std::io::Result
     if map.upgrade().is_some_and(|m| mostly_huge_already(&m)) {
         return Ok(0);
     }
+    let mut started = MOVED.lock().unwrap_or_else(|e| e.into_inner());
+    *started = true;
     let pagemap = Pagemap::open();
     let mut moved = 0;
     for piece in 0..count {

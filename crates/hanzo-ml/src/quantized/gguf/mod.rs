@@ -2,7 +2,7 @@
 //! directory, then the aligned data section. Reading memory-maps the file and hands out
 //! zero-copy `QTensor`s; writing streams tensors so a large model never has to sit in memory.
 
-mod huge_pages;
+pub(crate) mod huge_pages;
 mod read;
 mod value;
 mod write;

@@ -5,7 +5,8 @@
 //!
 //! The `qmatvec_dram` group streams weights larger than any cache (a 712 MB Q8_0 matrix with
 //! the 640 columns of Gemma 3's output head, and a 302 MB Q4_K one), so its GB/s compares with
-//! the machine's memory bandwidth. `qmatvec_dram/read` runs alongside: a plain parallel sum over
+//! the machine's memory bandwidth (on AVX2, Q8_0 also as decode holds it: `Q8_0x8`, repacked
+//! eight rows at a time). `qmatvec_dram/read` runs alongside: a plain parallel sum over
 //! 1 GiB with hardware prefetch only, a lower bound for that bandwidth (the matvecs prefetch in
 //! software and can beat it).
 //!
@@ -15,7 +16,8 @@
 
 use criterion::{black_box, BenchmarkId, Criterion, Throughput};
 use hanzo_ml::quantized::blocks::GgmlBlock;
-use hanzo_ml::quantized::{qmatmul_raw, GgmlDType, QTensor};
+use hanzo_ml::quantized::{qmatmul_raw, GgmlDType, QMatMul, QTensor};
+use hanzo_ml::{Device, Tensor};
 
 fn weights(n: usize, k: usize) -> Vec<f32> {
     let mut s = 0x9E37_79B9_7F4A_7C15u64;
@@ -95,6 +97,16 @@ fn bench_in_pool(c: &mut Criterion) {
                 b.iter(|| hanzo_ml::with_block_type!(dt, B => black_box(run::<B>(q, n, k, &x, 1))))
             },
         );
+        // Q8_0 as decode holds it on AVX2: repacked eight rows at a time (`interleaved`).
+        use hanzo_ml::quantized::{isa, Isa};
+        if dt == GgmlDType::Q8_0 && matches!(isa(), Isa::Avx2 | Isa::AvxVnni) {
+            let w = QMatMul::interleave(&q).unwrap();
+            drop(q);
+            let x = Tensor::from_vec(x, (1, k), &Device::Cpu).unwrap();
+            g.bench_function(BenchmarkId::new("Q8_0x8", format!("{n}x{k}")), |b| {
+                b.iter(|| black_box(w.forward(&x).unwrap()))
+            });
+        }
     }
     g.finish();
 

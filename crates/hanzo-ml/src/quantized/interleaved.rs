@@ -363,7 +363,7 @@ impl<B: Interleave> Interleaved<B> {
 
     /// Larger than the last-level cache: decode streams it past the caches.
     fn streamed(&self) -> bool {
-        std::mem::size_of_val(&self.blocks[..]) > super::dot::last_level_cache_bytes()
+        super::dot::streamed(std::mem::size_of_val(&self.blocks[..]))
     }
 
     /// Row `r` as f32 (`out` holds `k` values): an embedding lookup in a tied output head.

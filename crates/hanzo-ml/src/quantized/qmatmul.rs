@@ -162,12 +162,7 @@ impl QMatMul {
             },
         };
         let (n, k) = self.weight_dims();
-        if let Some(&bad) = ids.iter().find(|&&i| i as usize >= n) {
-            return Err(Error::invalid(
-                "QMatMul::dequantize_rows",
-                format!("row {bad} out of range for {n} rows"),
-            ));
-        }
+        super::qtensor::check_row_ids("QMatMul::dequantize_rows", ids, n)?;
         let mut out = vec![0f32; ids.len() * k];
         for (&id, o) in ids.iter().zip(out.chunks_exact_mut(k.max(1))) {
             packed.dequantize_row(id as usize, o);
@@ -412,7 +407,7 @@ struct Rows<'a, B> {
 
 impl<'a, B> Rows<'a, B> {
     fn new(blocks: &'a [B], per_row: usize) -> Self {
-        let streamed = std::mem::size_of_val(blocks) > super::dot::last_level_cache_bytes();
+        let streamed = super::dot::streamed(std::mem::size_of_val(blocks));
         Self {
             blocks,
             per_row,

@@ -250,12 +250,7 @@ impl QTensor {
                 format!("needs a 2-D tensor, got {:?}", self.shape.dims()),
             ));
         };
-        if let Some(&bad) = ids.iter().find(|&&i| i as usize >= rows) {
-            return Err(Error::invalid(
-                "QTensor::dequantize_rows",
-                format!("row {bad} out of range for {rows} rows"),
-            ));
-        }
+        check_row_ids("QTensor::dequantize_rows", ids, rows)?;
         let mut out = vec![0f32; ids.len() * cols];
         crate::with_block_type!(self.dtype, B => {
             let blocks = self.blocks::<B>()?;
@@ -266,6 +261,17 @@ impl QTensor {
             }
         });
         Tensor::from_vec(out, (ids.len(), cols), &Device::Cpu)
+    }
+}
+
+/// An error naming the first of `ids` past a table of `rows` rows.
+pub(crate) fn check_row_ids(op: &'static str, ids: &[u32], rows: usize) -> Result<()> {
+    match ids.iter().find(|&&i| i as usize >= rows) {
+        Some(&bad) => Err(Error::invalid(
+            op,
+            format!("row {bad} out of range for {rows} rows"),
+        )),
+        None => Ok(()),
     }
 }
 

@@ -1,6 +1,7 @@
 //! AVX2 kernels over eight interleaved rows (see `quantized::interleaved`): each block's
-//! unsigned levels expand into eight vectors, vector `t` holding levels `4t..4t + 4` of every
-//! row, and `maddubs` against those 4 activation bytes broadcast advances all eight rows.
+//! levels load or expand into eight vectors, vector `t` holding levels `4t..4t + 4` of every
+//! row, and `maddubs` against those 4 activation bytes broadcast advances all eight rows. One
+//! driver (`dot`) serves every type; `BlockDot` is each type's integer step.
 
 use super::prefetch_ahead;
 use crate::quantized::interleaved::{BlockQ4_0x8, BlockQ5_0x8, BlockQ8_0x8, XRow, ROWS};
@@ -118,92 +119,129 @@ pub(super) unsafe fn expand_into<B: Expand>(b: &B, out: &mut [u8; 256]) {
     }
 }
 
-/// `[c][r]` = row `r` times activation row `c`; the same floats as `dot_scalar`.
+/// The integer part of the decode kernel for one block type: what it keeps of a block across
+/// the activation rows, and that block's eight row sums `Σ level·x` with one activation block.
+pub(super) trait BlockDot: Expand {
+    type Levels;
+    /// # Safety
+    /// AVX2 must be enabled in the caller.
+    unsafe fn levels(&self) -> Self::Levels;
+    /// The exact sums, one per row lane. `x` points at the activation block's 32 levels,
+    /// `sum` is their sum.
+    ///
+    /// # Safety
+    /// AVX2 must be enabled in the caller; `x` is readable for 32 bytes.
+    unsafe fn sums(levels: &Self::Levels, x: *const i8, sum: i32) -> __m256i;
+}
+
+/// 4 activation bytes at `x + 4t`, broadcast to every lane.
+///
+/// # Safety
+/// AVX2 must be enabled in the caller; `x` is readable for `4t + 4` bytes.
+#[inline(always)]
+unsafe fn x4(x: *const i8, t: usize) -> __m256i {
+    // SAFETY: forwarded from the caller; the read is unaligned.
+    unsafe { _mm256_set1_epi32((x.add(4 * t) as *const i32).read_unaligned()) }
+}
+
+/// Unsigned levels `u = level + OFFSET` (at most 31): `maddubs` straight against the
+/// activation, four products summed per i16 lane (|u| ≤ 31, |x| ≤ 127: ≤ 31,496), then i32,
+/// less `OFFSET · Σ x`.
+#[inline(always)]
+unsafe fn unsigned_sums<B: Expand>(u: &[__m256i; 8], x: *const i8, sum: i32) -> __m256i {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        let ones = _mm256_set1_epi16(1);
+        let p: [__m256i; 8] = std::array::from_fn(|t| _mm256_maddubs_epi16(u[t], x4(x, t)));
+        let lo = _mm256_add_epi16(_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3]));
+        let hi = _mm256_add_epi16(_mm256_add_epi16(p[4], p[5]), _mm256_add_epi16(p[6], p[7]));
+        let s = _mm256_add_epi32(_mm256_madd_epi16(lo, ones), _mm256_madd_epi16(hi, ones));
+        _mm256_sub_epi32(s, _mm256_set1_epi32(B::OFFSET * sum))
+    }
+}
+
+/// The types stored as unsigned levels: their expansion, then `unsigned_sums`.
+macro_rules! unsigned_block_dot {
+    ($($x8:ty),+) => {$(
+        impl BlockDot for $x8 {
+            type Levels = [__m256i; 8];
+
+            #[inline(always)]
+            unsafe fn levels(&self) -> Self::Levels {
+                // SAFETY: forwarded from the caller.
+                unsafe { self.expand() }
+            }
+
+            #[inline(always)]
+            unsafe fn sums(u: &Self::Levels, x: *const i8, sum: i32) -> __m256i {
+                // SAFETY: forwarded from the caller.
+                unsafe { unsigned_sums::<Self>(u, x, sum) }
+            }
+        }
+    )+};
+}
+unsigned_block_dot!(BlockQ4_0x8, BlockQ5_0x8);
+
+/// Q8_0's levels stay signed (`u = q + 128` would overflow `maddubs`' pair sums): `maddubs`
+/// takes `|q|` as its unsigned operand and the broadcast activation bytes carrying `q`'s sign
+/// (`sign_epi8`), so every pair sum stays within 2 · 128 · 127 (a level of -128 gives `|q|` =
+/// 0x80, read unsigned as 128; activation levels are within ±127, so negating them is exact).
+/// The sums are `Σ q·x` itself, the integers `dot_scalar` reaches through
+/// `Σ (q + 128)·x - 128 · Σ x`.
+impl BlockDot for BlockQ8_0x8 {
+    /// The signed levels and their absolute values, step by step.
+    type Levels = ([__m256i; 8], [__m256i; 8]);
+
+    #[inline(always)]
+    unsafe fn levels(&self) -> Self::Levels {
+        // SAFETY: the caller enables AVX2; load `t` reads bytes `32t..32t + 32` of the 256.
+        unsafe {
+            let q: [__m256i; 8] = std::array::from_fn(|t| {
+                _mm256_loadu_si256(self.qs.as_ptr().add(32 * t) as *const __m256i)
+            });
+            (q, q.map(|q| _mm256_sign_epi8(q, q)))
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn sums((q, q_abs): &Self::Levels, x: *const i8, _sum: i32) -> __m256i {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            let ones = _mm256_set1_epi16(1);
+            let mut s = _mm256_setzero_si256();
+            for t in 0..8 {
+                let pairs = _mm256_maddubs_epi16(q_abs[t], _mm256_sign_epi8(x4(x, t), q[t]));
+                s = _mm256_add_epi32(s, _mm256_madd_epi16(pairs, ones));
+            }
+            s
+        }
+    }
+}
+
+/// `[c][r]` = row `r` times activation row `c`; the same floats as `dot_scalar` (the same
+/// integer block sums, then one fused multiply-add per block and row).
 ///
 /// # Safety
 /// AVX2, FMA and F16C must be available; every `x[c]` has `w.len()` blocks.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn dot<B: Expand, const C: usize, const STREAMED: bool>(
+pub(super) unsafe fn dot<B: BlockDot, const C: usize, const STREAMED: bool>(
     w: &[B],
     x: [XRow; C],
 ) -> [[f32; ROWS]; C] {
     assert!(x
         .iter()
         .all(|x| x.q.len() == w.len() && x.d.len() == w.len() && x.sum.len() == w.len()));
-    // SAFETY: features enabled above; every activation read is 4 bytes inside a block's `qs`
-    // (offsets 4t, t < 8), and every block index is below `w.len()`, checked above.
+    // SAFETY: features enabled above; every activation block read is the 32 bytes of a
+    // block's `qs`, and every block index is below `w.len()`, checked above.
     unsafe {
-        let ones = _mm256_set1_epi16(1);
         let mut acc = [_mm256_setzero_ps(); C];
         for (i, b) in w.iter().enumerate() {
             prefetch_ahead::<STREAMED>(b as *const B as *const u8, std::mem::size_of::<B>());
-            let u = b.expand();
+            let levels = b.levels();
             let d = _mm256_cvtph_ps(_mm_loadu_si128(b.scales().as_ptr() as *const __m128i));
             for c in 0..C {
-                let q = x[c].q.get_unchecked(i).qs.as_ptr();
-                let at =
-                    |t: usize| _mm256_set1_epi32((q.add(4 * t) as *const i32).read_unaligned());
-                let p: [__m256i; 8] = std::array::from_fn(|t| _mm256_maddubs_epi16(u[t], at(t)));
-                // Four products per i16 lane at most (|u| ≤ 31, |q| ≤ 127: ≤ 31,496), then i32.
-                let lo =
-                    _mm256_add_epi16(_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3]));
-                let hi =
-                    _mm256_add_epi16(_mm256_add_epi16(p[4], p[5]), _mm256_add_epi16(p[6], p[7]));
-                let s = _mm256_add_epi32(_mm256_madd_epi16(lo, ones), _mm256_madd_epi16(hi, ones));
-                let offset = B::OFFSET * *x[c].sum.get_unchecked(i);
-                let s = _mm256_sub_epi32(s, _mm256_set1_epi32(offset));
-                let scale = _mm256_mul_ps(d, _mm256_set1_ps(*x[c].d.get_unchecked(i)));
-                acc[c] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(s), acc[c]);
-            }
-        }
-        acc.map(|a| {
-            let mut out = [0f32; ROWS];
-            _mm256_storeu_ps(out.as_mut_ptr(), a);
-            out
-        })
-    }
-}
-
-/// `dot` for Q8_0, whose levels stay signed: `maddubs` takes `|q|` as its unsigned operand and
-/// the broadcast activation bytes carrying `q`'s sign (`sign_epi8`), so every pair sum stays
-/// within 2 · 128 · 127 (a level of -128 gives `|q|` = 0x80, read unsigned as 128; activation
-/// levels are within ±127, so negating them is exact). The block sums are `Σ q·x` itself, the
-/// integers `dot_scalar` reaches through `Σ (q + 128)·x - 128 · Σ x`: the same floats.
-///
-/// # Safety
-/// AVX2, FMA and F16C must be available; every `x[c]` has `w.len()` blocks.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn dot_q8_0<const C: usize, const STREAMED: bool>(
-    w: &[BlockQ8_0x8],
-    x: [XRow; C],
-) -> [[f32; ROWS]; C] {
-    assert!(x
-        .iter()
-        .all(|x| x.q.len() == w.len() && x.d.len() == w.len()));
-    // SAFETY: features enabled above; every activation read is 4 bytes inside a block's `qs`
-    // (offsets 4t, t < 8), every weight load 32 of the 256 bytes of `qs`, and every block
-    // index is below `w.len()`, checked above.
-    unsafe {
-        let ones = _mm256_set1_epi16(1);
-        let mut acc = [_mm256_setzero_ps(); C];
-        for (i, b) in w.iter().enumerate() {
-            prefetch_ahead::<STREAMED>(
-                b as *const BlockQ8_0x8 as *const u8,
-                std::mem::size_of::<BlockQ8_0x8>(),
-            );
-            let q: [__m256i; 8] = std::array::from_fn(|t| {
-                _mm256_loadu_si256(b.qs.as_ptr().add(32 * t) as *const __m256i)
-            });
-            let q_abs = q.map(|q| _mm256_sign_epi8(q, q));
-            let d = _mm256_cvtph_ps(_mm_loadu_si128(b.d.as_ptr() as *const __m128i));
-            for c in 0..C {
                 let xq = x[c].q.get_unchecked(i).qs.as_ptr();
-                let mut s = _mm256_setzero_si256();
-                for t in 0..8 {
-                    let xb = _mm256_set1_epi32((xq.add(4 * t) as *const i32).read_unaligned());
-                    let pairs = _mm256_maddubs_epi16(q_abs[t], _mm256_sign_epi8(xb, q[t]));
-                    s = _mm256_add_epi32(s, _mm256_madd_epi16(pairs, ones));
-                }
+                let s = B::sums(&levels, xq, *x[c].sum.get_unchecked(i));
                 let scale = _mm256_mul_ps(d, _mm256_set1_ps(*x[c].d.get_unchecked(i)));
                 acc[c] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(s), acc[c]);
             }

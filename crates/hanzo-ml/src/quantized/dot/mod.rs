@@ -84,9 +84,14 @@ pub(crate) fn prefetch_ahead<const STREAMED: bool>(start: *const u8, bytes: usiz
     }
 }
 
-/// Bytes of the last-level cache (Linux sysfs; 32 MiB where unknown): weights larger than
-/// this cannot stay cached between tokens anyway, so decode streams them past the caches.
-pub(crate) fn last_level_cache_bytes() -> usize {
+/// Whether decode streams a weight of `bytes` past the caches (`prefetch_ahead::<true>`): it
+/// is larger than the last-level cache, so it cannot stay cached between tokens anyway.
+pub(crate) fn streamed(bytes: usize) -> bool {
+    bytes > last_level_cache_bytes()
+}
+
+/// Bytes of the last-level cache (Linux sysfs; 32 MiB where unknown).
+fn last_level_cache_bytes() -> usize {
     static BYTES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *BYTES.get_or_init(|| {
         let read = |i: usize| -> Option<usize> {
@@ -202,11 +207,10 @@ pub(crate) fn pick_panel(group: usize, max_level: u8) -> Option<(usize, super::g
 }
 
 /// The kernel over eight interleaved rows and `C` activation rows (see
-/// `quantized::interleaved`): AVX2 (`$avx2`, then its type argument if it takes one, with the
-/// prefetch hint chosen by `streamed`)
+/// `quantized::interleaved`): AVX2 (with the prefetch hint chosen by `streamed`)
 /// where the kernel set has it, the portable one otherwise.
 macro_rules! x8_picker {
-    ($name:ident, $block:ty, $avx2:ident $(, $ty:tt)?) => {
+    ($name:ident, $block:ty) => {
         pub(crate) fn $name<const C: usize>(
             streamed: bool,
         ) -> crate::quantized::interleaved::DotFn<$block, C> {
@@ -219,7 +223,7 @@ macro_rules! x8_picker {
                 ) -> [[f32; ROWS]; C] {
                     // SAFETY: `has_avx2()` checked AVX2, FMA and F16C; the kernel asserts
                     // that every activation row has `w.len()` blocks.
-                    unsafe { interleaved::$avx2::<$($ty,)? C, STREAMED>(w, x) }
+                    unsafe { interleaved::dot::<_, C, STREAMED>(w, x) }
                 }
                 return if streamed {
                     kernel::<C, true>
@@ -232,9 +236,9 @@ macro_rules! x8_picker {
         }
     };
 }
-x8_picker!(pick_x8_q4_0, BlockQ4_0, dot, _);
-x8_picker!(pick_x8_q5_0, BlockQ5_0, dot, _);
-x8_picker!(pick_x8_q8_0, BlockQ8_0, dot_q8_0);
+x8_picker!(pick_x8_q4_0, BlockQ4_0);
+x8_picker!(pick_x8_q5_0, BlockQ5_0);
+x8_picker!(pick_x8_q8_0, BlockQ8_0);
 
 /// The SIMD expansion of an interleaved block into its unsigned levels, where there is one.
 macro_rules! x8_expand_picker {

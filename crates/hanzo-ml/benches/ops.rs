@@ -3,7 +3,7 @@
 //! Throughput units: `matmul` reports Elements = FLOPs (2·m·n·k), so criterion's "elem/s" is
 //! FLOP/s. Everything else reports bytes moved (reads + writes of the f32 data, not counting
 //! write-allocate traffic), to compare against the `copy` reference (`copy_from_slice`,
-//! bytes = 2·4·n). Set `HANZO_ML_SCALAR=1` to bench the scalar kernels instead of SIMD.
+//! bytes = 2·4·n). Set `HANZO_ISA=scalar` (or another lower set) to bench those kernels instead.
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use hanzo_ml::cpu::simd::kernels;

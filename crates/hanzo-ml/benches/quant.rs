@@ -15,8 +15,9 @@
 //! instead of waiting on the pool for every product.
 
 use criterion::{black_box, BenchmarkId, Criterion, Throughput};
-use hanzo_ml::quantized::blocks::GgmlBlock;
-use hanzo_ml::quantized::{qmatmul_raw, GgmlDType, QMatMul, QTensor};
+use hanzo_ml::quantized::cpu::matvec::matmul as qmatmul_raw;
+use hanzo_ml::quantized::kernels::Kernels;
+use hanzo_ml::quantized::{GgmlDType, QMatMul, QTensor};
 use hanzo_ml::{Device, Tensor};
 
 fn weights(n: usize, k: usize) -> Vec<f32> {
@@ -31,7 +32,7 @@ fn weights(n: usize, k: usize) -> Vec<f32> {
         .collect()
 }
 
-fn run<B: GgmlBlock>(q: &QTensor, n: usize, k: usize, x: &[f32], m: usize) -> Vec<f32> {
+fn run<B: Kernels>(q: &QTensor, n: usize, k: usize, x: &[f32], m: usize) -> Vec<f32> {
     qmatmul_raw::<B>(q.blocks::<B>().unwrap(), n, k, x, m)
 }
 
@@ -97,8 +98,8 @@ fn bench_in_pool(c: &mut Criterion) {
                 b.iter(|| hanzo_ml::with_block_type!(dt, B => black_box(run::<B>(q, n, k, &x, 1))))
             },
         );
-        // Q8_0 as decode holds it on AVX2: repacked eight rows at a time (`interleaved`).
-        use hanzo_ml::quantized::{isa, Isa};
+        // Q8_0 as decode holds it on AVX2: repacked eight rows at a time (`cpu::interleaved`).
+        use hanzo_ml::cpu::features::{isa, Isa};
         if dt == GgmlDType::Q8_0 && matches!(isa(), Isa::Avx2 | Isa::AvxVnni) {
             let w = QMatMul::interleave(&q).unwrap();
             drop(q);

@@ -17,6 +17,7 @@ pub mod cpu;
 pub mod custom_op;
 mod device;
 mod dtype;
+mod env;
 mod error;
 pub mod io;
 pub mod layout;

@@ -11,7 +11,8 @@
 
 mod common;
 
-use hanzo_ml::quantized::blocks::*;
+use hanzo_ml::quantized::format::*;
+use hanzo_ml::quantized::kernels::Kernels;
 use hanzo_ml::quantized::{GgmlDType, QMatMul, QTensor};
 use hanzo_ml::{Device, Tensor};
 
@@ -254,7 +255,7 @@ fn repacked_weights_give_back_their_rows() {
 
 #[test]
 fn simd_kernels_agree_with_scalar_reference() {
-    fn go<B: GgmlBlock>(k: usize) -> (f32, f32) {
+    fn go<B: Kernels>(k: usize) -> (f32, f32) {
         let w = common::synthetic_weights(1, k, 1234);
         let x = common::synthetic_weights(1, k, 4321);
         let mut wq = vec![<B as bytemuck::Zeroable>::zeroed(); k / B::BLOCK_SIZE];
@@ -262,9 +263,9 @@ fn simd_kernels_agree_with_scalar_reference() {
         let mut xq =
             vec![<B::Dot as bytemuck::Zeroable>::zeroed(); k / <B::Dot as GgmlBlock>::BLOCK_SIZE];
         <B::Dot as GgmlBlock>::quantize(&x, &mut xq);
-        (B::vec_dot_fn()(&wq, &xq), B::vec_dot_scalar(&wq, &xq))
+        (B::vec_dot()(&wq, &xq), B::vec_dot_scalar(&wq, &xq))
     }
-    eprintln!("AVX2 kernels in use: {}", hanzo_ml::quantized::has_avx2());
+    eprintln!("kernels in use: {}", hanzo_ml::cpu::features::isa().name());
     for dt in QUANT_TYPES {
         let (fast, scalar) = hanzo_ml::with_block_type!(dt, B => go::<B>(4096));
         assert!(

@@ -63,9 +63,9 @@ fn same_bits(a: f32, b: f32) -> bool {
 fn dispatch_picks_best_available() {
     let all = sets();
     let chosen = kernels().name;
-    if std::env::var_os("HANZO_ML_SCALAR").is_some() {
-        assert_eq!(chosen, "scalar");
-    } else {
+    let want = hanzo_ml::cpu::simd::Kernels::for_isa(hanzo_ml::cpu::features::isa());
+    assert_eq!(chosen, want.name);
+    if std::env::var_os("HANZO_ISA").is_none() {
         assert_eq!(chosen, all.last().unwrap().name);
     }
 }

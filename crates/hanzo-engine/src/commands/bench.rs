@@ -91,8 +91,8 @@ pub fn run(a: Args) -> Result<()> {
     let bos = p.tokenizer.special().bos;
     let mut rng = rand::rngs::StdRng::seed_from_u64(1234);
     let threads = rayon::current_num_threads();
-    let kernels = hanzo_ml::quantized::isa().name();
-    eprintln!("quantized kernels: {kernels}, {threads} threads");
+    let kernels = hanzo_ml::cpu::features::isa().name();
+    eprintln!("kernels: {kernels}, {threads} threads");
     let mut rows = Vec::new();
     type Test = fn(&dyn LanguageModel, &[u32]) -> Result<f64>;
     for (name, n, f) in [("pp", a.n_prompt, pp as Test), ("tg", a.n_gen, tg as Test)] {

@@ -43,7 +43,8 @@ fn advise_huge<T>(_: &[T]) {
 /// Process-wide: asks glibc's malloc to serve buffers up to 32 MiB from its heap and to keep
 /// freed ones, instead of mapping each large buffer afresh and unmapping it on free. A forward
 /// pass allocates and frees the same few megabyte-sized activations layer after layer; mapped
-/// afresh, every one of their pages faults again (13% of a 512-token prefill was page faults).
+/// afresh, every one of their pages faults again (a visible share of a 512-token prefill in
+/// `perf`; `hanzo-engine bench -p 512` measures it).
 /// Reused heap memory costs a memset at most. Call once at start-up, before threads allocate.
 /// Does nothing on other C libraries.
 pub fn reuse_large_buffers() {

@@ -203,7 +203,8 @@ fn rope_block<T: Copy>(
 
 /// Heads (`[t, d]` blocks of `n` values) per rope task: enough that a task outweighs handing
 /// it to another thread. A decode step's few heads of one position then rotate on the calling
-/// thread: spreading Gemma 3's four query heads over rayon cost ~20 µs a layer in wake-ups.
+/// thread: spreading Gemma 3's four query heads over rayon costs more in wake-ups than the
+/// rotation itself (`hanzo-engine bench -n 128` shows it in decode).
 fn heads_per_task(n: usize) -> usize {
     super::elementwise::PAR_MIN.div_ceil(n.max(1))
 }

@@ -5,7 +5,9 @@
 pub(crate) mod alloc;
 mod buffer;
 mod elementwise;
+pub mod features;
 mod fused;
+pub(crate) mod huge_pages;
 mod indexing;
 mod matmul;
 mod par;

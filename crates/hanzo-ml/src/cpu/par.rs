@@ -1,7 +1,7 @@
 //! Parallel loops with one copy of rayon's splitting machinery for the whole crate. A rayon
 //! iterator chain is generic over its closure, so every element-wise op × dtype pair instantiated
-//! its own (~4 KB of code each, ~500 of them: 2 MB of the `hanzo-engine` binary). Here the
-//! closure is a `&dyn Fn`, so only the small per-chunk bodies are generic.
+//! its own copy (hundreds of them, megabytes of the `hanzo-engine` binary). Here the closure
+//! is a `&dyn Fn`, so only the small per-chunk bodies are generic.
 
 use rayon::prelude::*;
 

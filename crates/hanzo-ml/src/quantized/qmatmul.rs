@@ -1,19 +1,18 @@
-//! `QMatMul`: f32 activations times quantized weights, with no dequantization pass.
+//! The top layer of `quantized`: `QMatMul`, f32 activations times quantized weights with no
+//! dequantization pass.
 //!
-//! Activation rows are quantized once to the weight type's partner (Q8_0, Q8_1 or Q8_K);
-//! then every output is an integer dot product of one weight row with one activation row,
-//! done by the SIMD kernel `dot::pick_*` chose. Work is split over weight rows. With several
-//! activation rows (prefill), a small tile of weight rows stays in L1 while every activation
-//! row passes over it; from 16 rows on, types with an unpacked form take the panel GEMM in
-//! `gemm` instead. Q4_0 and Q5_0 weights are repacked eight rows at a time where the kernels
-//! are 256 bits wide (`interleaved`).
+//! It picks the path for each product (`cpu::matvec` for decode and small batches as the
+//! blocks are stored, `cpu::gemm` panels for prefill, `cpu::interleaved` for Q4_0/Q5_0/Q8_0
+//! weights repacked eight rows at a time where the kernels are 256 bits wide) and owns the
+//! repacking.
 
-use super::blocks::{BlockQ4_0, BlockQ5_0, BlockQ8_0, GgmlBlock, TileFn, VecDotFn};
-use super::interleaved::{self, Interleaved, RowGroups};
-use super::{GgmlDType, QTensor};
+use super::cpu::interleaved::{self, Interleaved, RowGroups};
+use super::cpu::matvec::{self, matvec_many, Matvec, MatvecJob};
+use super::format::interleaved::Interleave;
+use super::format::{BlockQ4_0, BlockQ5_0, BlockQ8_0, GgmlDType};
+use super::QTensor;
 use crate::{DType, Error, Result, Tensor};
-use rayon::prelude::*;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 /// A linear map `y = x Wᵀ` with `W` of shape `[out, in]`.
 #[derive(Clone, Debug)]
@@ -30,8 +29,8 @@ pub enum QMatMul {
 /// A Q4_0/Q5_0/Q8_0 weight that `interleaved` repacks on its first decode product (one
 /// activation row; a prompt's logits do not count, see `QMatMul::forward_prompt`). Until then,
 /// which covers loading and the first prompt, it is multiplied as stored, so the first token
-/// does not wait for the copy (~40 ms for Gemma 3 270M's 44 MB of Q5_0 and 178 MB Q8_0 head
-/// on 2 threads); the stored bytes' pages leave the resident set as they are copied, and
+/// does not wait for the copy (tens of milliseconds for Gemma 3 270M's 44 MB of Q5_0 and
+/// 178 MB Q8_0 head); the stored bytes' pages leave the resident set as they are copied, and
 /// nothing reads them after.
 #[derive(Debug)]
 pub struct Repacking {
@@ -49,7 +48,7 @@ impl Repacking {
                 format!(
                     "{} weight [{n}, {k}]: only Q4_0, Q5_0 and Q8_0 weights of whole groups of {} rows are repacked",
                     stored.dtype(),
-                    interleaved::ROWS
+                    super::format::interleaved::ROWS
                 ),
             ));
         }
@@ -75,17 +74,16 @@ impl Repacking {
             .as_ref()
     }
 
-    fn pack<B: interleaved::Interleave>(w: &QTensor, n: usize, k: usize) -> Interleaved<B> {
+    fn pack<B: Interleave + super::kernels::interleaved::InterleavedKernels>(
+        w: &QTensor,
+        n: usize,
+        k: usize,
+    ) -> Interleaved<B> {
         let blocks = w.blocks::<B>().expect("dtype checked in Repacking::new");
         Interleaved::new_releasing(blocks, n, k, &|bytes| w.release_bytes(bytes))
             .expect("shape checked in Repacking::new")
     }
 }
-
-/// Fewest weight rows per task for decode.
-const MATVEC_ROWS: usize = 16;
-/// Weight rows kept hot while all activation rows pass (prefill).
-const TILE_ROWS: usize = 32;
 
 impl QMatMul {
     pub fn from_qtensor(w: QTensor) -> Result<Self> {
@@ -180,7 +178,7 @@ impl QMatMul {
         };
         let k = self.weight_dims().1;
         Some(crate::with_block_type!(w.dtype(), B => {
-            if rows > 1 && super::gemm::applies::<B>(rows, k) {
+            if rows > 1 && super::cpu::gemm::applies::<B>(rows, k) {
                 GgmlDType::Q8_0
             } else {
                 <<B as GgmlBlock>::Dot as GgmlBlock>::DTYPE
@@ -270,240 +268,5 @@ impl QMatMul {
 /// `x [m, k]` times the stored blocks of `w [n, k]` transposed.
 fn as_stored(w: &QTensor, x: &[f32], m: usize) -> Result<Vec<f32>> {
     let (n, k) = QMatMul::dims_of(w)?;
-    crate::with_block_type!(w.dtype(), B => Ok(matmul::<B>(w.blocks::<B>()?, n, k, x, m)))
-}
-
-/// One weight's share of a decode step: its kernels, its rows and the activation row
-/// quantized to its partner type.
-pub(crate) trait MatvecJob: Sync {
-    fn rows(&self) -> usize;
-    /// `out[i] = w[r0 + i] · x`.
-    fn run(&self, r0: usize, out: &mut [f32]);
-}
-
-struct Matvec<'a, B: GgmlBlock> {
-    kernels: Kernels<B>,
-    w: Rows<'a, B>,
-    n: usize,
-    xq: Vec<B::Dot>,
-}
-
-impl<'a, B: GgmlBlock> Matvec<'a, B> {
-    fn new(w: &'a [B], n: usize, k: usize, x: &[f32]) -> Self {
-        let mut xq =
-            vec![<B::Dot as bytemuck::Zeroable>::zeroed(); k / <B::Dot as GgmlBlock>::BLOCK_SIZE];
-        <B::Dot as GgmlBlock>::quantize(x, &mut xq);
-        Self {
-            kernels: Kernels::pick(),
-            w: Rows::new(w, k / B::BLOCK_SIZE),
-            n,
-            xq,
-        }
-    }
-}
-
-impl<B: GgmlBlock> MatvecJob for Matvec<'_, B> {
-    fn rows(&self) -> usize {
-        self.n
-    }
-
-    fn run(&self, r0: usize, out: &mut [f32]) {
-        self.kernels.matvec(&self.w, r0, &self.xq, out)
-    }
-}
-
-/// Every job's output vector, computed in one parallel pass over row chunks: on the spinning
-/// decode team when it is free (see `cpu::team`), on rayon otherwise.
-pub(crate) fn matvec_many(jobs: &[Box<dyn MatvecJob + '_>]) -> Vec<Vec<f32>> {
-    let mut outs: Vec<Vec<f32>> = jobs.iter().map(|j| vec![0f32; j.rows()]).collect();
-    let team = crate::cpu::team::global();
-    let rows = chunk_rows(jobs.iter().map(|j| j.rows()).sum(), team.threads());
-    let tasks: Vec<(&dyn MatvecJob, usize, Mutex<&mut [f32]>)> = jobs
-        .iter()
-        .zip(outs.iter_mut())
-        .flat_map(|(j, o)| {
-            o.chunks_mut(rows)
-                .enumerate()
-                .map(move |(c, o)| (j.as_ref(), c * rows, Mutex::new(o)))
-        })
-        .collect();
-    let run = |(j, r0, o): &(&dyn MatvecJob, usize, Mutex<&mut [f32]>)| {
-        // Each task index is claimed once, so the lock is never contended.
-        j.run(*r0, &mut o.lock().unwrap_or_else(|e| e.into_inner()));
-    };
-    if !team.run(tasks.len(), &|i| run(&tasks[i])) {
-        tasks.par_iter().for_each(run);
-    }
-    outs
-}
-
-/// Rows per decode task: about `TASKS_PER_THREAD` tasks per thread, so a thread slowed down
-/// by the machine leaves its share to the others, but at least `MATVEC_ROWS` so a claim (one
-/// shared atomic) is small next to the rows it buys. Whole groups of interleaved rows (a
-/// multiple of `MATVEC_TILE` too).
-fn chunk_rows(total: usize, threads: usize) -> usize {
-    const TASKS_PER_THREAD: usize = 16;
-    total
-        .div_ceil(threads * TASKS_PER_THREAD)
-        .next_multiple_of(interleaved::ROWS)
-        .max(MATVEC_ROWS)
-}
-
-/// `x [m, k]` (row-major f32) times `w [n, k]` (blocks) transposed → `[m, n]`.
-pub fn matmul<B: GgmlBlock>(w: &[B], n: usize, k: usize, x: &[f32], m: usize) -> Vec<f32> {
-    if m == 0 || n == 0 {
-        return vec![0f32; m * n];
-    }
-    if m == 1 {
-        let job: Box<dyn MatvecJob> = Box::new(Matvec::new(w, n, k, x));
-        return matvec_many(&[job]).pop().expect("one job");
-    }
-    if let Some(out) = super::gemm::matmul(w, n, k, x, m) {
-        return out;
-    }
-    let wpr = k / B::BLOCK_SIZE;
-    let xpr = k / <B::Dot as GgmlBlock>::BLOCK_SIZE;
-    let mut xq = vec![<B::Dot as bytemuck::Zeroable>::zeroed(); m * xpr];
-    xq.par_chunks_mut(xpr.max(1))
-        .zip(x.par_chunks(k.max(1)))
-        .for_each(|(q, x)| <B::Dot as GgmlBlock>::quantize(x, q));
-    let kernels = Kernels::<B>::pick();
-    let wrows = Rows::new(w, wpr);
-    let xrows = Rows::new(&xq, xpr);
-    let mut out = vec![0f32; m * n];
-    // Each task fills a [TILE_ROWS, m] tile of the transposed output.
-    let mut out_t = vec![0f32; n * m];
-    out_t
-        .par_chunks_mut(TILE_ROWS * m)
-        .enumerate()
-        .for_each(|(t, tile)| kernels.tile(&wrows, t * TILE_ROWS, &xrows, m, tile));
-    for (j, o) in out.chunks_exact_mut(n).enumerate() {
-        for (r, o) in o.iter_mut().enumerate() {
-            *o = out_t[r * m + j];
-        }
-    }
-    out
-}
-
-/// Decode: ask for the bytes of rows `r..r + n` a fixed distance ahead (see `dot::prefetch_ahead`).
-#[inline(always)]
-fn prefetch_rows<B>(w: &Rows<B>, r: usize, n: usize) {
-    let span = w.span(r, n);
-    let (at, bytes) = (span.as_ptr() as *const u8, std::mem::size_of_val(span));
-    if w.streamed {
-        super::dot::prefetch_ahead::<true>(at, bytes)
-    } else {
-        super::dot::prefetch_ahead::<false>(at, bytes)
-    }
-}
-
-/// A matrix of blocks stored row after row.
-struct Rows<'a, B> {
-    blocks: &'a [B],
-    per_row: usize,
-    /// Larger than the last-level cache: decode prefetches it as non-temporal.
-    streamed: bool,
-}
-
-impl<'a, B> Rows<'a, B> {
-    fn new(blocks: &'a [B], per_row: usize) -> Self {
-        let streamed = super::dot::streamed(std::mem::size_of_val(blocks));
-        Self {
-            blocks,
-            per_row,
-            streamed,
-        }
-    }
-
-    /// Rows `r..r + n`, which lie back to back in memory.
-    fn span(&self, r: usize, n: usize) -> &'a [B] {
-        &self.blocks[r * self.per_row..(r + n) * self.per_row]
-    }
-
-    fn row(&self, r: usize) -> &'a [B] {
-        &self.blocks[r * self.per_row..(r + 1) * self.per_row]
-    }
-}
-
-/// The kernels for one weight type: tiles where the CPU has them, the single dot for the
-/// edges (and for every type without tiles).
-struct Kernels<B: GgmlBlock> {
-    one: VecDotFn<B>,
-    rows: Option<TileFn<B, MATVEC_TILE, 1>>,
-    tile: Option<TileFn<B, TILE_R, TILE_C>>,
-}
-
-/// Weight rows per kernel call in decode.
-const MATVEC_TILE: usize = 4;
-/// Prefill tile: weight rows × activation rows per kernel call.
-const TILE_R: usize = 2;
-const TILE_C: usize = 4;
-/// Activation rows per pass over a task's weight rows.
-const COLUMN_CHUNK: usize = 16;
-
-impl<B: GgmlBlock> Kernels<B> {
-    fn pick() -> Self {
-        // Several rows per call pay off for the 32-element types, where the activation block
-        // and its scale are a large share of each step. The AVX2 k-quant kernels already hold
-        // enough state per row that more rows spill registers (measured slower); AVX-512's 32
-        // registers take 4 rows (Q6_K matvec +20% measured, Q4_K unchanged).
-        use crate::quantized::dot::{isa, Isa};
-        let several_rows = B::BLOCK_SIZE == 32 || isa() >= Isa::Avx512Vnni;
-        Self {
-            one: B::vec_dot_fn(),
-            rows: if several_rows { B::tile_fn() } else { None },
-            tile: B::tile_fn(),
-        }
-    }
-
-    /// `out[i] = w[r0 + i] · x`.
-    fn matvec(&self, w: &Rows<B>, r0: usize, x: &[B::Dot], out: &mut [f32]) {
-        let mut i = 0;
-        if let Some(rows) = self.rows {
-            while i + MATVEC_TILE <= out.len() {
-                prefetch_rows(w, r0 + i, MATVEC_TILE);
-                let y = rows(std::array::from_fn(|k| w.row(r0 + i + k)), [x]);
-                for (k, y) in y.iter().enumerate() {
-                    out[i + k] = y[0];
-                }
-                i += MATVEC_TILE;
-            }
-        }
-        for (k, o) in out.iter_mut().enumerate().skip(i) {
-            prefetch_rows(w, r0 + k, 1);
-            *o = (self.one)(w.row(r0 + k), x);
-        }
-    }
-
-    /// `out[i * m + j] = w[r0 + i] · x[j]` for every activation row j (m of them).
-    fn tile(&self, w: &Rows<B>, r0: usize, x: &Rows<B::Dot>, m: usize, out: &mut [f32]) {
-        let rows = out.len() / m;
-        // Columns go in chunks small enough to stay in L2 while every row pair of this task
-        // passes over them (each pair itself staying in L1).
-        for c0 in (0..m).step_by(COLUMN_CHUNK) {
-            let cols = COLUMN_CHUNK.min(m - c0);
-            let (mut i, mut j) = (0, 0);
-            if let Some(tile) = self.tile {
-                while i + TILE_R <= rows {
-                    j = 0;
-                    while j + TILE_C <= cols {
-                        let xs = std::array::from_fn(|c| x.row(c0 + j + c));
-                        let y = tile(std::array::from_fn(|r| w.row(r0 + i + r)), xs);
-                        for (r, y) in y.iter().enumerate() {
-                            out[(i + r) * m + c0 + j..][..TILE_C].copy_from_slice(y);
-                        }
-                        j += TILE_C;
-                    }
-                    i += TILE_R;
-                }
-            }
-            // The ragged right and bottom edges take the single dot.
-            for r in 0..rows {
-                let from = if r < i { j } else { 0 };
-                for c in from..cols {
-                    out[r * m + c0 + c] = (self.one)(w.row(r0 + r), x.row(c0 + c));
-                }
-            }
-        }
-    }
+    crate::with_block_type!(w.dtype(), B => Ok(matvec::matmul::<B>(w.blocks::<B>()?, n, k, x, m)))
 }

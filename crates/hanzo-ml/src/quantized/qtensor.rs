@@ -1,7 +1,6 @@
 //! `QTensor`: raw ggml blocks with a shape and a type, owned or borrowed from a memory map.
 
-use super::blocks::GgmlBlock;
-use super::GgmlDType;
+use super::format::{GgmlBlock, GgmlDType};
 use crate::{DType, Device, Error, Result, Shape, Tensor};
 use rayon::prelude::*;
 use std::sync::Arc;
@@ -197,7 +196,7 @@ impl QTensor {
             let end = (map.as_ptr() as usize + offset + to) & !(PAGE - 1);
             if end > start {
                 // Held across the call: no piece moves onto anonymous memory meanwhile.
-                let guard = super::gguf::huge_pages::MOVED.lock();
+                let guard = crate::cpu::huge_pages::MOVED.lock();
                 let advice = if *guard.as_deref().unwrap_or(&true) {
                     libc::MADV_PAGEOUT
                 } else {

@@ -336,23 +336,16 @@ impl Query {
     }
 }
 
-/// AVX2, FMA and F16C: what the f16/f32 kernels here and in `numerics` need.
+/// AVX2, FMA and F16C: what the f16/f32 kernels here and in `numerics` need (the workspace's
+/// one feature detection, which `HANZO_ISA` caps).
 #[cfg(target_arch = "x86_64")]
 pub(super) fn has_f16c() -> bool {
-    use std::sync::OnceLock;
-    static F: OnceLock<bool> = OnceLock::new();
-    *F.get_or_init(|| {
-        is_x86_feature_detected!("avx2")
-            && is_x86_feature_detected!("fma")
-            && is_x86_feature_detected!("f16c")
-    })
+    hanzo_ml::cpu::features::isa() >= hanzo_ml::cpu::features::Isa::Avx2
 }
 
 #[cfg(target_arch = "x86_64")]
 fn has_avx512() -> bool {
-    use std::sync::OnceLock;
-    static F: OnceLock<bool> = OnceLock::new();
-    *F.get_or_init(|| is_x86_feature_detected!("avx512f"))
+    hanzo_ml::cpu::features::isa() >= hanzo_ml::cpu::features::Isa::Avx512
 }
 
 /// Rounds every value to the nearest f16 (ties to even), kept as f32.

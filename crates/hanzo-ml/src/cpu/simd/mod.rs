@@ -1,10 +1,12 @@
 //! f32 row kernels with runtime SIMD dispatch. `scalar` is always compiled and is the
-//! reference the vectorised paths are tested against; `Kernels::detect()` picks the best set
-//! for this CPU once per process (set `HANZO_ML_SCALAR` to force the scalar set).
+//! reference the vectorised paths are tested against; `kernels()` gives the set for the
+//! instruction set `cpu::features::isa` chose (`HANZO_ISA` caps it).
 //!
-//! Vector sets: AVX2+FMA and AVX-512F on x86_64, NEON on aarch64. Each is a private module
-//! whose `kernels()` returns its table only after checking the CPU at runtime, so the safe fn
-//! pointers in a table are always sound to call.
+//! Vector sets: AVX2+FMA and AVX-512F on x86_64, NEON on aarch64. Each op is written once,
+//! in `rows`, over the small vector interface of `vector`; each instruction set implements
+//! that interface (`avx2`, `avx512`, `neon`) and gets its table from `row_kernels!`. A table
+//! is built only for an instruction set the CPU has, so the safe fn pointers in it are always
+//! sound to call.
 
 pub mod scalar;
 
@@ -14,7 +16,18 @@ mod avx2;
 mod avx512;
 #[cfg(target_arch = "aarch64")]
 mod neon;
+#[cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    allow(dead_code)
+)]
+mod rows;
+#[cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    allow(dead_code)
+)]
+mod vector;
 
+use super::features::Isa;
 use std::sync::OnceLock;
 
 /// `layer_norm(x, weight, bias, eps, out)`.
@@ -77,32 +90,39 @@ impl Kernels {
         rope_interleaved: scalar::rope_interleaved,
     };
 
-    /// Every kernel set this CPU can run, best last (scalar first). Tests compare them all.
-    pub fn available() -> Vec<Kernels> {
-        #[allow(unused_mut)]
-        let mut all = vec![Self::SCALAR];
-        #[cfg(target_arch = "x86_64")]
-        {
-            all.extend(avx2::kernels());
-            all.extend(avx512::kernels());
+    /// The table for one instruction set (which this CPU must support): the AVX2 table
+    /// serves AVX-VNNI too, whose extra instructions are integer ones.
+    pub fn for_isa(isa: Isa) -> Kernels {
+        assert!(isa.supported(), "{isa:?} kernels on a CPU without them");
+        // SAFETY (each `assume`): `isa` is supported (asserted above), and each level's
+        // features include those its table's token stands for.
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => avx512::table(unsafe { avx512::Avx512::assume() }),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 | Isa::AvxVnni => avx2::table(unsafe { avx2::Avx2::assume() }),
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => neon::table(unsafe { neon::Neon::assume() }),
+            _ => Self::SCALAR,
         }
-        #[cfg(target_arch = "aarch64")]
-        all.extend(neon::kernels());
-        all
     }
 
-    fn detect() -> Kernels {
-        if std::env::var_os("HANZO_ML_SCALAR").is_some() {
-            return Self::SCALAR;
+    /// Every distinct kernel set this CPU can run, best last (scalar first). Tests compare them all.
+    pub fn available() -> Vec<Kernels> {
+        let mut all: Vec<Kernels> = Vec::new();
+        for k in Isa::available().into_iter().map(Self::for_isa) {
+            if all.last().is_none_or(|last| last.name != k.name) {
+                all.push(k);
+            }
         }
-        Self::available().pop().unwrap_or(Self::SCALAR)
+        all
     }
 }
 
 /// The kernels chosen for this process.
 pub fn kernels() -> &'static Kernels {
     static K: OnceLock<Kernels> = OnceLock::new();
-    K.get_or_init(Kernels::detect)
+    K.get_or_init(|| Kernels::for_isa(super::features::isa()))
 }
 
 // Dispatchers with the signatures of `op::UnaryOpT::F32_VEC` / `op::BinaryOpT::F32_VEC`.

@@ -2,7 +2,6 @@
 //! directory, then the aligned data section. Reading memory-maps the file and hands out
 //! zero-copy `QTensor`s; writing streams tensors so a large model never has to sit in memory.
 
-pub(crate) mod huge_pages;
 mod read;
 mod value;
 mod write;
@@ -33,9 +32,10 @@ pub struct TensorInfo {
 }
 
 /// Moves a GGUF file's memory map onto 2 MiB pages in place: decoding reads every weight
-/// once per token and runs faster from huge pages (see `huge_pages.rs`). Every tensor,
+/// once per token and runs faster from huge pages (see `cpu::huge_pages`). Every tensor,
 /// borrowed already or not, reads the same bytes throughout, so the model can run while it
-/// moves. Copying ~250 MB takes 0.1-0.9 s, hence `spawn`. Nothing happens where transparent
+/// moves. Copying a few hundred megabytes takes a large fraction of a second, hence `spawn`.
+/// Nothing happens where transparent
 /// huge pages are off (or `HANZO_HUGE_PAGES=0`); if the move fails part-way, the rest of the
 /// map stays on 4 KiB pages, which is still correct.
 pub struct HugePages {
@@ -46,7 +46,7 @@ pub struct HugePages {
 impl HugePages {
     /// Moves the map now; returns the bytes moved. Stops early once the map is dropped.
     pub fn run(self) -> Result<usize> {
-        Ok(huge_pages::promote(&self.map, &self.file)?)
+        Ok(crate::cpu::huge_pages::promote(&self.map, &self.file)?)
     }
 
     /// Moves the map in a background thread; `None` if no thread could start.
@@ -76,7 +76,7 @@ impl GgufFile {
         // truncated or rewritten by another process while it is open.
         let map = unsafe { memmap2::Mmap::map(&file) }?;
         // Where the file is not cached yet, lets the kernel read it into 2 MiB page-cache
-        // folios and map those whole (see `huge_pages.rs`); a hint, so failure is harmless.
+        // folios and map those whole (see `cpu::huge_pages`); a hint, so failure is harmless.
         #[cfg(target_os = "linux")]
         let _ = map.advise(memmap2::Advice::HugePage);
         let content = GgufContent::parse(&map)

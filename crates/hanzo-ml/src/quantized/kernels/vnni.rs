@@ -3,7 +3,7 @@
 //! k-quant types keep their AVX2 kernels, whose `madd` already applies the sub-block scales.
 
 use super::avx2::{self, ByteDot};
-use crate::quantized::blocks::*;
+use crate::quantized::format::*;
 use std::arch::x86_64::*;
 
 /// `vpdpbusd ymm` from the AVX-VNNI extension (Alder Lake, Sapphire Rapids, Zen 5).

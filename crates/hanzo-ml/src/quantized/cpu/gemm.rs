@@ -2,34 +2,13 @@
 //!
 //! Each task unpacks one panel of weight rows (16 on AVX-512, 8 on AVX2) into bytes with
 //! per-group scales and mins (`GgmlBlock::unpacking`), interleaved for the kernels in
-//! `dot::panel`, and passes every activation row over it. Unpacking a row costs about as much
+//! `kernels::panel`, and passes every activation row over it. Unpacking a row costs about as much
 //! as a few activation rows, so small batches keep the tile path in `qmatmul`.
 
-use super::blocks::{BlockQ8_0, GgmlBlock, Unpacking};
+use crate::quantized::format::{BlockQ8_0, GgmlBlock, Unpacking};
+use crate::quantized::kernels::panel::{pick_panel, Panel, PanelFn, PanelRow};
+use crate::quantized::kernels::QuantizeRow;
 use rayon::prelude::*;
-
-/// One activation row: its Q8_0 blocks, and per weight scale group the block scale `d` and
-/// `d · Σ q` over the group's elements.
-// Only the x86 kernels read panels so far (no NEON panel kernel yet).
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-#[derive(Clone, Copy)]
-pub(crate) struct PanelRow<'a> {
-    pub q: &'a [BlockQ8_0],
-    pub d: &'a [f32],
-    pub dsum: &'a [f32],
-}
-
-/// `rows` weight rows, interleaved: levels `4t..4t + 4` of row `r` at `u[(t * rows + r) * 4..]`,
-/// group `g`'s scale and min of row `r` at `[g * rows + r]`.
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-pub(crate) struct Panel<'a> {
-    pub u: &'a [u8],
-    pub scale: &'a [f32],
-    pub min: &'a [f32],
-}
-
-/// `out[c * rows + r] = (panel row r) · x[c]` for every activation row `c`.
-pub(crate) type PanelFn = fn(&Panel, &[PanelRow], &mut [f32]);
 
 /// Fewer activation rows than this take the tile path: there, each weight block is unpacked
 /// per call rather than once, which is cheaper for a handful of rows.
@@ -51,7 +30,7 @@ fn panel_kernel(m: usize, k: usize, group: usize, max_level: u8) -> Option<(usiz
     if m < MIN_ROWS || k == 0 || !k.is_multiple_of(32) {
         return None;
     }
-    super::dot::pick_panel(group, max_level)
+    pick_panel(group, max_level)
 }
 
 /// Whether `matmul` takes `m` activation rows of width `k` (which it quantizes to Q8_0).
@@ -77,7 +56,7 @@ pub(crate) fn matmul<B: GgmlBlock>(
 }
 
 /// The panel kernel for `m` activation rows of width `k` whose weights come already unpacked
-/// `rows_wanted` rows at a time (see `quantized::interleaved`): `None` where this CPU's
+/// `rows_wanted` rows at a time (see `cpu::interleaved`): `None` where this CPU's
 /// panels hold a different number of rows, or where the tile path suits `m` better.
 pub(crate) fn plan_prepacked(
     m: usize,
@@ -107,7 +86,7 @@ pub(crate) fn over_panels(
     let acts = Activations::new(x, m, k, group);
     let xs: Vec<PanelRow> = (0..m).map(|j| acts.row(j)).collect();
     // Every element is written below exactly once, so the buffer starts uninitialised (a
-    // zeroing pass over a 4 MB output was 4% of a prefill).
+    // zeroing pass over a 4 MB output is a visible share of a prefill).
     let mut out: Vec<f32> = Vec::with_capacity(m * n);
     let sink = Sink {
         ptr: out.as_mut_ptr(),
@@ -152,11 +131,12 @@ impl Activations {
         let mut q = vec![<BlockQ8_0 as bytemuck::Zeroable>::zeroed(); m * blocks];
         let mut d = vec![0f32; m * groups];
         let mut dsum = vec![0f32; m * groups];
+        let quantize = BlockQ8_0::quantize_row();
         q.par_chunks_mut(blocks)
             .zip(d.par_chunks_mut(groups).zip(dsum.par_chunks_mut(groups)))
             .zip(x.par_chunks(k))
             .for_each(|((q, (d, dsum)), x)| {
-                BlockQ8_0::quantize(x, q);
+                quantize(x, q);
                 for (g, (d, dsum)) in d.iter_mut().zip(dsum.iter_mut()).enumerate() {
                     let (b, at) = (&q[g * group / 32], (g * group) % 32);
                     let sum: i32 = b.qs[at..at + group].iter().map(|&v| v as i32).sum();

@@ -3,7 +3,7 @@
 //! sums are then scaled in f32 by the scalar dot's own formula, so the tiles give its results
 //! bit for bit. Every other type takes the scalar dot on AArch64.
 
-use crate::quantized::blocks::*;
+use crate::quantized::format::*;
 use std::arch::aarch64::*;
 
 /// A block's 32 signed levels as two 16-byte vectors.

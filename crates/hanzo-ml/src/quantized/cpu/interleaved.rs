@@ -1,231 +1,17 @@
-//! Q4_0, Q5_0 and Q8_0 weights repacked eight rows at a time, for CPUs whose quantized
-//! kernels are 256 bits wide (AVX2, AVX-VNNI).
+//! Decode and prefill over weights repacked eight rows at a time (`format::interleaved`), for
+//! CPUs whose quantized kernels are 256 bits wide (AVX2, AVX-VNNI).
 //!
-//! Row by row, a Q5_0 dot product spends most of its work per block on overhead: spreading
-//! 32 fifth bits into bytes, moving the weight's sign onto the activation for `maddubs`,
-//! converting one scale and, per row, a horizontal sum. Eight rows interleaved put 4 levels of
-//! each row in one 256-bit vector, stored unsigned (`u = level + OFFSET`), so one `maddubs`
-//! against 4 activation bytes broadcast to every lane advances eight dot products in their own
-//! lanes; the eight scales convert in one instruction, the fifth bits come out of one plane
-//! with a mask and a shift per step, and `OFFSET · Σ x` is subtracted once per block. The
-//! repacked weight takes exactly the bytes of the original (`BlockQ5_0x8` is eight
-//! `BlockQ5_0`s). Prefill reads it too: a panel of the GEMM (`gemm`) is the same eight-row
-//! interleaving, unpacked.
-//!
-//! On the AMD EPYC Zen 3 VM (2 vCPUs, AVX2) one thread streamed a 4096x4096 Q5_0 matvec at
-//! 10.6 GB/s row by row and 27.9 GB/s interleaved (a C prototype of both kernels); Gemma 3
-//! 270M (Q5_0 attention and FFN-down weights) decodes 6.6% faster (tg128 75.0 -> 79.9 t/s,
-//! median of 5 alternating rounds, 1.04-1.15x in each).
-//!
-//! Q8_0 takes the same layout with its levels kept signed (`BlockQ8_0x8`): `level + 128`
-//! would overflow `maddubs`' pair sums, so its kernel moves each weight's sign onto the
-//! broadcast activation instead. A row-by-row Q8_0 dot spends ~12 instructions per 34-byte
-//! block on converting and broadcasting one scale, a horizontal sum per row and the sign
-//! juggling; interleaved it is 5 per 32 bytes. In a C prototype on the AMD EPYC Zen 3 VM
-//! (2 threads, Gemma 3's 262144 x 640 Q8_0 output head), 8.0-12.2 GB/s row by row against
-//! 13.4-20.2 GB/s interleaved from DRAM (the bare read gave 15-20 GB/s that hour), and 37
-//! against 62 GB/s from L2. In this crate (`cargo bench --bench quant -- qmatvec_dram`, a
-//! 712 MB Q8_0 matrix, quiet hour): 25.5 GiB/s as stored, 33.5 GiB/s repacked, a plain read
-//! 30.7 GiB/s; Gemma 3 tg128 +5.6% (4 alternating rounds, 1.01-1.07x in each).
+//! Decode runs the interleaved dot kernel over groups of eight rows; prefill reads the same
+//! copy as GEMM panels (`gemm`), whose eight-row interleaving is the same, unpacked.
 
-use super::blocks::{nibbles, nibbles_5, BlockQ4_0, BlockQ5_0, BlockQ8_0, GgmlBlock};
 use super::gemm;
-use super::qmatmul::MatvecJob;
-use super::GgmlDType;
+use super::matvec::MatvecJob;
+use crate::quantized::format::interleaved::{XRow, ROWS};
+use crate::quantized::format::{BlockQ8_0, GgmlDType};
+use crate::quantized::kernels::interleaved::{DotFn, InterleavedKernels};
+use crate::quantized::kernels::{isa, Isa, QuantizeRow};
 use crate::{Error, Result};
-use half::f16;
 use rayon::prelude::*;
-
-/// Rows per interleaved group.
-pub const ROWS: usize = 8;
-
-/// Block `i` of eight consecutive rows of Q4_0. Level `j` of row `r`, as `u = level + 8`,
-/// belongs to step `t = j / 4`, byte `4r + j % 4` of that step's 32 bytes. Steps `t` and
-/// `t + 4` share `qs[32 (t % 4)..][..32]`: step `t`'s in the low nibbles, step `t + 4`'s in the
-/// high ones.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
-pub struct BlockQ4_0x8 {
-    pub d: [f16; ROWS],
-    pub qs: [u8; 128],
-}
-
-/// Block `i` of eight consecutive rows of Q5_0: as `BlockQ4_0x8` with `u = level + 16`,
-/// whose low four bits sit in `qs` and whose fifth bit is bit `t` of `qh[4r + j % 4]`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
-pub struct BlockQ5_0x8 {
-    pub d: [f16; ROWS],
-    pub qh: [u8; 32],
-    pub qs: [u8; 128],
-}
-
-/// Block `i` of eight consecutive rows of Q8_0: level `j` of row `r` at
-/// `qs[32 (j / 4) + 4r + j % 4]`, signed as stored (the unsigned level is `q + 128`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
-pub struct BlockQ8_0x8 {
-    pub d: [f16; ROWS],
-    pub qs: [i8; 256],
-}
-
-const _: () = assert!(std::mem::size_of::<BlockQ4_0x8>() == ROWS * 18);
-const _: () = assert!(std::mem::size_of::<BlockQ5_0x8>() == ROWS * 22);
-const _: () = assert!(std::mem::size_of::<BlockQ8_0x8>() == ROWS * 34);
-
-/// Unsigned levels of a repacked block: `[t][4r + b]` is level `4t + b` of row `r`.
-pub type Steps = [[u8; 32]; 8];
-
-/// A 32-element type with symmetric levels that can be stored eight rows at a time.
-pub trait Interleave: GgmlBlock<Dot = BlockQ8_0> {
-    type X8: bytemuck::Pod + Send + Sync + std::fmt::Debug;
-    /// `u = level + OFFSET` is unsigned.
-    const OFFSET: i32;
-    /// The largest `u`.
-    const MAX_LEVEL: u8;
-
-    /// This block's 32 unsigned levels, in element order.
-    fn levels(&self) -> [u8; 32];
-    /// Blocks `i` of eight consecutive rows, as one.
-    fn pack(rows: [&Self; ROWS]) -> Self::X8;
-    /// The unsigned levels, by the portable code the SIMD expansion is checked against.
-    fn unpack(b: &Self::X8) -> Steps;
-    fn scales(b: &Self::X8) -> &[f16; ROWS];
-    /// The dot kernel for `C` activation rows, the fastest this CPU has; `streamed` for a
-    /// weight larger than the last-level cache (see `dot::prefetch_ahead`).
-    fn kernel<const C: usize>(streamed: bool) -> DotFn<Self, C>;
-    /// `unpack` into bytes (`[t][4r + b]` at `32t + 4r + b`), the fastest this CPU has.
-    fn expand() -> ExpandFn<Self>;
-}
-
-/// `[c][r]` = row `r` of a group (`w`, one block per 32 elements) times activation row `c`.
-pub type DotFn<B, const C: usize> = fn(&[<B as Interleave>::X8], [XRow<'_>; C]) -> [[f32; ROWS]; C];
-
-pub type ExpandFn<B> = fn(&<B as Interleave>::X8, &mut [u8; 256]);
-
-/// The interleaved nibble planes are the rows' own `qs` bytes, four at a time: byte `j < 16`
-/// of a row holds elements `j` and `j + 16`, which are steps `j / 4` and `j / 4 + 4` at the same
-/// byte `4r + j % 4`.
-fn interleave_qs(rows: [&[u8; 16]; ROWS]) -> [u8; 128] {
-    bytemuck::cast(interleave_words::<4, 32>(rows.map(|q| bytemuck::cast(*q))))
-}
-
-/// Word `t` of row `r` at `8t + r` (`N = 8W`): the 4-byte steps of eight rows interleaved,
-/// moved a word at a time rather than byte by byte (the 178 MB head repacked 15% faster).
-fn interleave_words<const W: usize, const N: usize>(rows: [[u32; W]; ROWS]) -> [u32; N] {
-    std::array::from_fn(|i| rows[i % ROWS][i / ROWS])
-}
-
-fn nibble_of(qs: &[u8; 128], t: usize, p: usize) -> u8 {
-    (qs[32 * (t % 4) + p] >> (4 * (t / 4))) & 15
-}
-
-fn portable_expand<B: Interleave>(b: &B::X8, out: &mut [u8; 256]) {
-    out.copy_from_slice(B::unpack(b).as_flattened());
-}
-
-impl Interleave for BlockQ4_0 {
-    type X8 = BlockQ4_0x8;
-    const OFFSET: i32 = 8;
-    const MAX_LEVEL: u8 = 15;
-
-    fn levels(&self) -> [u8; 32] {
-        nibbles(&self.qs)
-    }
-    fn pack(rows: [&Self; ROWS]) -> BlockQ4_0x8 {
-        BlockQ4_0x8 {
-            d: rows.map(|b| b.d),
-            qs: interleave_qs(rows.map(|b| &b.qs)),
-        }
-    }
-    fn unpack(b: &BlockQ4_0x8) -> Steps {
-        std::array::from_fn(|t| std::array::from_fn(|p| nibble_of(&b.qs, t, p)))
-    }
-    fn scales(b: &BlockQ4_0x8) -> &[f16; ROWS] {
-        &b.d
-    }
-    fn kernel<const C: usize>(streamed: bool) -> DotFn<Self, C> {
-        super::dot::pick_x8_q4_0::<C>(streamed)
-    }
-    fn expand() -> ExpandFn<Self> {
-        super::dot::pick_x8_expand_q4_0().unwrap_or(portable_expand::<Self>)
-    }
-}
-
-impl Interleave for BlockQ5_0 {
-    type X8 = BlockQ5_0x8;
-    const OFFSET: i32 = 16;
-    const MAX_LEVEL: u8 = 31;
-
-    fn levels(&self) -> [u8; 32] {
-        nibbles_5(&self.qs, self.qh)
-    }
-    fn pack(rows: [&Self; ROWS]) -> BlockQ5_0x8 {
-        // Byte 4r + b gathers the fifth bits of elements b, b + 4, ..., b + 28 of row r.
-        let high = rows.map(|b| u32::from_le_bytes(b.qh));
-        BlockQ5_0x8 {
-            d: rows.map(|b| b.d),
-            qh: std::array::from_fn(|p| {
-                let h = high[p / 4] >> (p % 4);
-                (0..8).fold(0u8, |acc, t| acc | (((h >> (4 * t)) & 1) as u8) << t)
-            }),
-            qs: interleave_qs(rows.map(|b| &b.qs)),
-        }
-    }
-    fn unpack(b: &BlockQ5_0x8) -> Steps {
-        std::array::from_fn(|t| {
-            std::array::from_fn(|p| nibble_of(&b.qs, t, p) | ((b.qh[p] >> t) & 1) << 4)
-        })
-    }
-    fn scales(b: &BlockQ5_0x8) -> &[f16; ROWS] {
-        &b.d
-    }
-    fn kernel<const C: usize>(streamed: bool) -> DotFn<Self, C> {
-        super::dot::pick_x8_q5_0::<C>(streamed)
-    }
-    fn expand() -> ExpandFn<Self> {
-        super::dot::pick_x8_expand_q5_0().unwrap_or(portable_expand::<Self>)
-    }
-}
-
-impl Interleave for BlockQ8_0 {
-    type X8 = BlockQ8_0x8;
-    const OFFSET: i32 = 128;
-    const MAX_LEVEL: u8 = 255;
-
-    fn levels(&self) -> [u8; 32] {
-        self.qs.map(|q| q as u8 ^ 0x80)
-    }
-    fn pack(rows: [&Self; ROWS]) -> BlockQ8_0x8 {
-        BlockQ8_0x8 {
-            d: rows.map(|b| b.d),
-            qs: bytemuck::cast(interleave_words::<8, 64>(
-                rows.map(|b| bytemuck::cast(b.qs)),
-            )),
-        }
-    }
-    fn unpack(b: &BlockQ8_0x8) -> Steps {
-        std::array::from_fn(|t| std::array::from_fn(|p| b.qs[32 * t + p] as u8 ^ 0x80))
-    }
-    fn scales(b: &BlockQ8_0x8) -> &[f16; ROWS] {
-        &b.d
-    }
-    fn kernel<const C: usize>(streamed: bool) -> DotFn<Self, C> {
-        super::dot::pick_x8_q8_0::<C>(streamed)
-    }
-    fn expand() -> ExpandFn<Self> {
-        super::dot::pick_x8_expand_q8_0().unwrap_or(portable_expand::<Self>)
-    }
-}
-
-/// One activation row quantized to Q8_0, with each block's scale in f32 and the sum of its
-/// levels (for the `OFFSET · Σ x` term).
-#[derive(Clone, Copy)]
-pub struct XRow<'a> {
-    pub q: &'a [BlockQ8_0],
-    pub d: &'a [f32],
-    pub sum: &'a [i32],
-}
 
 /// `m` activation rows of width `k`, quantized once for every group of weight rows.
 struct Activations {
@@ -239,11 +25,12 @@ impl Activations {
     fn new(x: &[f32], m: usize, k: usize) -> Self {
         let blocks = k / 32;
         let mut q = vec![<BlockQ8_0 as bytemuck::Zeroable>::zeroed(); m * blocks];
+        let quantize = BlockQ8_0::quantize_row();
         for (q, x) in q
             .chunks_exact_mut(blocks.max(1))
             .zip(x.chunks_exact(k.max(1)))
         {
-            BlockQ8_0::quantize(x, q);
+            quantize(x, q);
         }
         let d = q.iter().map(|b| b.d.to_f32()).collect();
         let sum = q
@@ -263,47 +50,21 @@ impl Activations {
     }
 }
 
-/// The portable kernel; the SIMD ones give the same floats (the same integer block sums,
-/// then one fused multiply-add per block and row).
-pub(crate) fn dot_scalar<B: Interleave, const C: usize>(
-    w: &[B::X8],
-    x: [XRow; C],
-) -> [[f32; ROWS]; C] {
-    let mut acc = [[0f32; ROWS]; C];
-    for (i, b) in w.iter().enumerate() {
-        let u = B::unpack(b);
-        let d = B::scales(b).map(f16::to_f32);
-        for (acc, x) in acc.iter_mut().zip(&x) {
-            let q = &x.q[i].qs;
-            for (r, acc) in acc.iter_mut().enumerate() {
-                let mut s = -B::OFFSET * x.sum[i];
-                for (t, step) in u.iter().enumerate() {
-                    for b in 0..4 {
-                        s += step[4 * r + b] as i32 * q[4 * t + b] as i32;
-                    }
-                }
-                *acc = (d[r] * x.d[i]).mul_add(s as f32, *acc);
-            }
-        }
-    }
-    acc
-}
-
 /// A `[n, k]` weight repacked: group `g` (rows `8g..8g + 8`) has its blocks at
 /// `blocks[g * k / 32..][..k / 32]`.
-pub struct Interleaved<B: Interleave> {
+pub struct Interleaved<B: InterleavedKernels> {
     blocks: Vec<B::X8>,
     n: usize,
     k: usize,
 }
 
-impl<B: Interleave> std::fmt::Debug for Interleaved<B> {
+impl<B: InterleavedKernels> std::fmt::Debug for Interleaved<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Interleaved({}, [{}, {}])", B::DTYPE, self.n, self.k)
     }
 }
 
-impl<B: Interleave> Interleaved<B> {
+impl<B: InterleavedKernels> Interleaved<B> {
     /// Repacks `w` (`[n, k]`, row after row); `n` must be a multiple of 8.
     pub fn new(w: &[B], n: usize, k: usize) -> Result<Self> {
         Self::new_releasing(w, n, k, &|_| {})
@@ -363,7 +124,7 @@ impl<B: Interleave> Interleaved<B> {
 
     /// Larger than the last-level cache: decode streams it past the caches.
     fn streamed(&self) -> bool {
-        super::dot::streamed(std::mem::size_of_val(&self.blocks[..]))
+        crate::quantized::kernels::prefetch::streamed(std::mem::size_of_val(&self.blocks[..]))
     }
 
     /// Row `r` as f32 (`out` holds `k` values): an embedding lookup in a tied output head.
@@ -408,12 +169,12 @@ impl<B: Interleave> Interleaved<B> {
         let w = self.group(g);
         let mut j = 0;
         while j + 4 <= x.len() {
-            let y = B::kernel::<4>(false)(w, std::array::from_fn(|c| x[j + c]));
+            let y = B::dot::<4>(false)(w, std::array::from_fn(|c| x[j + c]));
             out[j * ROWS..][..4 * ROWS].copy_from_slice(y.as_flattened());
             j += 4;
         }
         for (j, x) in x.iter().enumerate().skip(j) {
-            out[j * ROWS..][..ROWS].copy_from_slice(&B::kernel::<1>(false)(w, [*x])[0]);
+            out[j * ROWS..][..ROWS].copy_from_slice(&B::dot::<1>(false)(w, [*x])[0]);
         }
     }
 
@@ -441,12 +202,12 @@ pub(crate) trait RowGroups: Send + Sync + std::fmt::Debug {
     fn dequantize_row(&self, r: usize, out: &mut [f32]);
 }
 
-impl<B: Interleave> RowGroups for Interleaved<B> {
+impl<B: InterleavedKernels> RowGroups for Interleaved<B> {
     fn job<'a>(&'a self, x: &[f32]) -> Box<dyn MatvecJob + 'a> {
         Box::new(Job {
             w: self,
             x: Activations::new(x, 1, self.k),
-            dot: B::kernel::<1>(self.streamed()),
+            dot: B::dot::<1>(self.streamed()),
         })
     }
     fn matmul(&self, x: &[f32], m: usize) -> Vec<f32> {
@@ -457,13 +218,13 @@ impl<B: Interleave> RowGroups for Interleaved<B> {
     }
 }
 
-struct Job<'a, B: Interleave> {
+struct Job<'a, B: InterleavedKernels> {
     w: &'a Interleaved<B>,
     x: Activations,
     dot: DotFn<B, 1>,
 }
 
-impl<B: Interleave> MatvecJob for Job<'_, B> {
+impl<B: InterleavedKernels> MatvecJob for Job<'_, B> {
     fn rows(&self) -> usize {
         self.w.n
     }
@@ -488,18 +249,18 @@ pub(crate) fn fits(dtype: GgmlDType, n: usize, k: usize) -> bool {
 /// kernels in use are 256 bits wide (the AVX-512 ones keep the row layout), unless
 /// `HANZO_INTERLEAVE=0`.
 pub(crate) fn pays(dtype: GgmlDType, n: usize, k: usize) -> bool {
-    use super::dot::{isa, Isa};
-    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let off = *OFF.get_or_init(|| std::env::var("HANZO_INTERLEAVE").is_ok_and(|v| v == "0"));
-    fits(dtype, n, k) && matches!(isa(), Isa::Avx2 | Isa::AvxVnni) && !off
+    fits(dtype, n, k) && matches!(isa(), Isa::Avx2 | Isa::AvxVnni) && crate::env::interleave()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::quantized::format::interleaved::dot_scalar;
+    use crate::quantized::format::{BlockQ4_0, BlockQ5_0};
+    use half::f16;
     use rand::{Rng, SeedableRng};
 
-    fn random_blocks<B: Interleave>(rng: &mut rand::rngs::StdRng, count: usize) -> Vec<B> {
+    fn random_blocks<B: InterleavedKernels>(rng: &mut rand::rngs::StdRng, count: usize) -> Vec<B> {
         let x: Vec<f32> = (0..count * 32).map(|_| rng.gen_range(-1.0..1.0)).collect();
         let mut w = vec![<B as bytemuck::Zeroable>::zeroed(); count];
         B::quantize(&x, &mut w);
@@ -507,13 +268,13 @@ mod tests {
     }
 
     /// A block's scale: the first two bytes of both types.
-    fn orig_scale<B: Interleave>(b: &B) -> [u8; 2] {
+    fn orig_scale<B: InterleavedKernels>(b: &B) -> [u8; 2] {
         let bytes = bytemuck::bytes_of(b);
         [bytes[0], bytes[1]]
     }
 
     /// Eight rows whose every level is the largest (`top`) or the smallest, scales 1.
-    fn extreme_block<B: Interleave>(top: bool) -> B::X8 {
+    fn extreme_block<B: InterleavedKernels>(top: bool) -> B::X8 {
         let mut one = <B as bytemuck::Zeroable>::zeroed();
         let bytes = bytemuck::bytes_of_mut(&mut one);
         // Stored as unsigned bits except Q8_0's signed bytes: 127 on top, -128 at the bottom.
@@ -531,7 +292,7 @@ mod tests {
     }
 
     /// Every level and scale comes back from the repacked block where the layout says.
-    fn round_trip<B: Interleave>() {
+    fn round_trip<B: InterleavedKernels>() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(1);
         let (n, k) = (16, 96);
         let w = random_blocks::<B>(&mut rng, n * k / 32);
@@ -573,7 +334,7 @@ mod tests {
 
     /// The SIMD kernel against the portable one, bit for bit, including the largest levels
     /// against ±127 activations (the i16 sums' worst case).
-    fn kernels_agree<B: Interleave>() {
+    fn kernels_agree<B: InterleavedKernels>() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(2);
         let blocks = 16;
         let mut w = random_blocks::<B>(&mut rng, ROWS * blocks);
@@ -593,11 +354,11 @@ mod tests {
         let acts = Activations::new(&xs, 4, 32 * blocks);
         let rows: [XRow; 4] = std::array::from_fn(|j| acts.row(j));
         assert_eq!(
-            B::kernel::<4>(false)(&packed.blocks, rows),
+            B::dot::<4>(false)(&packed.blocks, rows),
             dot_scalar::<B, 4>(&packed.blocks, rows)
         );
         assert_eq!(
-            B::kernel::<1>(true)(&packed.blocks, [rows[1]]),
+            B::dot::<1>(true)(&packed.blocks, [rows[1]]),
             dot_scalar::<B, 1>(&packed.blocks, [rows[1]])
         );
         // The extreme blocks alone: the exact integer sums, scaled by the activation scale.

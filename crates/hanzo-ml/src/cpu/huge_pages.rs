@@ -2,9 +2,8 @@
 //!
 //! Why: decoding streams every weight once per token. Through the 4 KiB pages of a file
 //! mapping that costs a TLB miss every 4 KiB, and the hardware prefetcher stops at each page
-//! boundary. On the 2-vCPU Xeon VM (same build, alternating runs), Gemma 3 270M tg128 went
-//! from 75.8-81.3 to 80.4-86.7 t/s on a quiet machine, and from 53-64 to 72-82 t/s while the
-//! host was busy. The kernel only gives a file mapping 2 MiB pages when its page cache holds
+//! boundary (docs/BENCHMARKS.md has the decode speed with and without, `HANZO_HUGE_PAGES=0`).
+//! The kernel only gives a file mapping 2 MiB pages when its page cache holds
 //! 2 MiB folios, which depends on how the file was first read (a cold read through a
 //! `MADV_HUGEPAGE` map gets them; a freshly written file does not); anonymous memory gets
 //! them on request.
@@ -14,8 +13,8 @@
 //! holds the same bytes throughout (a reader touching the piece mid-move waits in the page
 //! fault handler until the kernel has finished), so nothing that borrows the map can tell,
 //! no pointer has to switch, and the file pages leave the process as the copy arrives: RSS
-//! does not double. Copying ~250 MB takes 0.1-0.9 s here (first touches of fresh memory are
-//! slow in this VM), so it runs in the background. Where the page cache already maps the file
+//! does not double. Copying a few hundred megabytes takes a large fraction of a second (first
+//! touches of fresh memory are slow in a VM), so it runs in the background. Where the page cache already maps the file
 //! with 2 MiB pages, nothing is copied.
 
 use std::fs::File;
@@ -32,7 +31,7 @@ pub(crate) static MOVED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
 /// `file`, front to back; stops early (returning what it moved) once `map` is dropped.
 /// Returns the bytes moved: 0 where transparent huge pages are off, `HANZO_HUGE_PAGES=0`,
 /// or not on Linux.
-pub(super) fn promote(map: &Weak<memmap2::Mmap>, file: &File) -> std::io::Result<usize> {
+pub(crate) fn promote(map: &Weak<memmap2::Mmap>, file: &File) -> std::io::Result<usize> {
     if !available() {
         return Ok(0);
     }
@@ -220,7 +219,7 @@ fn move_piece(_: &memmap2::Mmap, _: &File, _: usize) -> std::io::Result<()> {
 
 /// Linux with transparent huge pages on (`always` or `madvise`), unless `HANZO_HUGE_PAGES=0`.
 fn available() -> bool {
-    if std::env::var("HANZO_HUGE_PAGES").is_ok_and(|v| v == "0") {
+    if !crate::env::huge_pages() {
         return false;
     }
     cfg!(target_os = "linux")

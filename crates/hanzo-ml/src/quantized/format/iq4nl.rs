@@ -3,8 +3,8 @@
 
 use super::legacy::{BlockQ8_0, QK};
 use super::search::GROUP_MAX_EPS;
-use super::{signed_absmax, GgmlBlock, VecDotFn};
-use crate::quantized::GgmlDType;
+use super::GgmlDType;
+use super::{signed_absmax, GgmlBlock};
 use half::f16;
 
 /// ggml's `kvalues_iq4nl`.
@@ -131,9 +131,5 @@ impl GgmlBlock for BlockIQ4NL {
                 w.d.to_f32() * x.d.to_f32() * s as f32
             })
             .sum()
-    }
-
-    fn vec_dot_fn() -> VecDotFn<Self> {
-        Self::vec_dot_scalar
     }
 }

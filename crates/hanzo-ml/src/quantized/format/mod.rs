@@ -1,15 +1,25 @@
-//! ggml block formats. Each block is a `#[repr(C)]` struct with ggml's exact layout (size
-//! checked at compile time) behind one trait: dequantize, quantize with ggml's algorithm, and
-//! the dot product against its activation partner type (`Dot`).
+//! The bottom layer of `quantized`: ggml's block formats and their portable arithmetic.
+//!
+//! Each block is a `#[repr(C)]` struct with ggml's exact layout (size checked at compile
+//! time) behind one trait: dequantize, quantize with ggml's algorithm, the scalar dot product
+//! against its activation partner type (`Dot`) that every SIMD kernel is checked against, and
+//! the unpacked form the prefill GEMM multiplies. Nothing here knows about instruction sets or
+//! threads, so another backend (a GPU) can reuse the layouts and the reference arithmetic
+//! without pulling in any x86 code; the layers above (`kernels`, `cpu`, `qmatmul`) import
+//! from here and never the other way.
 //!
 //! Quantization follows ggml's reference (`*_ref`, no importance matrix) algorithms, which is
 //! what `llama-quantize` runs without `--imatrix`.
 
+mod dtype;
 mod float;
+pub mod interleaved;
 mod iq4nl;
 mod kquants;
 mod legacy;
 pub(crate) mod search;
+
+pub use dtype::GgmlDType;
 
 pub use iq4nl::BlockIQ4NL;
 #[cfg(target_arch = "aarch64")]
@@ -22,21 +32,11 @@ pub use legacy::{
     quantize_q8_0_ref, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, QK,
 };
 
-use super::GgmlDType;
-
 /// The half-precision float types under names the type-dispatch macro can reach from any crate.
 pub type HalfF16 = half::f16;
 pub type HalfBF16 = half::bf16;
 
-/// A dot product of weight blocks with activation blocks of the same element count.
-pub type VecDotFn<B> = fn(&[B], &[<B as GgmlBlock>::Dot]) -> f32;
-
-/// Dot products of `R` weight rows with `C` activation rows, `out[r][c]`, all rows the same
-/// number of blocks. One call shares every load and every unpacked block across the tile.
-pub type TileFn<B, const R: usize, const C: usize> =
-    fn([&[B]; R], [&[<B as GgmlBlock>::Dot]; C]) -> [[f32; C]; R];
-
-/// A block in the form the prefill GEMM multiplies (see `quantized::gemm`): unsigned levels
+/// A block in the form the prefill GEMM multiplies (see `quantized::cpu::gemm`): unsigned levels
 /// `u` (one byte per element, none above `max_level`) and, per group of `group` elements
 /// (16 or 32), a scale and a min, so that element `i` is `scale[i / group] * u[i] - min[i / group]`.
 pub struct Unpacking<B> {
@@ -56,18 +56,11 @@ pub trait GgmlBlock: bytemuck::Pod + Send + Sync + 'static {
 
     /// `out.len() == blocks.len() * BLOCK_SIZE`.
     fn dequantize(blocks: &[Self], out: &mut [f32]);
-    /// `xs.len() == out.len() * BLOCK_SIZE`.
+    /// `xs.len() == out.len() * BLOCK_SIZE`. ggml's reference algorithm; `kernels` has the
+    /// SIMD forms of the activation types' quantization, byte-exact with this.
     fn quantize(xs: &[f32], out: &mut [Self]);
     /// Portable dot product; the SIMD kernels are checked against it.
     fn vec_dot_scalar(w: &[Self], x: &[Self::Dot]) -> f32;
-    /// The fastest dot product this CPU supports (decided at run time).
-    fn vec_dot_fn() -> VecDotFn<Self> {
-        Self::vec_dot_scalar
-    }
-    /// An `R x C` tile kernel, where this CPU has one for this type.
-    fn tile_fn<const R: usize, const C: usize>() -> Option<TileFn<Self, R, C>> {
-        None
-    }
     /// The GEMM form, for the types that have one.
     fn unpacking() -> Option<Unpacking<Self>> {
         None
@@ -79,8 +72,8 @@ pub trait GgmlBlock: bytemuck::Pod + Send + Sync + 'static {
 #[doc(hidden)]
 macro_rules! with_block_type {
     ($dtype:expr, $B:ident => $body:expr) => {{
-        use $crate::quantized::blocks::*;
-        use $crate::quantized::GgmlDType as T;
+        use $crate::quantized::format::GgmlDType as T;
+        use $crate::quantized::format::*;
         match $dtype {
             T::F32 => {
                 type $B = f32;

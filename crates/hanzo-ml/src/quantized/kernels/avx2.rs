@@ -5,7 +5,7 @@
 //! then in fours by `madd` (i16 × i16 → i32), then scaled in f32. The Q4_0/Q5_0/Q8_0 tile is
 //! generic over that step (`ByteDot`), so `vnni.rs` reuses it with a single `vpdpbusd`.
 
-use crate::quantized::blocks::*;
+use crate::quantized::format::*;
 use std::arch::x86_64::*;
 
 #[inline(always)]
@@ -25,7 +25,8 @@ pub(super) unsafe fn load256_i8(p: &[i8]) -> __m256i {
 /// Two halves (`bits` low and high 16) → lanes 0 and 1, by `vmovd` from a general register
 /// and `vcvtph2ps`. Written as assembly because LLVM, left to itself, loads a lone half with
 /// `vpinsrw` into whatever vector register is free, often a live accumulator, which chains
-/// every block to the previous block's sum (2.5x slower Q8_0 dots measured). `vmovd` writes
+/// every block to the previous block's sum (a serial dependency through every dot product:
+/// `cargo bench --bench quant -- qmatvec` shows it on Q8_0). `vmovd` writes
 /// the whole register, so nothing waits on older values. (Converting in general registers
 /// instead is slow too: k-quant super-block scales of real weights are mostly subnormal.)
 #[inline(always)]
@@ -526,7 +527,7 @@ pub unsafe fn quantize_q8_0(xs: &[f32], out: &mut [BlockQ8_0]) {
             let abs = v.map(|v| _mm256_andnot_ps(sign, v));
             let m = _mm256_max_ps(_mm256_max_ps(abs[0], abs[1]), _mm256_max_ps(abs[2], abs[3]));
             if any_nonfinite(m) {
-                crate::quantized::blocks::quantize_q8_0_ref(x, std::slice::from_mut(b));
+                crate::quantized::format::quantize_q8_0_ref(x, std::slice::from_mut(b));
                 continue;
             }
             let d = hmax(m) / 127.0;
@@ -534,7 +535,7 @@ pub unsafe fn quantize_q8_0(xs: &[f32], out: &mut [BlockQ8_0]) {
             if !id.is_finite() {
                 // A subnormal scale: its reciprocal overflows, and the reference's saturating
                 // casts of ±inf and NaN decide the bytes.
-                crate::quantized::blocks::quantize_q8_0_ref(x, std::slice::from_mut(b));
+                crate::quantized::format::quantize_q8_0_ref(x, std::slice::from_mut(b));
                 continue;
             }
             let id = _mm256_set1_ps(id);
@@ -558,7 +559,7 @@ pub unsafe fn quantize_q8k(xs: &[f32], out: &mut [BlockQ8K]) {
                 m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(c.as_ptr())));
             }
             if any_nonfinite(m) {
-                crate::quantized::blocks::quantize_q8k_ref(x, std::slice::from_mut(b));
+                crate::quantized::format::quantize_q8k_ref(x, std::slice::from_mut(b));
                 continue;
             }
             let amax = hmax(m);
@@ -578,7 +579,7 @@ pub unsafe fn quantize_q8k(xs: &[f32], out: &mut [BlockQ8K]) {
                 .expect("amax is some element's magnitude");
             let iscale = -127.0 / max;
             if !iscale.is_finite() {
-                crate::quantized::blocks::quantize_q8k_ref(x, std::slice::from_mut(b));
+                crate::quantized::format::quantize_q8k_ref(x, std::slice::from_mut(b));
                 continue;
             }
             let is = _mm256_set1_ps(iscale);
@@ -628,7 +629,7 @@ mod tests {
         if !super::super::has_avx2() {
             return;
         }
-        use crate::quantized::blocks::*;
+        use crate::quantized::format::*;
         let mut s = 0x2545_F491_4F6C_DD1Du64;
         let mut rows: Vec<Vec<f32>> = (0..40)
             .map(|r| {

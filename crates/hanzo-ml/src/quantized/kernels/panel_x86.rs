@@ -6,12 +6,12 @@
 //!
 //! Per scale group `g` of a weight row (elements `i = s_g·u_i − m_g`) and activation `x = d·q`:
 //! `Σ w·x = s_g·d·Σ u·q − m_g·(d·Σ q)`, so each activation row comes with `d` and `d·Σq` per
-//! group (`PanelRow`). The driver, which unpacks the panels, is `quantized::gemm`.
+//! group (`PanelRow`). The driver, which unpacks the panels, is `quantized::cpu::gemm`.
 
 use super::avx2::{ByteDot, Madd};
+use super::panel::{Panel, PanelFn, PanelRow};
 use super::vnni::AvxVnni;
-use crate::quantized::blocks::BlockQ8_0;
-use crate::quantized::gemm::{Panel, PanelFn, PanelRow};
+use crate::quantized::format::BlockQ8_0;
 use std::arch::x86_64::*;
 
 /// The kernel for this CPU, the rows per panel it takes, or `None` where there is none (or
@@ -20,8 +20,8 @@ pub(crate) fn pick(group: usize, max_level: u8) -> Option<(usize, PanelFn)> {
     use super::{isa, Isa};
     let avx2_fits = (max_level as i32) * 2 * 128 <= i16::MAX as i32;
     Some(match (isa(), group) {
-        (Isa::Avx512Vnni, 16) => (16, run_avx512::<16>),
-        (Isa::Avx512Vnni, 32) => (16, run_avx512::<32>),
+        (Isa::Avx512, 16) => (16, run_avx512::<16>),
+        (Isa::Avx512, 32) => (16, run_avx512::<32>),
         (Isa::AvxVnni, 16) => (8, run_avxvnni::<16>),
         (Isa::AvxVnni, 32) => (8, run_avxvnni::<32>),
         (Isa::Avx2, 16) if avx2_fits => (8, run_avx2::<16>),

@@ -1,10 +1,10 @@
-//! AVX2 kernels over eight interleaved rows (see `quantized::interleaved`): each block's
+//! AVX2 kernels over eight interleaved rows (see `quantized::format::interleaved`): each block's
 //! levels load or expand into eight vectors, vector `t` holding levels `4t..4t + 4` of every
 //! row, and `maddubs` against those 4 activation bytes broadcast advances all eight rows. One
 //! driver (`dot`) serves every type; `BlockDot` is each type's integer step.
 
-use super::prefetch_ahead;
-use crate::quantized::interleaved::{BlockQ4_0x8, BlockQ5_0x8, BlockQ8_0x8, XRow, ROWS};
+use super::prefetch::prefetch_ahead;
+use crate::quantized::format::interleaved::{BlockQ4_0x8, BlockQ5_0x8, BlockQ8_0x8, XRow, ROWS};
 use std::arch::x86_64::*;
 
 /// A repacked block's eight steps of unsigned levels.

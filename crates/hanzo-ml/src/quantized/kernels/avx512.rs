@@ -2,12 +2,12 @@
 //! - Q4_0/Q5_0/Q8_0: two blocks per register, summed by `vpdpbusd zmm`; an odd last block
 //!   goes through the 256-bit form of the same instruction. Q4_0/Q5_0 take their unsigned
 //!   levels as they are and subtract the zero point through the activations' sums (fewer
-//!   shuffles: Q5_0 matvec 15.5 → 18.6 GiB/s at 640x2048 on the Xeon VM, alternating runs).
+//!   shuffles; see docs/QUANTIZATION.md for the measurement).
 //! - Q4_K/Q5_K/Q6_K: 64 levels per step through the AVX512-BW `maddubs` + `madd` pair (the
 //!   `madd` applies the sub-block scales, which `vpdpbusd` cannot).
 
 use super::avx2::{self, ByteDot};
-use crate::quantized::blocks::*;
+use crate::quantized::format::*;
 use std::arch::x86_64::*;
 
 /// The 256-bit `vpdpbusd` of AVX512-VNNI + VL (CPUs with AVX-512 need not have AVX-VNNI).

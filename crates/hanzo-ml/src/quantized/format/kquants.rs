@@ -9,8 +9,8 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::search::{make_q3_quants, make_qkx2_quants, make_qx_quants, nearest_int, GROUP_MAX_EPS};
-use super::{signed_absmax, GgmlBlock, TileFn, Unpacking, VecDotFn};
-use crate::quantized::GgmlDType;
+use super::GgmlDType;
+use super::{signed_absmax, GgmlBlock, Unpacking};
 use half::f16;
 
 pub const QK_K: usize = 256;
@@ -282,10 +282,6 @@ impl GgmlBlock for BlockQ2K {
             })
             .sum()
     }
-
-    fn vec_dot_fn() -> VecDotFn<Self> {
-        crate::quantized::dot::pick_q2k()
-    }
 }
 
 // ---------------------------------------------------------------- Q3_K
@@ -371,10 +367,6 @@ impl GgmlBlock for BlockQ3K {
                 x.d * w.d.to_f32() * sum as f32
             })
             .sum()
-    }
-
-    fn vec_dot_fn() -> VecDotFn<Self> {
-        crate::quantized::dot::pick_q3k()
     }
 }
 
@@ -498,14 +490,6 @@ impl GgmlBlock for BlockQ4K {
             .sum()
     }
 
-    fn vec_dot_fn() -> VecDotFn<Self> {
-        crate::quantized::dot::pick_q4k()
-    }
-
-    fn tile_fn<const R: usize, const C: usize>() -> Option<TileFn<Self, R, C>> {
-        crate::quantized::dot::tile_q4k::<R, C>()
-    }
-
     fn unpacking() -> Option<Unpacking<Self>> {
         Some(Unpacking {
             group: 32,
@@ -552,14 +536,6 @@ impl GgmlBlock for BlockQ5K {
             .zip(x)
             .map(|(w, x)| dot_k4_family(w.d, w.dmin, &w.scales, &q5k_levels(w), x))
             .sum()
-    }
-
-    fn vec_dot_fn() -> VecDotFn<Self> {
-        crate::quantized::dot::pick_q5k()
-    }
-
-    fn tile_fn<const R: usize, const C: usize>() -> Option<TileFn<Self, R, C>> {
-        crate::quantized::dot::tile_q5k::<R, C>()
     }
 
     fn unpacking() -> Option<Unpacking<Self>> {
@@ -649,14 +625,6 @@ impl GgmlBlock for BlockQ6K {
             .sum()
     }
 
-    fn vec_dot_fn() -> VecDotFn<Self> {
-        crate::quantized::dot::pick_q6k()
-    }
-
-    fn tile_fn<const R: usize, const C: usize>() -> Option<TileFn<Self, R, C>> {
-        crate::quantized::dot::tile_q6k::<R, C>()
-    }
-
     fn unpacking() -> Option<Unpacking<Self>> {
         Some(Unpacking {
             group: 16,
@@ -691,7 +659,7 @@ impl GgmlBlock for BlockQ8K {
     }
 
     fn quantize(xs: &[f32], out: &mut [Self]) {
-        crate::quantized::dot::pick_quantize_q8k()(xs, out)
+        quantize_q8k_ref(xs, out)
     }
 
     fn vec_dot_scalar(w: &[Self], x: &[BlockQ8K]) -> f32 {

@@ -4,8 +4,8 @@
 //! `j + 16` in its high nibble; the 5th bits of Q5 live in the 32-bit `qh`, bit `j` for
 //! element `j`.
 
-use super::{dot_i8, min_max, signed_absmax, GgmlBlock, TileFn, Unpacking, VecDotFn};
-use crate::quantized::GgmlDType;
+use super::GgmlDType;
+use super::{dot_i8, min_max, signed_absmax, GgmlBlock, Unpacking};
 use half::f16;
 
 pub const QK: usize = 32;
@@ -184,14 +184,6 @@ impl GgmlBlock for BlockQ4_0 {
             .sum()
     }
 
-    fn vec_dot_fn() -> VecDotFn<Self> {
-        crate::quantized::dot::pick_q4_0()
-    }
-
-    fn tile_fn<const R: usize, const C: usize>() -> Option<TileFn<Self, R, C>> {
-        crate::quantized::dot::tile_q4_0::<R, C>()
-    }
-
     fn unpacking() -> Option<Unpacking<Self>> {
         Some(Unpacking {
             group: QK,
@@ -237,10 +229,6 @@ impl GgmlBlock for BlockQ4_1 {
             })
             .sum()
     }
-
-    fn vec_dot_fn() -> VecDotFn<Self> {
-        crate::quantized::dot::pick_q4_1()
-    }
 }
 
 impl GgmlBlock for BlockQ5_0 {
@@ -273,14 +261,6 @@ impl GgmlBlock for BlockQ5_0 {
                 s as f32 * w.d.to_f32() * x.d.to_f32()
             })
             .sum()
-    }
-
-    fn vec_dot_fn() -> VecDotFn<Self> {
-        crate::quantized::dot::pick_q5_0()
-    }
-
-    fn tile_fn<const R: usize, const C: usize>() -> Option<TileFn<Self, R, C>> {
-        crate::quantized::dot::tile_q5_0::<R, C>()
     }
 
     fn unpacking() -> Option<Unpacking<Self>> {
@@ -345,7 +325,7 @@ impl GgmlBlock for BlockQ8_0 {
     }
 
     fn quantize(xs: &[f32], out: &mut [Self]) {
-        crate::quantized::dot::pick_quantize_q8_0()(xs, out)
+        quantize_q8_0_ref(xs, out)
     }
 
     fn vec_dot_scalar(w: &[Self], x: &[BlockQ8_0]) -> f32 {
@@ -353,14 +333,6 @@ impl GgmlBlock for BlockQ8_0 {
             .zip(x)
             .map(|(w, x)| dot_i8(&w.qs, &x.qs) as f32 * w.d.to_f32() * x.d.to_f32())
             .sum()
-    }
-
-    fn vec_dot_fn() -> VecDotFn<Self> {
-        crate::quantized::dot::pick_q8_0()
-    }
-
-    fn tile_fn<const R: usize, const C: usize>() -> Option<TileFn<Self, R, C>> {
-        crate::quantized::dot::tile_q8_0::<R, C>()
     }
 
     fn unpacking() -> Option<Unpacking<Self>> {

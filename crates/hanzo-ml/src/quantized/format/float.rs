@@ -1,7 +1,7 @@
 //! The float types as one-element "blocks", so every ggml type goes through the same trait.
 
 use super::GgmlBlock;
-use crate::quantized::GgmlDType;
+use super::GgmlDType;
 use half::{bf16, f16};
 
 macro_rules! float_block {

@@ -1,0 +1,106 @@
+//! The one CPU feature detection of the workspace: which instruction set the kernels use.
+//!
+//! Every SIMD kernel (the f32 row kernels in `cpu::simd`, the quantized dot products in
+//! `quantized::kernels`, the attention kernels of `hanzo-transformers`) asks [`isa`] rather
+//! than probing the CPU itself, so `HANZO_ISA` (see `crate::env`) moves all of them at once.
+
+use std::sync::OnceLock;
+
+/// The instruction-set levels the kernels are written for, in order of preference. A kernel
+/// written for one level runs at every level above it, so each level's features cover the
+/// levels below it. The one gap: an AVX-512 CPU may lack AVX-VNNI, so every kernel written
+/// for `AvxVnni` also has an `Avx512` version, and `Avx512` never falls to an `AvxVnni` one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Isa {
+    Scalar,
+    /// AArch64 NEON (only ever supported there, so below every x86 level).
+    Neon,
+    /// AVX2 + FMA + F16C.
+    Avx2,
+    /// AVX2 plus AVX-VNNI's 256-bit `vpdpbusd`.
+    AvxVnni,
+    /// AVX2 plus AVX-512 F/BW/VL and AVX512-VNNI.
+    Avx512,
+}
+
+impl Isa {
+    pub const ALL: [Isa; 5] = [Isa::Scalar, Isa::Neon, Isa::Avx2, Isa::AvxVnni, Isa::Avx512];
+
+    /// The name `HANZO_ISA` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Neon => "neon",
+            Isa::Avx2 => "avx2",
+            Isa::AvxVnni => "avxvnni",
+            Isa::Avx512 => "avx512",
+        }
+    }
+
+    /// Whether this CPU has every feature this level's kernels use.
+    pub fn supported(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            let avx2 = has!("avx2") && has!("fma") && has!("f16c");
+            match self {
+                Isa::Scalar => true,
+                Isa::Neon => false,
+                Isa::Avx2 => avx2,
+                Isa::AvxVnni => avx2 && has!("avxvnni"),
+                Isa::Avx512 => {
+                    avx2 && has!("avx512f")
+                        && has!("avx512bw")
+                        && has!("avx512vl")
+                        && has!("avx512vnni")
+                }
+            }
+        }
+        #[cfg(target_arch = "aarch64")]
+        {
+            match self {
+                Isa::Scalar => true,
+                Isa::Neon => std::arch::is_aarch64_feature_detected!("neon"),
+                _ => false,
+            }
+        }
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+        {
+            self == Isa::Scalar
+        }
+    }
+
+    /// Every level this CPU supports, lowest first (what the SIMD-vs-scalar tests compare).
+    pub fn available() -> Vec<Isa> {
+        Isa::ALL.into_iter().filter(|i| i.supported()).collect()
+    }
+
+    /// The best supported level, or the one `HANZO_ISA` names where this CPU supports it.
+    fn detect() -> Isa {
+        let best = Isa::available().pop().unwrap_or(Isa::Scalar);
+        let Some(name) = crate::env::isa_cap() else {
+            return best;
+        };
+        match Isa::ALL.into_iter().find(|isa| isa.name() == name) {
+            Some(isa) if isa.supported() => isa,
+            _ => {
+                eprintln!(
+                    "HANZO_ISA={name}: not an instruction set this CPU runs (one of {}); using {}",
+                    Isa::available()
+                        .iter()
+                        .map(|i| i.name())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    best.name()
+                );
+                best
+            }
+        }
+    }
+}
+
+/// The instruction set every kernel of this process uses, decided once.
+pub fn isa() -> Isa {
+    static ISA: OnceLock<Isa> = OnceLock::new();
+    *ISA.get_or_init(Isa::detect)
+}

@@ -1,0 +1,254 @@
+//! Quantized products on the CPU as the blocks are stored: decode (one activation row, a
+//! pass over row chunks of every weight at once) and the tile path of prefill.
+//!
+//! Activation rows are quantized once to the weight type's partner (Q8_0, Q8_1 or Q8_K);
+//! then every output is an integer dot product of one weight row with one activation row,
+//! done by the kernel `kernels::Kernels` chose. Work is split over weight rows. With several
+//! activation rows, a small tile of weight rows stays in L1 while every activation row passes
+//! over it; from 16 rows on, types with an unpacked form take the panel GEMM (`gemm`) instead.
+
+use crate::quantized::format::interleaved::ROWS;
+use crate::quantized::format::GgmlBlock;
+use crate::quantized::kernels::prefetch::{prefetch_ahead, streamed};
+use crate::quantized::kernels::{isa, Isa, Kernels, QuantizeRow, TileFn, VecDotFn};
+use rayon::prelude::*;
+use std::sync::Mutex;
+
+/// Fewest weight rows per task for decode.
+const MATVEC_ROWS: usize = 16;
+/// Weight rows kept hot while all activation rows pass (prefill).
+const TILE_ROWS: usize = 32;
+
+/// One weight's share of a decode step: its kernels, its rows and the activation row
+/// quantized to its partner type.
+pub(crate) trait MatvecJob: Sync {
+    fn rows(&self) -> usize;
+    /// `out[i] = w[r0 + i] · x`.
+    fn run(&self, r0: usize, out: &mut [f32]);
+}
+
+pub(crate) struct Matvec<'a, B: Kernels> {
+    kernels: TileKernels<B>,
+    w: Rows<'a, B>,
+    n: usize,
+    xq: Vec<B::Dot>,
+}
+
+impl<'a, B: Kernels> Matvec<'a, B> {
+    pub(crate) fn new(w: &'a [B], n: usize, k: usize, x: &[f32]) -> Self {
+        let mut xq = vec![<B::Dot as bytemuck::Zeroable>::zeroed(); k / B::Dot::BLOCK_SIZE];
+        B::Dot::quantize_row()(x, &mut xq);
+        Self {
+            kernels: TileKernels::pick(),
+            w: Rows::new(w, k / B::BLOCK_SIZE),
+            n,
+            xq,
+        }
+    }
+}
+
+impl<B: Kernels> MatvecJob for Matvec<'_, B> {
+    fn rows(&self) -> usize {
+        self.n
+    }
+
+    fn run(&self, r0: usize, out: &mut [f32]) {
+        self.kernels.matvec(&self.w, r0, &self.xq, out)
+    }
+}
+
+/// Every job's output vector, computed in one parallel pass over row chunks: on the spinning
+/// decode team when it is free (see `cpu::team`), on rayon otherwise.
+pub(crate) fn matvec_many(jobs: &[Box<dyn MatvecJob + '_>]) -> Vec<Vec<f32>> {
+    let mut outs: Vec<Vec<f32>> = jobs.iter().map(|j| vec![0f32; j.rows()]).collect();
+    let team = crate::cpu::team::global();
+    let rows = chunk_rows(jobs.iter().map(|j| j.rows()).sum(), team.threads());
+    let tasks: Vec<(&dyn MatvecJob, usize, Mutex<&mut [f32]>)> = jobs
+        .iter()
+        .zip(outs.iter_mut())
+        .flat_map(|(j, o)| {
+            o.chunks_mut(rows)
+                .enumerate()
+                .map(move |(c, o)| (j.as_ref(), c * rows, Mutex::new(o)))
+        })
+        .collect();
+    let run = |(j, r0, o): &(&dyn MatvecJob, usize, Mutex<&mut [f32]>)| {
+        // Each task index is claimed once, so the lock is never contended.
+        j.run(*r0, &mut o.lock().unwrap_or_else(|e| e.into_inner()));
+    };
+    if !team.run(tasks.len(), &|i| run(&tasks[i])) {
+        tasks.par_iter().for_each(run);
+    }
+    outs
+}
+
+/// Rows per decode task: about `TASKS_PER_THREAD` tasks per thread, so a thread slowed down
+/// by the machine leaves its share to the others, but at least `MATVEC_ROWS` so a claim (one
+/// shared atomic) is small next to the rows it buys. Whole groups of interleaved rows (a
+/// multiple of `MATVEC_TILE` too).
+fn chunk_rows(total: usize, threads: usize) -> usize {
+    const TASKS_PER_THREAD: usize = 16;
+    total
+        .div_ceil(threads * TASKS_PER_THREAD)
+        .next_multiple_of(ROWS)
+        .max(MATVEC_ROWS)
+}
+
+/// `x [m, k]` (row-major f32) times `w [n, k]` (blocks) transposed → `[m, n]`.
+pub fn matmul<B: Kernels>(w: &[B], n: usize, k: usize, x: &[f32], m: usize) -> Vec<f32> {
+    if m == 0 || n == 0 {
+        return vec![0f32; m * n];
+    }
+    if m == 1 {
+        let job: Box<dyn MatvecJob> = Box::new(Matvec::new(w, n, k, x));
+        return matvec_many(&[job]).pop().expect("one job");
+    }
+    if let Some(out) = super::gemm::matmul(w, n, k, x, m) {
+        return out;
+    }
+    let wpr = k / B::BLOCK_SIZE;
+    let xpr = k / B::Dot::BLOCK_SIZE;
+    let quantize = B::Dot::quantize_row();
+    let mut xq = vec![<B::Dot as bytemuck::Zeroable>::zeroed(); m * xpr];
+    xq.par_chunks_mut(xpr.max(1))
+        .zip(x.par_chunks(k.max(1)))
+        .for_each(|(q, x)| quantize(x, q));
+    let kernels = TileKernels::<B>::pick();
+    let wrows = Rows::new(w, wpr);
+    let xrows = Rows::new(&xq, xpr);
+    let mut out = vec![0f32; m * n];
+    // Each task fills a [TILE_ROWS, m] tile of the transposed output.
+    let mut out_t = vec![0f32; n * m];
+    out_t
+        .par_chunks_mut(TILE_ROWS * m)
+        .enumerate()
+        .for_each(|(t, tile)| kernels.tile(&wrows, t * TILE_ROWS, &xrows, m, tile));
+    for (j, o) in out.chunks_exact_mut(n).enumerate() {
+        for (r, o) in o.iter_mut().enumerate() {
+            *o = out_t[r * m + j];
+        }
+    }
+    out
+}
+
+/// Decode: ask for the bytes of rows `r..r + n` a fixed distance ahead (see `kernels::prefetch`).
+#[inline(always)]
+fn prefetch_rows<B>(w: &Rows<B>, r: usize, n: usize) {
+    let span = w.span(r, n);
+    let (at, bytes) = (span.as_ptr() as *const u8, std::mem::size_of_val(span));
+    if w.streamed {
+        prefetch_ahead::<true>(at, bytes)
+    } else {
+        prefetch_ahead::<false>(at, bytes)
+    }
+}
+
+/// A matrix of blocks stored row after row.
+struct Rows<'a, B> {
+    blocks: &'a [B],
+    per_row: usize,
+    /// Larger than the last-level cache: decode prefetches it as non-temporal.
+    streamed: bool,
+}
+
+impl<'a, B> Rows<'a, B> {
+    fn new(blocks: &'a [B], per_row: usize) -> Self {
+        let streamed = streamed(std::mem::size_of_val(blocks));
+        Self {
+            blocks,
+            per_row,
+            streamed,
+        }
+    }
+
+    /// Rows `r..r + n`, which lie back to back in memory.
+    fn span(&self, r: usize, n: usize) -> &'a [B] {
+        &self.blocks[r * self.per_row..(r + n) * self.per_row]
+    }
+
+    fn row(&self, r: usize) -> &'a [B] {
+        &self.blocks[r * self.per_row..(r + 1) * self.per_row]
+    }
+}
+
+/// The kernels for one weight type: tiles where the CPU has them, the single dot for the
+/// edges (and for every type without tiles).
+struct TileKernels<B: Kernels> {
+    one: VecDotFn<B>,
+    rows: Option<TileFn<B, MATVEC_TILE, 1>>,
+    tile: Option<TileFn<B, TILE_R, TILE_C>>,
+}
+
+/// Weight rows per kernel call in decode.
+const MATVEC_TILE: usize = 4;
+/// Prefill tile: weight rows × activation rows per kernel call.
+const TILE_R: usize = 2;
+const TILE_C: usize = 4;
+/// Activation rows per pass over a task's weight rows.
+const COLUMN_CHUNK: usize = 16;
+
+impl<B: Kernels> TileKernels<B> {
+    fn pick() -> Self {
+        // Several rows per call pay off for the 32-element types, where the activation block
+        // and its scale are a large share of each step. The AVX2 k-quant kernels already hold
+        // enough state per row that more rows spill registers; AVX-512's 32 registers take 4
+        // rows (`cargo bench --bench quant -- qmatvec`, docs/QUANTIZATION.md).
+        let several_rows = B::BLOCK_SIZE == 32 || isa() >= Isa::Avx512;
+        Self {
+            one: B::vec_dot(),
+            rows: if several_rows { B::tile() } else { None },
+            tile: B::tile(),
+        }
+    }
+
+    /// `out[i] = w[r0 + i] · x`.
+    fn matvec(&self, w: &Rows<B>, r0: usize, x: &[B::Dot], out: &mut [f32]) {
+        let mut i = 0;
+        if let Some(rows) = self.rows {
+            while i + MATVEC_TILE <= out.len() {
+                prefetch_rows(w, r0 + i, MATVEC_TILE);
+                let y = rows(std::array::from_fn(|k| w.row(r0 + i + k)), [x]);
+                for (k, y) in y.iter().enumerate() {
+                    out[i + k] = y[0];
+                }
+                i += MATVEC_TILE;
+            }
+        }
+        for (k, o) in out.iter_mut().enumerate().skip(i) {
+            prefetch_rows(w, r0 + k, 1);
+            *o = (self.one)(w.row(r0 + k), x);
+        }
+    }
+
+    /// `out[i * m + j] = w[r0 + i] · x[j]` for every activation row j (m of them).
+    fn tile(&self, w: &Rows<B>, r0: usize, x: &Rows<B::Dot>, m: usize, out: &mut [f32]) {
+        let rows = out.len() / m;
+        // Columns go in chunks small enough to stay in L2 while every row pair of this task
+        // passes over them (each pair itself staying in L1).
+        for c0 in (0..m).step_by(COLUMN_CHUNK) {
+            let cols = COLUMN_CHUNK.min(m - c0);
+            let (mut i, mut j) = (0, 0);
+            if let Some(tile) = self.tile {
+                while i + TILE_R <= rows {
+                    j = 0;
+                    while j + TILE_C <= cols {
+                        let xs = std::array::from_fn(|c| x.row(c0 + j + c));
+                        let y = tile(std::array::from_fn(|r| w.row(r0 + i + r)), xs);
+                        for (r, y) in y.iter().enumerate() {
+                            out[(i + r) * m + c0 + j..][..TILE_C].copy_from_slice(y);
+                        }
+                        j += TILE_C;
+                    }
+                    i += TILE_R;
+                }
+            }
+            // The ragged right and bottom edges take the single dot.
+            for r in 0..rows {
+                let from = if r < i { j } else { 0 };
+                for c in from..cols {
+                    out[r * m + c0 + c] = (self.one)(w.row(r0 + r), x.row(c0 + c));
+                }
+            }
+        }
+    }
+}

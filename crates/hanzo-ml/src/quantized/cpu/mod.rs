@@ -1,0 +1,8 @@
+//! The third layer of `quantized`: the CPU drivers that split quantized products over rows
+//! and threads and call the `kernels`. `matvec` multiplies blocks as they are stored (decode,
+//! and the tile path of small batches), `gemm` runs the prefill panels, `interleaved` holds
+//! weights repacked eight rows at a time.
+
+pub mod gemm;
+pub mod interleaved;
+pub mod matvec;

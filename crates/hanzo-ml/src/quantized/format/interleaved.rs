@@ -1,0 +1,203 @@
+//! Q4_0, Q5_0 and Q8_0 blocks of eight consecutive rows stored as one (`BlockQ4_0x8`, ...):
+//! the layout decode's 256-bit kernels stream, its portable unpacking, and the portable dot
+//! product those kernels are checked against.
+//!
+//! Row by row, a Q5_0 dot product spends most of its work per block on overhead: spreading
+//! 32 fifth bits into bytes, moving the weight's sign onto the activation for `maddubs`,
+//! converting one scale and, per row, a horizontal sum. Eight rows interleaved put 4 levels of
+//! each row in one 256-bit vector, stored unsigned (`u = level + OFFSET`), so one `maddubs`
+//! against 4 activation bytes broadcast to every lane advances eight dot products in their own
+//! lanes; the eight scales convert in one instruction, the fifth bits come out of one plane
+//! with a mask and a shift per step, and `OFFSET · Σ x` is subtracted once per block. The
+//! repacked weight takes exactly the bytes of the original (`BlockQ5_0x8` is eight
+//! `BlockQ5_0`s).
+//!
+//! Q8_0 takes the same layout with its levels kept signed (`BlockQ8_0x8`): `level + 128`
+//! would overflow `maddubs`' pair sums, so its kernel moves each weight's sign onto the
+//! broadcast activation instead. docs/QUANTIZATION.md has the measurements behind the layout.
+
+use super::{nibbles, nibbles_5, BlockQ4_0, BlockQ5_0, BlockQ8_0, GgmlBlock};
+use half::f16;
+
+/// Rows per interleaved group.
+pub const ROWS: usize = 8;
+
+/// Block `i` of eight consecutive rows of Q4_0. Level `j` of row `r`, as `u = level + 8`,
+/// belongs to step `t = j / 4`, byte `4r + j % 4` of that step's 32 bytes. Steps `t` and
+/// `t + 4` share `qs[32 (t % 4)..][..32]`: step `t`'s in the low nibbles, step `t + 4`'s in the
+/// high ones.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct BlockQ4_0x8 {
+    pub d: [f16; ROWS],
+    pub qs: [u8; 128],
+}
+
+/// Block `i` of eight consecutive rows of Q5_0: as `BlockQ4_0x8` with `u = level + 16`,
+/// whose low four bits sit in `qs` and whose fifth bit is bit `t` of `qh[4r + j % 4]`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct BlockQ5_0x8 {
+    pub d: [f16; ROWS],
+    pub qh: [u8; 32],
+    pub qs: [u8; 128],
+}
+
+/// Block `i` of eight consecutive rows of Q8_0: level `j` of row `r` at
+/// `qs[32 (j / 4) + 4r + j % 4]`, signed as stored (the unsigned level is `q + 128`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct BlockQ8_0x8 {
+    pub d: [f16; ROWS],
+    pub qs: [i8; 256],
+}
+
+const _: () = assert!(std::mem::size_of::<BlockQ4_0x8>() == ROWS * 18);
+const _: () = assert!(std::mem::size_of::<BlockQ5_0x8>() == ROWS * 22);
+const _: () = assert!(std::mem::size_of::<BlockQ8_0x8>() == ROWS * 34);
+
+/// Unsigned levels of a repacked block: `[t][4r + b]` is level `4t + b` of row `r`.
+pub type Steps = [[u8; 32]; 8];
+
+/// A 32-element type with symmetric levels that can be stored eight rows at a time.
+pub trait Interleave: GgmlBlock<Dot = BlockQ8_0> {
+    type X8: bytemuck::Pod + Send + Sync + std::fmt::Debug;
+    /// `u = level + OFFSET` is unsigned.
+    const OFFSET: i32;
+    /// The largest `u`.
+    const MAX_LEVEL: u8;
+
+    /// This block's 32 unsigned levels, in element order.
+    fn levels(&self) -> [u8; 32];
+    /// Blocks `i` of eight consecutive rows, as one.
+    fn pack(rows: [&Self; ROWS]) -> Self::X8;
+    /// The unsigned levels, by the portable code the SIMD expansion is checked against.
+    fn unpack(b: &Self::X8) -> Steps;
+    fn scales(b: &Self::X8) -> &[f16; ROWS];
+}
+
+/// The interleaved nibble planes are the rows' own `qs` bytes, four at a time: byte `j < 16`
+/// of a row holds elements `j` and `j + 16`, which are steps `j / 4` and `j / 4 + 4` at the same
+/// byte `4r + j % 4`.
+fn interleave_qs(rows: [&[u8; 16]; ROWS]) -> [u8; 128] {
+    bytemuck::cast(interleave_words::<4, 32>(rows.map(|q| bytemuck::cast(*q))))
+}
+
+/// Word `t` of row `r` at `8t + r` (`N = 8W`): the 4-byte steps of eight rows interleaved,
+/// moved a word at a time rather than byte by byte (fewer moves for the same bytes: the
+/// repack of an output head is on the first decode step's critical path).
+fn interleave_words<const W: usize, const N: usize>(rows: [[u32; W]; ROWS]) -> [u32; N] {
+    std::array::from_fn(|i| rows[i % ROWS][i / ROWS])
+}
+
+fn nibble_of(qs: &[u8; 128], t: usize, p: usize) -> u8 {
+    (qs[32 * (t % 4) + p] >> (4 * (t / 4))) & 15
+}
+
+impl Interleave for BlockQ4_0 {
+    type X8 = BlockQ4_0x8;
+    const OFFSET: i32 = 8;
+    const MAX_LEVEL: u8 = 15;
+
+    fn levels(&self) -> [u8; 32] {
+        nibbles(&self.qs)
+    }
+    fn pack(rows: [&Self; ROWS]) -> BlockQ4_0x8 {
+        BlockQ4_0x8 {
+            d: rows.map(|b| b.d),
+            qs: interleave_qs(rows.map(|b| &b.qs)),
+        }
+    }
+    fn unpack(b: &BlockQ4_0x8) -> Steps {
+        std::array::from_fn(|t| std::array::from_fn(|p| nibble_of(&b.qs, t, p)))
+    }
+    fn scales(b: &BlockQ4_0x8) -> &[f16; ROWS] {
+        &b.d
+    }
+}
+
+impl Interleave for BlockQ5_0 {
+    type X8 = BlockQ5_0x8;
+    const OFFSET: i32 = 16;
+    const MAX_LEVEL: u8 = 31;
+
+    fn levels(&self) -> [u8; 32] {
+        nibbles_5(&self.qs, self.qh)
+    }
+    fn pack(rows: [&Self; ROWS]) -> BlockQ5_0x8 {
+        // Byte 4r + b gathers the fifth bits of elements b, b + 4, ..., b + 28 of row r.
+        let high = rows.map(|b| u32::from_le_bytes(b.qh));
+        BlockQ5_0x8 {
+            d: rows.map(|b| b.d),
+            qh: std::array::from_fn(|p| {
+                let h = high[p / 4] >> (p % 4);
+                (0..8).fold(0u8, |acc, t| acc | (((h >> (4 * t)) & 1) as u8) << t)
+            }),
+            qs: interleave_qs(rows.map(|b| &b.qs)),
+        }
+    }
+    fn unpack(b: &BlockQ5_0x8) -> Steps {
+        std::array::from_fn(|t| {
+            std::array::from_fn(|p| nibble_of(&b.qs, t, p) | ((b.qh[p] >> t) & 1) << 4)
+        })
+    }
+    fn scales(b: &BlockQ5_0x8) -> &[f16; ROWS] {
+        &b.d
+    }
+}
+
+impl Interleave for BlockQ8_0 {
+    type X8 = BlockQ8_0x8;
+    const OFFSET: i32 = 128;
+    const MAX_LEVEL: u8 = 255;
+
+    fn levels(&self) -> [u8; 32] {
+        self.qs.map(|q| q as u8 ^ 0x80)
+    }
+    fn pack(rows: [&Self; ROWS]) -> BlockQ8_0x8 {
+        BlockQ8_0x8 {
+            d: rows.map(|b| b.d),
+            qs: bytemuck::cast(interleave_words::<8, 64>(
+                rows.map(|b| bytemuck::cast(b.qs)),
+            )),
+        }
+    }
+    fn unpack(b: &BlockQ8_0x8) -> Steps {
+        std::array::from_fn(|t| std::array::from_fn(|p| b.qs[32 * t + p] as u8 ^ 0x80))
+    }
+    fn scales(b: &BlockQ8_0x8) -> &[f16; ROWS] {
+        &b.d
+    }
+}
+
+/// One activation row quantized to Q8_0, with each block's scale in f32 and the sum of its
+/// levels (for the `OFFSET · Σ x` term).
+#[derive(Clone, Copy)]
+pub struct XRow<'a> {
+    pub q: &'a [BlockQ8_0],
+    pub d: &'a [f32],
+    pub sum: &'a [i32],
+}
+
+/// The portable kernel; the SIMD ones give the same floats (the same integer block sums,
+/// then one fused multiply-add per block and row).
+pub fn dot_scalar<B: Interleave, const C: usize>(w: &[B::X8], x: [XRow; C]) -> [[f32; ROWS]; C] {
+    let mut acc = [[0f32; ROWS]; C];
+    for (i, b) in w.iter().enumerate() {
+        let u = B::unpack(b);
+        let d = B::scales(b).map(f16::to_f32);
+        for (acc, x) in acc.iter_mut().zip(&x) {
+            let q = &x.q[i].qs;
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let mut s = -B::OFFSET * x.sum[i];
+                for (t, step) in u.iter().enumerate() {
+                    for b in 0..4 {
+                        s += step[4 * r + b] as i32 * q[4 * t + b] as i32;
+                    }
+                }
+                *acc = (d[r] * x.d[i]).mul_add(s as f32, *acc);
+            }
+        }
+    }
+    acc
+}

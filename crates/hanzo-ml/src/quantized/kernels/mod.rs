@@ -1,0 +1,337 @@
+//! The second layer of `quantized`: the SIMD kernels, per instruction set, and the choice
+//! among them.
+//!
+//! Each block type's kernels (`Kernels`) are the fastest this CPU runs at the instruction set
+//! `cpu::features::isa` chose; the portable forms in `format` are the reference every SIMD
+//! kernel is tested against. This layer imports `format` only; the drivers that split work
+//! over rows and threads (`quantized::cpu`) sit above it.
+
+/// Every block against every activation row of a tile: `R` weight rows by `C` activation rows
+/// share each load and each unpacked block. All slices hold the same number of blocks.
+macro_rules! check_tile {
+    ($w:expr, $x:expr) => {
+        let nb = $x[0].len();
+        assert!($w.iter().all(|w| w.len() == nb) && $x.iter().all(|x| x.len() == nb));
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+pub mod interleaved;
+#[cfg(target_arch = "x86_64")]
+mod interleaved_x86;
+#[cfg(target_arch = "aarch64")]
+mod neon;
+pub mod panel;
+#[cfg(target_arch = "x86_64")]
+mod panel_x86;
+pub mod prefetch;
+#[cfg(target_arch = "x86_64")]
+mod vnni;
+
+use super::format::*;
+pub use crate::cpu::features::{isa, Isa};
+
+/// A dot product of weight blocks with activation blocks of the same element count.
+pub type VecDotFn<B> = fn(&[B], &[<B as GgmlBlock>::Dot]) -> f32;
+
+/// Dot products of `R` weight rows with `C` activation rows, `out[r][c]`, all rows the same
+/// number of blocks. One call shares every load and every unpacked block across the tile.
+pub type TileFn<B, const R: usize, const C: usize> =
+    fn([&[B]; R], [&[<B as GgmlBlock>::Dot]; C]) -> [[f32; C]; R];
+
+/// Quantization of a row, the fastest this CPU has: the activation types (Q8_0, Q8_K) have
+/// SIMD forms, byte-exact with `GgmlBlock::quantize`.
+pub trait QuantizeRow: GgmlBlock {
+    fn quantize_row() -> QuantizeFn<Self> {
+        Self::quantize
+    }
+}
+
+/// The kernels of one block type at this process's instruction set, where it has SIMD forms;
+/// the portable ones of `format` otherwise.
+pub trait Kernels: QuantizeRow + GgmlBlock<Dot: QuantizeRow> {
+    /// The dot product with one activation row.
+    fn vec_dot() -> VecDotFn<Self> {
+        Self::vec_dot_scalar
+    }
+    /// An `R x C` tile kernel, where this CPU has one for this type.
+    fn tile<const R: usize, const C: usize>() -> Option<TileFn<Self, R, C>> {
+        None
+    }
+}
+
+macro_rules! portable {
+    ($($block:ty),*) => {$(
+        impl QuantizeRow for $block {}
+        impl Kernels for $block {}
+    )*};
+}
+portable!(f32, HalfF16, HalfBF16, BlockQ5_1, BlockQ8_1, BlockQ2K, BlockQ3K, BlockIQ4NL);
+
+impl QuantizeRow for BlockQ4_1 {}
+impl Kernels for BlockQ4_1 {
+    fn vec_dot() -> VecDotFn<Self> {
+        pick_q4_1()
+    }
+}
+
+impl QuantizeRow for BlockQ8K {
+    fn quantize_row() -> QuantizeFn<Self> {
+        pick_quantize_q8k()
+    }
+}
+impl Kernels for BlockQ8K {}
+
+/// A type with tile kernels: its dot product is the 1x1 tile.
+macro_rules! tiled {
+    ($block:ty, $one:ident, $tile:ident) => {
+        impl Kernels for $block {
+            fn vec_dot() -> VecDotFn<Self> {
+                $one()
+            }
+            fn tile<const R: usize, const C: usize>() -> Option<TileFn<Self, R, C>> {
+                $tile::<R, C>()
+            }
+        }
+    };
+}
+tiled!(BlockQ4_0, pick_q4_0, tile_q4_0);
+tiled!(BlockQ5_0, pick_q5_0, tile_q5_0);
+tiled!(BlockQ8_0, pick_q8_0, tile_q8_0);
+tiled!(BlockQ4K, pick_q4k, tile_q4k);
+tiled!(BlockQ5K, pick_q5k, tile_q5k);
+tiled!(BlockQ6K, pick_q6k, tile_q6k);
+impl QuantizeRow for BlockQ4_0 {}
+impl QuantizeRow for BlockQ5_0 {}
+impl QuantizeRow for BlockQ4K {}
+impl QuantizeRow for BlockQ5K {}
+impl QuantizeRow for BlockQ6K {}
+impl QuantizeRow for BlockQ8_0 {
+    fn quantize_row() -> QuantizeFn<Self> {
+        pick_quantize_q8_0()
+    }
+}
+
+/// Whether the AVX2 kernel set (AVX2 + FMA + F16C) is in use.
+pub fn has_avx2() -> bool {
+    isa() >= Isa::Avx2
+}
+
+/// Quantizes a row of activations; the SIMD forms give the reference's exact bytes.
+pub type QuantizeFn<B> = fn(&[f32], &mut [B]);
+
+macro_rules! quantize_picker {
+    ($name:ident, $block:ty, $avx2:ident, $reference:ident) => {
+        pub fn $name() -> QuantizeFn<$block> {
+            #[cfg(target_arch = "x86_64")]
+            if has_avx2() {
+                fn kernel(xs: &[f32], out: &mut [$block]) {
+                    // SAFETY: handed out only after `has_avx2()` confirmed AVX2 and FMA.
+                    unsafe { avx2::$avx2(xs, out) }
+                }
+                return kernel;
+            }
+            $reference
+        }
+    };
+}
+
+quantize_picker!(
+    pick_quantize_q8_0,
+    BlockQ8_0,
+    quantize_q8_0,
+    quantize_q8_0_ref
+);
+quantize_picker!(pick_quantize_q8k, BlockQ8K, quantize_q8k, quantize_q8k_ref);
+
+macro_rules! picker {
+    ($name:ident, $block:ty, $avx2:ident) => {
+        pub fn $name() -> VecDotFn<$block> {
+            #[cfg(target_arch = "x86_64")]
+            if has_avx2() {
+                fn kernel(w: &[$block], x: &[<$block as GgmlBlock>::Dot]) -> f32 {
+                    // SAFETY: this function is only handed out after `has_avx2()` confirmed
+                    // AVX2, FMA and F16C at run time.
+                    unsafe { avx2::$avx2(w, x) }
+                }
+                return kernel;
+            }
+            <$block as GgmlBlock>::vec_dot_scalar
+        }
+    };
+}
+
+/// `$tile_for(isa)` gives the `R x C` tile kernel of the best level at or below `isa` that
+/// has one for this type (the `"arch" $level => $module` list, best first), `$one_for(isa)` the
+/// 1x1 tile as a dot product; `$tile` and `$one` use the process-wide `isa()`.
+macro_rules! tile_picker {
+    ($one:ident, $one_for:ident, $tile:ident, $tile_for:ident, $block:ty, $kernel:ident,
+     [$($arch:literal $level:ident => $module:ident),+]) => {
+        pub fn $tile_for<const R: usize, const C: usize>(
+            isa: Isa,
+        ) -> Option<TileFn<$block, R, C>> {
+            assert!(isa.supported(), "{isa:?} kernels on a CPU without them");
+            $(
+                #[cfg(target_arch = $arch)]
+                if isa >= Isa::$level {
+                    fn kernel<const R: usize, const C: usize>(
+                        w: [&[$block]; R],
+                        x: [&[<$block as GgmlBlock>::Dot]; C],
+                    ) -> [[f32; C]; R] {
+                        // SAFETY: handed out only for a supported level at or above this one,
+                        // whose features include this kernel's (see `Isa`).
+                        unsafe { $module::$kernel::<R, C>(w, x) }
+                    }
+                    return Some(kernel::<R, C>);
+                }
+            )+
+            None
+        }
+
+        pub fn $one_for(isa: Isa) -> VecDotFn<$block> {
+            assert!(isa.supported(), "{isa:?} kernels on a CPU without them");
+            $(
+                #[cfg(target_arch = $arch)]
+                if isa >= Isa::$level {
+                    fn kernel(w: &[$block], x: &[<$block as GgmlBlock>::Dot]) -> f32 {
+                        // SAFETY: as in the tile above.
+                        unsafe { $module::$kernel::<1, 1>([w], [x])[0][0] }
+                    }
+                    return kernel;
+                }
+            )+
+            <$block as GgmlBlock>::vec_dot_scalar
+        }
+
+        pub fn $tile<const R: usize, const C: usize>() -> Option<TileFn<$block, R, C>> {
+            $tile_for::<R, C>(isa())
+        }
+
+        pub fn $one() -> VecDotFn<$block> {
+            $one_for(isa())
+        }
+    };
+}
+
+tile_picker!(pick_q4_0, pick_q4_0_for, tile_q4_0, tile_q4_0_for, BlockQ4_0, q4_0_tile,
+    ["x86_64" Avx512 => avx512, "x86_64" AvxVnni => vnni, "x86_64" Avx2 => avx2,
+     "aarch64" Neon => neon]);
+tile_picker!(pick_q5_0, pick_q5_0_for, tile_q5_0, tile_q5_0_for, BlockQ5_0, q5_0_tile,
+    ["x86_64" Avx512 => avx512, "x86_64" AvxVnni => vnni, "x86_64" Avx2 => avx2,
+     "aarch64" Neon => neon]);
+tile_picker!(pick_q8_0, pick_q8_0_for, tile_q8_0, tile_q8_0_for, BlockQ8_0, q8_0_tile,
+    ["x86_64" Avx512 => avx512, "x86_64" AvxVnni => vnni, "x86_64" Avx2 => avx2,
+     "aarch64" Neon => neon]);
+tile_picker!(pick_q4k, pick_q4k_for, tile_q4k, tile_q4k_for, BlockQ4K, q4k_tile,
+    ["x86_64" Avx512 => avx512, "x86_64" Avx2 => avx2, "aarch64" Neon => neon]);
+tile_picker!(pick_q5k, pick_q5k_for, tile_q5k, tile_q5k_for, BlockQ5K, q5k_tile,
+    ["x86_64" Avx512 => avx512, "x86_64" Avx2 => avx2, "aarch64" Neon => neon]);
+tile_picker!(pick_q6k, pick_q6k_for, tile_q6k, tile_q6k_for, BlockQ6K, q6k_tile,
+    ["x86_64" Avx512 => avx512, "x86_64" Avx2 => avx2, "aarch64" Neon => neon]);
+picker!(pick_q4_1, BlockQ4_1, q4_1_q8_1);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn random_row(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+            })
+            .collect()
+    }
+
+    fn quantized<B: GgmlBlock>(n: usize, seed: u64) -> Vec<B> {
+        let mut out = vec![<B as bytemuck::Zeroable>::zeroed(); n / B::BLOCK_SIZE];
+        B::quantize(&random_row(n, seed), &mut out);
+        out
+    }
+
+    /// Every tile shape the matmul uses, at every kernel level this CPU has, against the
+    /// scalar dot product of each (weight row, activation row) pair; block counts odd and even
+    /// (the 512-bit tiles take blocks in pairs).
+    fn check_type<B: GgmlBlock>(
+        tile_for: fn(Isa) -> Option<TileFn<B, 2, 4>>,
+        rows_for: fn(Isa) -> Option<TileFn<B, 4, 1>>,
+        one_for: fn(Isa) -> VecDotFn<B>,
+    ) {
+        for isa in Isa::ALL.into_iter().filter(|isa| isa.supported()) {
+            for blocks in [1, 2, 7, 20] {
+                let k = blocks * B::BLOCK_SIZE.max(<B::Dot as GgmlBlock>::BLOCK_SIZE);
+                let w: Vec<Vec<B>> = (0..4).map(|r| quantized(k, 11 + r)).collect();
+                let x: Vec<Vec<B::Dot>> = (0..4).map(|c| quantized(k, 101 + c)).collect();
+                let want = |r: usize, c: usize| B::vec_dot_scalar(&w[r], &x[c]);
+                let close = |got: f32, want: f32, what: &str| {
+                    let tol = 1e-5 * (k as f32).sqrt() * want.abs().max(1.0);
+                    assert!(
+                        (got - want).abs() <= tol,
+                        "{} {isa:?} k={k} {what}: {got} vs {want}",
+                        std::any::type_name::<B>()
+                    );
+                };
+                for (r, w) in w.iter().enumerate() {
+                    close(one_for(isa)(w, &x[0]), want(r, 0), "dot");
+                }
+                if let Some(tile) = tile_for(isa) {
+                    let got = tile([&w[0], &w[1]], std::array::from_fn(|c| &x[c][..]));
+                    for (r, row) in got.iter().enumerate() {
+                        for (c, &g) in row.iter().enumerate() {
+                            close(g, want(r, c), "2x4 tile");
+                        }
+                    }
+                }
+                if let Some(rows) = rows_for(isa) {
+                    let got = rows(std::array::from_fn(|r| &w[r][..]), [&x[1]]);
+                    for (r, row) in got.iter().enumerate() {
+                        close(row[0], want(r, 1), "4x1 tile");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_kernel_level_this_cpu_has_matches_the_scalar_dot() {
+        eprintln!(
+            "kernel levels here: {:?}",
+            Isa::ALL
+                .iter()
+                .filter(|isa| isa.supported())
+                .collect::<Vec<_>>()
+        );
+        check_type::<BlockQ4_0>(tile_q4_0_for, tile_q4_0_for, pick_q4_0_for);
+        check_type::<BlockQ5_0>(tile_q5_0_for, tile_q5_0_for, pick_q5_0_for);
+        check_type::<BlockQ8_0>(tile_q8_0_for, tile_q8_0_for, pick_q8_0_for);
+        check_type::<BlockQ4K>(tile_q4k_for, tile_q4k_for, pick_q4k_for);
+        check_type::<BlockQ5K>(tile_q5k_for, tile_q5k_for, pick_q5k_for);
+        check_type::<BlockQ6K>(tile_q6k_for, tile_q6k_for, pick_q6k_for);
+    }
+
+    /// Weights at the extremes of their range (Q8_0 at -128, which only foreign files hold)
+    /// against activations at ±127: the largest pair sums the integer step sees.
+    #[test]
+    fn extreme_levels_give_the_same_integers_at_every_level() {
+        let mut w = vec![<BlockQ8_0 as bytemuck::Zeroable>::zeroed(); 3];
+        let mut x = w.clone();
+        for (i, (w, x)) in w.iter_mut().zip(&mut x).enumerate() {
+            w.d = half::f16::from_f32(1.0);
+            x.d = half::f16::from_f32(1.0);
+            for j in 0..32 {
+                w.qs[j] = if (i + j) % 3 == 0 { -128 } else { 127 };
+                x.qs[j] = if j % 2 == 0 { -127 } else { 127 };
+            }
+        }
+        let want = BlockQ8_0::vec_dot_scalar(&w, &x);
+        for isa in Isa::ALL.into_iter().filter(|isa| isa.supported()) {
+            assert_eq!(pick_q8_0_for(isa)(&w, &x), want, "{isa:?}");
+        }
+    }
+}

@@ -235,4 +235,26 @@ fn embed_prints_normalised_vectors() {
     let o = engine(&["embed", "-m", fixture("gemma3").to_str().unwrap(), "x"]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("model directory"));
+
+    // Too long for the model: an error, unless --truncate, which says what it cut.
+    let long = "words upon words ".repeat(200);
+    let o = engine(&["embed", "-m", m.to_str().unwrap(), "short", &long]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("input 1 has") && err.contains("at most 256"),
+        "{err}"
+    );
+    let o = engine(&[
+        "embed",
+        "--truncate",
+        "-m",
+        m.to_str().unwrap(),
+        "short",
+        &long,
+    ]);
+    let v: Vec<Vec<f32>> = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v.len(), 2);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("text 1 truncated to 256 tokens"), "{err}");
+    assert!(!err.contains("text 0 truncated"), "{err}");
 }

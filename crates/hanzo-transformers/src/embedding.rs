@@ -18,8 +18,27 @@ pub struct Embedder {
     pub tokenizer: tokenizers::Tokenizer,
     pub pooling: Pooling,
     pub normalize: bool,
-    /// Longer inputs are truncated to this many tokens (sentence-transformers' max_seq_length).
+    /// The most tokens an input may have (sentence-transformers' max_seq_length, at most the
+    /// model's positions). Longer inputs are an error unless truncation is asked for.
     pub max_tokens: usize,
+}
+
+/// How `Embedder::embed_with` treats its inputs.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct EmbedOptions {
+    /// Cut inputs longer than `max_tokens` (keeping the final `[SEP]`) instead of failing;
+    /// `Embeddings::truncated` says which were cut.
+    pub truncate: bool,
+}
+
+/// The vectors of `Embedder::embed_with`, in input order, with what was embedded of each.
+#[derive(Clone, Debug)]
+pub struct Embeddings {
+    pub vectors: Vec<Vec<f32>>,
+    /// Tokens of each input as embedded ([CLS] and [SEP] included, after any truncation).
+    pub tokens: Vec<usize>,
+    /// Whether each input was cut to `max_tokens`.
+    pub truncated: Vec<bool>,
 }
 
 fn read_json(path: &Path) -> Result<serde_json::Value> {
@@ -90,29 +109,57 @@ impl Embedder {
         })
     }
 
-    /// Token ids of one text (with [CLS]/[SEP]), truncated to `max_tokens`.
+    /// Token ids of one text (with [CLS]/[SEP]); an error if there are more than
+    /// `max_tokens`.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        Ok(self.encode_with(0, text, EmbedOptions::default())?.0)
+    }
+
+    /// Token ids of input `index`, cut to `max_tokens` where `opts` allows (the flag says
+    /// whether it was).
+    fn encode_with(
+        &self,
+        index: usize,
+        text: &str,
+        opts: EmbedOptions,
+    ) -> Result<(Vec<u32>, bool)> {
         let enc = self
             .tokenizer
             .encode(text, true)
             .map_err(|e| Error::Tokenizer(e.to_string()))?;
         let mut ids = enc.get_ids().to_vec();
-        if ids.len() > self.max_tokens {
-            // Keep the final [SEP], as the tokenizers' truncation would.
-            let last = *ids.last().expect("non-empty");
-            ids.truncate(self.max_tokens);
-            *ids.last_mut().expect("non-empty") = last;
+        if ids.len() <= self.max_tokens {
+            return Ok((ids, false));
         }
-        Ok(ids)
+        if !opts.truncate {
+            return Err(Error::TooLong {
+                index,
+                tokens: ids.len(),
+                limit: self.max_tokens,
+            });
+        }
+        // Keep the final [SEP], as the tokenizers' truncation would.
+        let last = *ids.last().expect("non-empty");
+        ids.truncate(self.max_tokens);
+        *ids.last_mut().expect("non-empty") = last;
+        Ok((ids, true))
     }
 
-    /// One vector per text. Texts are batched together, padded to the longest.
+    /// One vector per text; a text longer than `max_tokens` is an error (`Error::TooLong`).
     pub fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
-        // Sort by length so each batch pads little; restore the order at the end.
-        let encoded = texts
+        Ok(self.embed_with(texts, EmbedOptions::default())?.vectors)
+    }
+
+    /// One vector per text, as `opts` asks. Texts are batched together, padded to the longest.
+    pub fn embed_with(&self, texts: &[&str], opts: EmbedOptions) -> Result<Embeddings> {
+        let (encoded, truncated): (Vec<Vec<u32>>, Vec<bool>) = texts
             .iter()
-            .map(|t| self.encode(t))
-            .collect::<Result<Vec<_>>>()?;
+            .enumerate()
+            .map(|(i, t)| self.encode_with(i, t, opts))
+            .collect::<Result<Vec<_>>>()?
+            .into_iter()
+            .unzip();
+        // Sort by length so each batch pads little; restore the order at the end.
         let mut order: Vec<usize> = (0..texts.len()).collect();
         order.sort_by_key(|&i| encoded[i].len());
         let mut vecs = vec![Vec::new(); texts.len()];
@@ -162,6 +209,10 @@ impl Embedder {
                 vecs[i] = v;
             }
         }
-        Ok(vecs)
+        Ok(Embeddings {
+            vectors: vecs,
+            tokens: encoded.iter().map(Vec::len).collect(),
+            truncated,
+        })
     }
 }

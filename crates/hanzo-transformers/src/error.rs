@@ -18,6 +18,13 @@ pub enum Error {
     /// The prompt plus the requested tokens do not fit the context window.
     #[error("context full: {needed} tokens needed, the context holds {limit}")]
     ContextFull { needed: usize, limit: usize },
+    /// An input longer than the model takes, where the caller did not ask for truncation.
+    #[error("input {index} has {tokens} tokens, the model takes at most {limit} (ask for truncation to cut it)")]
+    TooLong {
+        index: usize,
+        tokens: usize,
+        limit: usize,
+    },
     #[error("{0}")]
     Invalid(String),
 }

@@ -14,7 +14,7 @@ pub mod sampler;
 pub mod tokenizer;
 
 pub use chat_template::{ChatTemplate, Message};
-pub use embedding::{Embedder, Pooling};
+pub use embedding::{EmbedOptions, Embedder, Embeddings, Pooling};
 pub use error::{Error, Result};
 pub use models::{
     load_dir, load_gguf, load_gguf_with, Cache, LanguageModel, Logits, ModelInfo, WeightMode,

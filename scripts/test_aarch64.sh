@@ -1,14 +1,36 @@
 #!/usr/bin/env bash
-# Runs hanzo-ml's quantized-kernel tests (NEON included) for AArch64 under qemu user-mode
-# emulation, on an x86_64 Debian/Ubuntu machine. Not part of CI: it needs apt and rustup.
+# Runs hanzo-ml's kernel tests (the NEON quantized dot products and f32 row kernels) for
+# AArch64 under qemu user-mode emulation, on an x86_64 Debian machine.
+#
+#   bash scripts/test_aarch64.sh               set up what is missing (apt, rustup), then test
+#   bash scripts/test_aarch64.sh --if-possible the same, but when the setup cannot be done
+#                                              (no apt, no network for the Rust target) say so
+#                                              and exit 0; test failures still fail
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rustup target add aarch64-unknown-linux-gnu
+optional=false
+[[ "${1:-}" == "--if-possible" ]] && optional=true
+
+skip() {
+    echo "NEON kernels NOT tested: $*" >&2
+    if $optional; then exit 0; fi
+    exit 1
+}
+
 if ! command -v qemu-aarch64 >/dev/null || ! command -v aarch64-linux-gnu-gcc >/dev/null; then
-    apt-get install -y qemu-user gcc-aarch64-linux-gnu
+    command -v apt-get >/dev/null || skip "qemu-aarch64 / aarch64-linux-gnu-gcc missing and no apt-get"
+    echo "installing qemu-user and gcc-aarch64-linux-gnu (Debian packages)" >&2
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+        qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross >/dev/null; } \
+        || skip "apt-get install qemu-user gcc-aarch64-linux-gnu failed"
 fi
+if ! rustup target list --installed 2>/dev/null | grep -qx aarch64-unknown-linux-gnu; then
+    timeout 300 rustup target add aarch64-unknown-linux-gnu >&2 \
+        || skip "rustup could not fetch the aarch64-unknown-linux-gnu standard library"
+fi
+
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu"
-target=(--release --target aarch64-unknown-linux-gnu --target-dir "${TMPDIR:-/tmp}/hanzo-aarch64")
-cargo test -p hanzo-ml "${target[@]}" --lib quantized:: -- --nocapture
-cargo test -p hanzo-ml "${target[@]}" --test qmatmul
+target=(--target aarch64-unknown-linux-gnu)
+cargo test -p hanzo-ml "${target[@]}" --lib -- --nocapture quantized:: cpu::
+cargo test -p hanzo-ml "${target[@]}" --test qmatmul --test simd -- --nocapture

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{assert_quantized_drift, compare};
+use common::{assert_matches_reference, assert_tracks_reference};
 use hanzo_ml::quantized::gguf::GgufFile;
 use hanzo_transformers::{load_gguf_with, WeightMode};
 
@@ -19,22 +19,11 @@ fn gguf() -> GgufFile {
 #[test]
 fn gguf_in_f32_computes_what_transformers_computes() {
     let model = load_gguf_with(&gguf(), WeightMode::F32).unwrap();
-    let d = compare(model.as_ref(), REFERENCE, 0.0);
-    eprintln!(
-        "f32: max |Δ logit| {:.4}, {}/32 teacher-forced argmax agree",
-        d.worst, d.agree
-    );
-    assert!(d.worst < 0.05, "logit drift {}", d.worst);
-    assert_eq!(d.agree, 32);
+    assert_matches_reference(model.as_ref(), REFERENCE, 0.05, "f32");
 }
 
 #[test]
 fn gguf_as_stored_tracks_transformers() {
     let model = load_gguf_with(&gguf(), WeightMode::AsStored).unwrap();
-    let d = compare(model.as_ref(), REFERENCE, 0.3);
-    eprintln!(
-        "Q4_K_M + Q8 activations: max |Δ logit| {:.3}, rms {:.3}, {}/32 agree",
-        d.worst, d.rms, d.agree
-    );
-    assert_quantized_drift(&d);
+    assert_tracks_reference(model.as_ref(), REFERENCE, "Q4_K_M + Q8 activations");
 }

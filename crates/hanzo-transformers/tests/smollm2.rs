@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::{assert_quantized_drift, compare, row};
+use common::{assert_matches_reference, assert_tracks_reference, row};
 use hanzo_ml::quantized::gguf::GgufFile;
 use hanzo_ml::quantized::GgmlDType;
 use hanzo_transformers::{
@@ -37,44 +37,23 @@ fn hf_dir() -> &'static PathBuf {
 #[test]
 fn gguf_in_f32_computes_what_transformers_computes() {
     let model = load_gguf_with(&gguf(), WeightMode::F32).unwrap();
-    let d = compare(model.as_ref(), REFERENCE, 0.0);
-    eprintln!(
-        "f32: max |Δ logit| {:.4}, {}/32 teacher-forced argmax agree",
-        d.worst, d.agree
-    );
-    assert!(d.worst < 0.02, "logit drift {}", d.worst);
-    assert_eq!(d.agree, 32);
+    assert_matches_reference(model.as_ref(), REFERENCE, 0.02, "f32");
 }
 
 #[test]
 fn gguf_as_stored_tracks_transformers() {
     let model = load_gguf_with(&gguf(), WeightMode::AsStored).unwrap();
-    let d = compare(model.as_ref(), REFERENCE, 0.3);
-    eprintln!(
-        "Q4_1 + Q8 activations: max |Δ logit| {:.3}, rms {:.3}, {}/32 agree",
-        d.worst, d.rms, d.agree
-    );
-    assert_quantized_drift(&d);
+    assert_tracks_reference(model.as_ref(), REFERENCE, "Q4_1 + Q8 activations");
 }
 
 #[test]
 fn model_directory_loads_to_the_same_numbers() {
     let model = load_dir(hf_dir(), WeightMode::AsStored).unwrap();
-    let d = compare(model.as_ref(), REFERENCE, 0.0);
-    eprintln!(
-        "safetensors f32: max |Δ logit| {:.4}, {}/32 agree",
-        d.worst, d.agree
-    );
-    assert!(d.worst < 0.02, "logit drift {}", d.worst);
+    assert_matches_reference(model.as_ref(), REFERENCE, 0.02, "safetensors f32");
 
-    let isq = load_dir(hf_dir(), WeightMode::Quantize(GgmlDType::Q8_0)).unwrap();
-    let d = compare(isq.as_ref(), REFERENCE, 0.3);
-    eprintln!(
-        "safetensors ISQ Q8_0: max |Δ logit| {:.3}, rms {:.3}, {}/32 agree",
-        d.worst, d.rms, d.agree
-    );
     // Q8_0 weights re-quantized from Q4_1 values, times 8-bit activations: two roundings.
-    assert_quantized_drift(&d);
+    let isq = load_dir(hf_dir(), WeightMode::Quantize(GgmlDType::Q8_0)).unwrap();
+    assert_tracks_reference(isq.as_ref(), REFERENCE, "safetensors ISQ Q8_0");
 }
 
 #[test]
@@ -172,12 +151,7 @@ fn phi3_layout_computes_the_llama_logits() {
     let phi3_file = GgufFile::open(&path).unwrap();
     let phi3 = load_gguf_with(&phi3_file, WeightMode::F32).unwrap();
     assert_eq!(phi3.info().architecture, "phi3");
-    let d = compare(phi3.as_ref(), REFERENCE, 0.0);
-    eprintln!(
-        "phi3 layout, f32: max |Δ logit| vs transformers {:.4}, {}/32 agree",
-        d.worst, d.agree
-    );
-    assert!(d.worst < 0.02, "logit drift {}", d.worst);
+    assert_matches_reference(phi3.as_ref(), REFERENCE, 0.02, "phi3 layout, f32");
 
     // In f32 the two layouts differ only in summation order inside attention; 30 layers
     // amplify that to the same size as our f32 distance to transformers.
@@ -198,10 +172,5 @@ fn phi3_layout_computes_the_llama_logits() {
 
     // As stored, 8-bit activations amplify those last-bit differences like any other.
     let stored = load_gguf_with(&phi3_file, WeightMode::AsStored).unwrap();
-    let d = compare(stored.as_ref(), REFERENCE, 0.3);
-    eprintln!(
-        "phi3 layout, as stored: max |Δ logit| vs transformers {:.3}, rms {:.3}, {}/32",
-        d.worst, d.rms, d.agree
-    );
-    assert_quantized_drift(&d);
+    assert_tracks_reference(stored.as_ref(), REFERENCE, "phi3 layout, as stored");
 }

@@ -104,3 +104,20 @@ pub fn isa() -> Isa {
     static ISA: OnceLock<Isa> = OnceLock::new();
     *ISA.get_or_init(Isa::detect)
 }
+
+/// For a test of kernels written for `level`: whether this process runs them, with a line on
+/// stderr saying so either way, so that a test never passes silently over an instruction set
+/// the CPU lacks (or one `HANZO_ISA` turned off).
+pub fn test_kernels_at(level: Isa, test: &str) -> bool {
+    let runs = isa() >= level;
+    if runs {
+        eprintln!("{test}: checking the {} kernels", level.name());
+    } else {
+        eprintln!(
+            "{test}: NOT checking the {} kernels: this process runs {}",
+            level.name(),
+            isa().name()
+        );
+    }
+    runs
+}

@@ -658,7 +658,8 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn wide_kernels_round_like_the_narrow_ones() {
-        if !has_f16c() {
+        use hanzo_ml::cpu::features::{test_kernels_at, Isa};
+        if !test_kernels_at(Isa::Avx2, "attention dot products") {
             return;
         }
         let (a, b) = (values(256, 7), values(256, 8));
@@ -669,7 +670,7 @@ mod tests {
         // Keys read from the f16 cache score exactly like their widened copies.
         // SAFETY: as above.
         assert_eq!(narrow.to_bits(), unsafe { x86::dot(&a16, &b) }.to_bits());
-        if has_avx512() {
+        if test_kernels_at(Isa::Avx512, "attention dot products") {
             // SAFETY: AVX-512F checked on the line above.
             unsafe {
                 assert_eq!(narrow.to_bits(), x86::dot_avx512(&a16_wide, &b).to_bits());
@@ -718,7 +719,8 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn register_chunked_value_sums_match_the_portable_loop() {
-        if !has_f16c() {
+        use hanzo_ml::cpu::features::{test_kernels_at, Isa};
+        if !test_kernels_at(Isa::Avx2, "attention value sums") {
             return;
         }
         for d in [64, 72, 200] {

@@ -37,8 +37,8 @@ fn gelu_ggml(x: f32, table: &[f32]) -> f32 {
 }
 
 /// `o = gelu(g) * u` element-wise, eight at a time where the CPU has AVX2 and F16C (the
-/// scalar loop's f16 rounding, table lookup and clamps, so the same floats; ~5 ns an element
-/// scalar, a noticeable share of a decode step's serial time).
+/// scalar loop's f16 rounding, table lookup and clamps, so the same floats; the scalar loop
+/// is a noticeable share of a decode step's serial time).
 fn geglu_slice(g: &[f32], u: &[f32], o: &mut [f32], table: &[f32]) {
     #[cfg(target_arch = "x86_64")]
     let done = if super::attention::has_f16c() {
@@ -139,6 +139,7 @@ mod tests {
     #[test]
     fn vector_geglu_gives_the_scalar_floats() {
         use rand::{rngs::StdRng, Rng, SeedableRng};
+        hanzo_ml::cpu::features::test_kernels_at(hanzo_ml::cpu::features::Isa::Avx2, "GEGLU");
         let mut rng = StdRng::seed_from_u64(3);
         let mut g: Vec<f32> = (0..1003).map(|_| rng.gen_range(-12.0..12.0)).collect();
         // The clamps, both sides of them, f16 ties, and values no f16 holds.

@@ -129,11 +129,29 @@ pub fn compare(model: &dyn LanguageModel, reference_name: &str, clear_margin: f6
     Drift { worst, rms, agree }
 }
 
-/// 8-bit activations (and weights): the teacher-forced steps stay within about half a logit
-/// on average (rms 0.28-0.50 measured with the scalar and AVX2 kernel sets), and no recorded
-/// logit moves by more than 2 (the worst single step, 0.58-1.58, depends on which kernels ran;
-/// see `Drift::rms`).
-pub fn assert_quantized_drift(d: &Drift) {
-    assert!(d.rms < 0.7, "rms logit drift {}", d.rms);
-    assert!(d.worst < 2.0, "logit drift {}", d.worst);
+/// A model computing in f32 against transformers' f32 logits: every recorded logit within
+/// `max`, and the same argmax at all 32 teacher-forced steps. `what` labels the printed line.
+pub fn assert_matches_reference(model: &dyn LanguageModel, reference: &str, max: f32, what: &str) {
+    let d = compare(model, reference, 0.0);
+    eprintln!(
+        "{what}: max |Δ logit| {:.4}, {}/32 teacher-forced argmax agree",
+        d.worst, d.agree
+    );
+    assert!(d.worst < max, "{what}: logit drift {}", d.worst);
+    assert_eq!(d.agree, 32, "{what}");
+}
+
+/// 8-bit activations (and quantized weights) against the same reference: the argmax agrees
+/// wherever the reference's margin is at least 0.3, the teacher-forced steps stay within
+/// about half a logit on average (SmolLM2: rms 0.28-0.50 with the scalar and AVX2 kernel
+/// sets), and no recorded logit moves by more than 2 (the worst single step depends on which
+/// kernels ran; see `Drift::rms`).
+pub fn assert_tracks_reference(model: &dyn LanguageModel, reference: &str, what: &str) {
+    let d = compare(model, reference, 0.3);
+    eprintln!(
+        "{what}: max |Δ logit| {:.3}, rms {:.3}, {}/32 agree",
+        d.worst, d.rms, d.agree
+    );
+    assert!(d.rms < 0.7, "{what}: rms logit drift {}", d.rms);
+    assert!(d.worst < 2.0, "{what}: logit drift {}", d.worst);
 }

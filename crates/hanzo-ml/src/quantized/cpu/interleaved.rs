@@ -385,6 +385,7 @@ mod tests {
 
     #[test]
     fn simd_kernels_equal_the_portable_one() {
+        crate::cpu::features::test_kernels_at(Isa::Avx2, "interleaved dot kernels");
         kernels_agree::<BlockQ4_0>();
         kernels_agree::<BlockQ5_0>();
         kernels_agree::<BlockQ8_0>();

@@ -609,7 +609,8 @@ pub unsafe fn quantize_q8k(xs: &[f32], out: &mut [BlockQ8K]) {
 mod tests {
     #[test]
     fn f16_to_f32_matches_half_for_every_bit_pattern() {
-        if !super::super::has_avx2() {
+        use crate::cpu::features::{test_kernels_at, Isa};
+        if !test_kernels_at(Isa::Avx2, "f16_to_f32") {
             return;
         }
         for b in 0..=u16::MAX {
@@ -626,7 +627,8 @@ mod tests {
     /// both signs, NaN and inf: the SIMD quantizers must give the reference's bytes.
     #[test]
     fn simd_activation_quantizers_match_the_reference_bytes() {
-        if !super::super::has_avx2() {
+        use crate::cpu::features::{test_kernels_at, Isa};
+        if !test_kernels_at(Isa::Avx2, "activation quantizers") {
             return;
         }
         use crate::quantized::format::*;

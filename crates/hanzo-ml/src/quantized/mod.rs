@@ -5,7 +5,7 @@
 //! | layer | modules | job |
 //! |---|---|---|
 //! | 4 | `qmatmul`, `isq`, `gguf` | `QMatMul` (picks a path per product, owns repacking); load-time quantization; GGUF files |
-//! | 3 | `qtensor` | `QTensor`: typed block bytes with a shape, owned or mapped |
+//! | 3 | `qtensor` | `QTensor`: typed block bytes with a shape, owned or mapped (quantized with the SIMD quantizers where a type has them) |
 //! | 2 | `cpu` | the CPU drivers: decode matvec, prefill tiles and panels, repacked weights |
 //! | 1 | `kernels` | SIMD kernels per instruction set and the choice among them |
 //! | 0 | `format` | block layouts, scalar (de)quantization and dot products; no CPU dispatch |

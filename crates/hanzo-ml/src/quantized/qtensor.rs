@@ -1,6 +1,7 @@
 //! `QTensor`: raw ggml blocks with a shape and a type, owned or borrowed from a memory map.
 
 use super::format::{GgmlBlock, GgmlDType};
+use super::kernels::QuantizeRow;
 use crate::{DType, Device, Error, Result, Shape, Tensor};
 use rayon::prelude::*;
 use std::sync::Arc;
@@ -284,10 +285,12 @@ fn dequantize_into<B: GgmlBlock>(blocks: &[B], out: &mut [f32]) {
         .for_each(|(b, o)| B::dequantize(b, o));
 }
 
-fn quantize_into<B: GgmlBlock>(xs: &[f32], bytes: &mut [u8]) {
+/// With the SIMD quantizer where the type has one (the reference's exact bytes).
+fn quantize_into<B: QuantizeRow>(xs: &[f32], bytes: &mut [u8]) {
     let blocks: &mut [B] = bytemuck::cast_slice_mut(bytes);
+    let quantize = B::quantize_row();
     blocks
         .par_chunks_mut(PAR_BLOCKS)
         .zip(xs.par_chunks(PAR_BLOCKS * B::BLOCK_SIZE))
-        .for_each(|(b, x)| B::quantize(x, b));
+        .for_each(|(b, x)| quantize(x, b));
 }

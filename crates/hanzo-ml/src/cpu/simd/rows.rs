@@ -225,25 +225,16 @@ macro_rules! map2 {
     }};
 }
 
-#[inline(always)]
-pub(super) fn add<S: F32Vector>(s: S, a: &[f32], b: &[f32], o: &mut [f32]) {
-    map2!(s, a, b, o, |x, y| s.add(x, y))
+/// `o[i] = a[i] op b[i]` for the vector arithmetic ops.
+macro_rules! arithmetic {
+    ($($op:ident),*) => {$(
+        #[inline(always)]
+        pub(super) fn $op<S: F32Vector>(s: S, a: &[f32], b: &[f32], o: &mut [f32]) {
+            map2!(s, a, b, o, |x, y| s.$op(x, y))
+        }
+    )*};
 }
-
-#[inline(always)]
-pub(super) fn sub<S: F32Vector>(s: S, a: &[f32], b: &[f32], o: &mut [f32]) {
-    map2!(s, a, b, o, |x, y| s.sub(x, y))
-}
-
-#[inline(always)]
-pub(super) fn mul<S: F32Vector>(s: S, a: &[f32], b: &[f32], o: &mut [f32]) {
-    map2!(s, a, b, o, |x, y| s.mul(x, y))
-}
-
-#[inline(always)]
-pub(super) fn div<S: F32Vector>(s: S, a: &[f32], b: &[f32], o: &mut [f32]) {
-    map2!(s, a, b, o, |x, y| s.div(x, y))
-}
+arithmetic!(add, sub, mul, div);
 
 /// `a` where a >= b or a is NaN, else `b` (so a NaN on either side propagates).
 #[inline(always)]

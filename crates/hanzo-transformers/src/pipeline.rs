@@ -111,7 +111,7 @@ impl TextGeneration {
 
     /// Starts moving a GGUF model's weights onto 2 MiB pages in the background, once (see
     /// `HugePages`). For long-lived callers (a server, a benchmark, perplexity): decoding runs
-    /// faster from huge pages (docs/BENCHMARKS.md), but the copy costs a large fraction of a
+    /// faster from huge pages (docs/QUANTIZATION.md), but the copy costs a large fraction of a
     /// second of one core, more than a short generation gains, so `generate`
     /// does not start it. Call it after a first forward pass (the pages are then mapped, and
     /// nothing is copied where the page cache already maps them whole). `None` when there is

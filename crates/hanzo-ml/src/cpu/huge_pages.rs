@@ -2,7 +2,7 @@
 //!
 //! Why: decoding streams every weight once per token. Through the 4 KiB pages of a file
 //! mapping that costs a TLB miss every 4 KiB, and the hardware prefetcher stops at each page
-//! boundary (docs/BENCHMARKS.md has the decode speed with and without, `HANZO_HUGE_PAGES=0`).
+//! boundary (docs/QUANTIZATION.md has the decode speed with and without; `HANZO_HUGE_PAGES=0` turns it off).
 //! The kernel only gives a file mapping 2 MiB pages when its page cache holds
 //! 2 MiB folios, which depends on how the file was first read (a cold read through a
 //! `MADV_HUGEPAGE` map gets them; a freshly written file does not); anonymous memory gets

@@ -8,7 +8,6 @@
 
 use super::cpu::interleaved::{self, Interleaved, RowGroups};
 use super::cpu::matvec::{self, matvec_many, Matvec, MatvecJob};
-use super::format::interleaved::Interleave;
 use super::format::{BlockQ4_0, BlockQ5_0, BlockQ8_0, GgmlDType};
 use super::QTensor;
 use crate::{DType, Error, Result, Tensor};
@@ -74,7 +73,7 @@ impl Repacking {
             .as_ref()
     }
 
-    fn pack<B: Interleave + super::kernels::interleaved::InterleavedKernels>(
+    fn pack<B: super::kernels::interleaved::InterleavedKernels>(
         w: &QTensor,
         n: usize,
         k: usize,

@@ -444,9 +444,7 @@ pub(super) fn rope_interleaved<S: F32Vector>(
         let sn = s.mul(s.load_pairs(&sin[p..]), sign);
         s.store(&mut o[2 * p..], s.fma(s.swap_pairs(v), sn, s.mul(v, c)));
     }
-    for i in body..h {
-        let (a, b) = (x[2 * i], x[2 * i + 1]);
-        o[2 * i] = a * cos[i] - b * sin[i];
-        o[2 * i + 1] = a * sin[i] + b * cos[i];
-    }
+    // The last pairs, fewer than a vector's worth, are themselves an interleaved rotation.
+    let (x, o) = (&x[2 * body..2 * h], &mut o[2 * body..]);
+    super::scalar::rope_interleaved(x, &cos[body..h], &sin[body..h], o);
 }

@@ -84,6 +84,9 @@ pub enum Error {
 
     #[error("{op}: {msg}")]
     Custom { op: String, msg: String },
+
+    #[error(transparent)]
+    Kv(#[from] crate::kv::KvError),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

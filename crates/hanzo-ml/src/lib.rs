@@ -20,6 +20,7 @@ mod dtype;
 mod env;
 mod error;
 pub mod io;
+pub mod kv;
 pub mod layout;
 pub mod op;
 pub mod quantized;

@@ -4,6 +4,9 @@
 pub enum Error {
     #[error(transparent)]
     Ml(#[from] hanzo_ml::Error),
+    /// The KV store could not take the work (`OutOfBlocks`: preempt a sequence and retry).
+    #[error(transparent)]
+    Kv(#[from] hanzo_ml::kv::KvError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
     /// The file is readable but lacks something a model of its kind must have.

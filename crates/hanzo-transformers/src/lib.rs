@@ -17,7 +17,8 @@ pub use chat_template::{ChatTemplate, Message};
 pub use embedding::{EmbedOptions, Embedder, Embeddings, Pooling};
 pub use error::{Error, Result};
 pub use models::{
-    load_dir, load_gguf, load_gguf_with, Cache, LanguageModel, Logits, ModelInfo, WeightMode,
+    load_dir, load_gguf, load_gguf_with, Cache, Decoder, LanguageModel, Logits, ModelInfo,
+    SeqChunk, WeightMode,
 };
 pub use pipeline::{Finish, GenerateOptions, Generated, TextGeneration};
 pub use sampler::{Sampler, SamplingParams};

@@ -3,6 +3,7 @@
 //! barrier every row.
 
 pub(crate) mod alloc;
+pub mod attention;
 mod buffer;
 mod elementwise;
 pub mod features;

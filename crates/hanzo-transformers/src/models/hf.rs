@@ -201,5 +201,5 @@ pub fn open(dir: &Path) -> Result<(String, HashMap<String, Value>, SafetensorsDi
 pub fn load(dir: &Path, mode: WeightMode) -> Result<Box<dyn super::LanguageModel>> {
     let (arch, params, tensors) = open(dir)?;
     let g = Gguf::from_parts(arch, Params::Map(params), &tensors, mode);
-    Ok(Box::new(super::Llama::from_gguf(&g)?))
+    Ok(Box::new(super::llama::load(&g)?))
 }

@@ -1,22 +1,21 @@
 //! Decoder language models and encoder embedding models.
 //!
 //! A loaded model holds only weights (shared, read-only); the per-sequence state is a
-//! [`Cache`], so one model serves many sequences.
+//! KV store ([`PagedKv`], or a single-sequence [`Cache`]), so one model serves many sequences.
 
-pub mod attention;
 pub mod bert;
+mod decoder;
 mod gemma3;
 pub mod hf;
 mod llama;
 pub(crate) mod meta;
 pub mod numerics;
 
-pub use gemma3::Gemma3;
-pub use llama::Llama;
+pub use decoder::Decoder;
 pub use meta::WeightMode;
 
 use crate::{Error, Result};
-use attention::KvF16;
+use hanzo_ml::kv::{KvLayout, PagedKv, SeqId};
 use hanzo_ml::quantized::gguf::GgufFile;
 use hanzo_ml::{RopeKind, Tensor};
 
@@ -33,68 +32,70 @@ pub struct ModelInfo {
     pub kv_row: usize,
 }
 
-/// Which positions' logits `forward` returns.
+/// Which positions' logits a forward pass returns for a sequence.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Logits {
+    /// None (a prompt chunk that is not the prompt's last).
+    None,
     /// Only the last position (generation).
     Last,
     /// Every position (perplexity, scoring).
     All,
 }
 
-/// Per-sequence KV state: one cache per layer and the number of positions seen.
+/// One sequence's part of a batch: its next tokens (a prompt chunk, or one decode token) at
+/// positions `kv.len(seq)..`, and which of them need logits.
+#[derive(Clone, Copy, Debug)]
+pub struct SeqChunk<'a> {
+    pub seq: SeqId,
+    pub tokens: &'a [u32],
+    pub logits: Logits,
+}
+
+/// One sequence with a KV store of its own, for callers that run one sequence at a time
+/// (the CLI, perplexity): the store holds `limit` positions and is allocated once.
 pub struct Cache {
-    layers: Vec<KvF16>,
-    len: usize,
+    kv: PagedKv,
+    seq: SeqId,
     limit: usize,
-    /// Values per position per layer (kv_heads × head_dim).
-    row: usize,
 }
 
 impl Cache {
-    pub fn new(layers: usize, row: usize, limit: usize) -> Self {
-        Self {
-            layers: (0..layers).map(|_| KvF16::default()).collect(),
-            len: 0,
-            limit,
-            row,
-        }
+    pub fn new(layout: KvLayout, limit: usize) -> Self {
+        let blocks = layout.layers() * limit.max(1).div_ceil(layout.block_size);
+        let mut kv = PagedKv::with_blocks(layout, blocks);
+        let seq = kv.add_sequence();
+        Self { kv, seq, limit }
     }
 
-    /// Bytes the cache holds now.
+    /// Bytes of the store.
     pub fn bytes(&self) -> usize {
-        self.layers.len() * self.len * self.row * 2 * 2
+        self.kv.bytes()
     }
 
     /// Positions already processed.
     pub fn len(&self) -> usize {
-        self.len
+        self.kv.len(self.seq).expect("the cache's own sequence")
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
 
     pub fn limit(&self) -> usize {
         self.limit
     }
 
+    /// Forgets every position.
     pub fn reset(&mut self) {
-        self.truncate(0);
-    }
-
-    /// Keeps the first `len` positions (a shared prompt prefix, say).
-    pub fn truncate(&mut self, len: usize) {
-        for l in &mut self.layers {
-            l.truncate(len, self.row);
-        }
-        self.len = self.len.min(len);
+        self.kv.release(self.seq).expect("the cache's own sequence");
+        self.seq = self.kv.add_sequence();
     }
 
     fn check_room(&self, t: usize) -> Result<()> {
-        if self.len + t > self.limit {
+        if self.len() + t > self.limit {
             return Err(Error::ContextFull {
-                needed: self.len + t,
+                needed: self.len() + t,
                 limit: self.limit,
             });
         }
@@ -105,15 +106,46 @@ impl Cache {
 pub trait LanguageModel: Send + Sync {
     fn info(&self) -> &ModelInfo;
 
-    /// A fresh cache holding up to `limit` positions (capped at the training context).
+    /// The shape of this model's KV state, for a [`PagedKv`] store.
+    fn kv_layout(&self) -> KvLayout;
+
+    /// Runs a batch: every chunk's tokens at its sequence's next positions, appended to the
+    /// store. Returns the logits `[rows, vocab]` the chunks asked for, in batch order. Room
+    /// for the whole batch is reserved first: if the store is short of blocks nothing
+    /// changes and the error is [`Error::Kv`] with `KvError::OutOfBlocks`.
+    fn forward_batch(&self, batch: &[SeqChunk], kv: &mut PagedKv) -> Result<Tensor>;
+
+    /// A fresh single-sequence cache holding up to `limit` positions (capped at the
+    /// training context).
     fn new_cache(&self, limit: usize) -> Cache {
-        let info = self.info();
-        Cache::new(info.layers, info.kv_row, limit.min(info.context_length))
+        Cache::new(self.kv_layout(), limit.min(self.info().context_length))
     }
 
-    /// Runs `tokens` at positions `cache.len()..`, appends them to the cache and returns
-    /// logits `[n, vocab]` (n = 1 for [`Logits::Last`], `tokens.len()` for `All`).
-    fn forward(&self, tokens: &[u32], cache: &mut Cache, logits: Logits) -> Result<Tensor>;
+    /// Runs `tokens` at positions `cache.len()..` and returns logits `[n, vocab]` (n = 1
+    /// for [`Logits::Last`], `tokens.len()` for `All`).
+    fn forward(&self, tokens: &[u32], cache: &mut Cache, logits: Logits) -> Result<Tensor> {
+        cache.check_room(tokens.len())?;
+        let chunk = SeqChunk {
+            seq: cache.seq,
+            tokens,
+            logits,
+        };
+        self.forward_batch(&[chunk], &mut cache.kv)
+    }
+}
+
+impl LanguageModel for Decoder {
+    fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    fn kv_layout(&self) -> KvLayout {
+        Decoder::kv_layout(self)
+    }
+
+    fn forward_batch(&self, batch: &[SeqChunk], kv: &mut PagedKv) -> Result<Tensor> {
+        Decoder::forward_batch(self, batch, kv)
+    }
 }
 
 const SUPPORTED: &str = "gemma3, llama, mistral, phi3, qwen2, qwen3";
@@ -127,8 +159,8 @@ pub fn load_gguf(file: &GgufFile) -> Result<Box<dyn LanguageModel>> {
 pub fn load_gguf_with(file: &GgufFile, mode: WeightMode) -> Result<Box<dyn LanguageModel>> {
     let g = meta::Gguf::new(file)?.with_mode(mode);
     Ok(match g.arch.as_str() {
-        "gemma3" => Box::new(Gemma3::from_gguf(&g)?),
-        "llama" | "mistral" | "phi3" | "qwen2" | "qwen3" => Box::new(Llama::from_gguf(&g)?),
+        "gemma3" => Box::new(gemma3::load(&g)?),
+        "llama" | "mistral" | "phi3" | "qwen2" | "qwen3" => Box::new(llama::load(&g)?),
         other => return Err(Error::UnsupportedArchitecture(other.to_string(), SUPPORTED)),
     })
 }
@@ -139,11 +171,15 @@ pub fn load_dir(dir: &std::path::Path, mode: WeightMode) -> Result<Box<dyn Langu
     hf::load(dir, mode)
 }
 
-/// The output head over the final hidden states of a forward pass of `t` positions. A prompt's
-/// pass (`t > 1`) never triggers repacking the head (`QMatMul::forward_prompt`): the first
-/// token does not wait for the copy; the first decode step makes it.
-fn output_logits(output: &hanzo_ml::quantized::QMatMul, x: &Tensor, t: usize) -> Result<Tensor> {
-    Ok(if t > 1 {
+/// The output head over final hidden states. A lone prompt's pass never triggers repacking
+/// the head (`QMatMul::forward_prompt`): the first token does not wait for the copy; the
+/// first decode step makes it.
+fn output_logits(
+    output: &hanzo_ml::quantized::QMatMul,
+    x: &Tensor,
+    prompt_only: bool,
+) -> Result<Tensor> {
+    Ok(if prompt_only {
         output.forward_prompt(x)?
     } else {
         output.forward(x)?

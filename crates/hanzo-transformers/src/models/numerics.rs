@@ -1,6 +1,6 @@
 //! Element-wise pieces computed the way ggml's CPU backend computes them, so that models
-//! reproduce llama.cpp's outputs token for token (see `f16_attention` for why that takes
-//! matching its roundings).
+//! reproduce llama.cpp's outputs token for token (see `hanzo_ml::cpu::attention` for why
+//! that takes matching its roundings).
 
 use half::f16;
 use hanzo_ml::{Device, Tensor};
@@ -41,7 +41,7 @@ fn gelu_ggml(x: f32, table: &[f32]) -> f32 {
 /// is a noticeable share of a decode step's serial time).
 fn geglu_slice(g: &[f32], u: &[f32], o: &mut [f32], table: &[f32]) {
     #[cfg(target_arch = "x86_64")]
-    let done = if super::attention::has_f16c() {
+    let done = if hanzo_ml::cpu::features::isa() >= hanzo_ml::cpu::features::Isa::Avx2 {
         // SAFETY: AVX2 and F16C checked above; the table has all 65536 entries.
         unsafe { x86::geglu(g, u, o, table) }
     } else {
@@ -109,14 +109,14 @@ pub fn rope_tables(
     dims: usize,
     scale: f32,
     factors: Option<&[f32]>,
-    positions: std::ops::Range<usize>,
+    positions: &[usize],
 ) -> hanzo_ml::Result<(Tensor, Tensor)> {
     let half = dims / 2;
     let theta_scale = base.powf(-2.0 / dims as f32);
     let t = positions.len();
     let mut cos = Vec::with_capacity(t * half);
     let mut sin = Vec::with_capacity(t * half);
-    for p in positions {
+    for &p in positions {
         let mut theta = p as f32;
         for i in 0..half {
             let ff = factors.map_or(1.0, |f| f[i]);

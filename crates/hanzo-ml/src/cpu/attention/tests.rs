@@ -1,0 +1,174 @@
+use super::*;
+use crate::kv::{KvLayout, PagedKv, SeqId};
+
+/// Deterministic values in [-1, 1).
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    use rand::{rngs::StdRng, Rng, SeedableRng};
+    let mut rng = StdRng::seed_from_u64(seed);
+    (0..n).map(|_| rng.gen_range(-1.0..1.0)).collect()
+}
+
+/// A one-layer store holding `n` positions of keys `k` and values `v` (`[n][row]`), its
+/// blocks interleaved with another sequence's so the block table is not the identity.
+fn store(k: &[f32], v: &[f32], row: usize, n: usize) -> (PagedKv, SeqId) {
+    let mut kv = PagedKv::with_blocks(KvLayout::new(row, vec![None]), 2 * n.div_ceil(16) + 2);
+    let (a, other) = (kv.add_sequence(), kv.add_sequence());
+    for (i, (kc, vc)) in k.chunks(16 * row).zip(v.chunks(16 * row)).enumerate() {
+        let t = kc.len() / row;
+        kv.reserve(other, 16).unwrap();
+        kv.write(other, 0, &vec![9.0; 16 * row], &vec![9.0; 16 * row])
+            .unwrap();
+        kv.commit(other, &[i as u32; 16]).unwrap();
+        kv.reserve(a, t).unwrap();
+        kv.write(a, 0, kc, vc).unwrap();
+        kv.commit(a, &vec![0; t]).unwrap();
+    }
+    (kv, a)
+}
+
+/// Softmax attention in f64 over keys and values rounded to f16.
+fn naive(q: &[f32], k: &[f32], v: &[f32], start: usize, mask: Mask, dims: Heads) -> Vec<f32> {
+    let Heads {
+        heads,
+        kv_heads,
+        head_dim: d,
+    } = dims;
+    let t = q.len() / (heads * d);
+    let r = |x: f32| f16::from_f32(x).to_f64();
+    let mut out = vec![0f32; q.len()];
+    for i in 0..t {
+        let p = start + i;
+        for h in 0..heads {
+            let kh = h / (heads / kv_heads);
+            let qv = &q[(i * heads + h) * d..][..d];
+            let at = |c: &[f32], j: usize, e: usize| r(c[(j * kv_heads + kh) * d + e]);
+            let keys: Vec<usize> = mask.keys(p, start + t).collect();
+            let scores: Vec<f64> = keys
+                .iter()
+                .map(|&j| (0..d).map(|e| qv[e] as f64 * at(k, j, e)).sum())
+                .collect();
+            let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let w: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+            let total: f64 = w.iter().sum();
+            for e in 0..d {
+                let x: f64 = keys.iter().zip(&w).map(|(&j, w)| w * at(v, j, e)).sum();
+                out[(i * heads + h) * d + e] = (x / total) as f32;
+            }
+        }
+    }
+    out
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn wide_kernels_round_like_the_narrow_ones() {
+    use crate::cpu::features::{test_kernels_at, Isa};
+    if !test_kernels_at(Isa::Avx2, "attention dot products") {
+        return;
+    }
+    let (a, b) = (values(256, 7), values(256, 8));
+    let a16: Vec<f16> = a.iter().map(|&x| f16::from_f32(x)).collect();
+    let a16_wide: Vec<f32> = a16.iter().map(|x| x.to_f32()).collect();
+    // SAFETY: AVX2/FMA/F16C checked above.
+    let narrow = unsafe { x86::dot(&a16_wide, &b) };
+    // Keys read from the f16 cache score exactly like their widened copies.
+    // SAFETY: as above.
+    assert_eq!(narrow.to_bits(), unsafe { x86::dot(&a16, &b) }.to_bits());
+    if test_kernels_at(Isa::Avx512, "attention dot products") {
+        // SAFETY: AVX-512F checked on the line above.
+        unsafe {
+            assert_eq!(narrow.to_bits(), x86::dot_avx512(&a16_wide, &b).to_bits());
+            assert_eq!(narrow.to_bits(), x86::dot_avx512(&a16, &b).to_bits());
+        }
+    }
+    let mut wide = b.clone();
+    // SAFETY: as above.
+    unsafe { x86::mad_f16(&mut wide, &a16, 0.37) };
+    let scalar: Vec<f32> = b
+        .iter()
+        .zip(&a16_wide)
+        .map(|(b, a)| f16::from_f32(a.mul_add(0.37, *b)).to_f32())
+        .collect();
+    assert_eq!(wide, scalar);
+}
+
+#[test]
+fn blocked_softmax_matches_f64_softmax() {
+    // head_dim 64 takes 64-column register chunks on x86, 72 adds an 8-column one, 96
+    // with 2 KV heads both; the window cuts blocks of keys at arbitrary offsets.
+    for d in [64, 72, 96] {
+        for mask in [Mask::Causal, Mask::Sliding(20), Mask::Bidirectional] {
+            let dims = Heads {
+                heads: 4,
+                kv_heads: 2,
+                head_dim: d,
+            };
+            let (n, row) = (100, 2 * d);
+            let (k, v) = (values(n * row, 4), values(n * row, 5));
+            let (kv, seq) = store(&k, &v, row, n);
+            // Scores spread over ~±20 so the max moves inside and across key blocks.
+            let q: Vec<f32> = values(n * 4 * d, 6).iter().map(|x| x * 3.0).collect();
+            let got = attend(&q, kv.layer(seq, 0).unwrap(), 0, mask, dims);
+            let want = naive(&q, &k, &v, 0, mask, dims);
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (g - w).abs() <= 1e-5,
+                    "d {d} {mask:?} element {i}: {g} vs {w}"
+                );
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn register_chunked_value_sums_match_the_portable_loop() {
+    use crate::cpu::features::{test_kernels_at, Isa};
+    if !test_kernels_at(Isa::Avx2, "attention value sums") {
+        return;
+    }
+    for d in [64, 72, 200] {
+        let acc0 = values(d, 9);
+        let vals = values(d * 5, 10);
+        let weights = [0.5, 0.25, 1.0, 0.125, 0.75];
+        let mut wide = acc0.clone();
+        // SAFETY: AVX2/FMA checked above; vals holds 5 rows of d.
+        unsafe { x86::accumulate(&mut wide, &vals, 0.5, &weights) };
+        let mut want = acc0.clone();
+        accumulate_portable(&mut want, &vals, 0.5, &weights);
+        assert_eq!(wide, want, "d {d}");
+    }
+}
+
+#[test]
+fn grouped_queries_give_each_query_its_own_softmax() {
+    let dims = Heads {
+        heads: 4,
+        kv_heads: 2,
+        head_dim: 32,
+    };
+    let row = dims.kv_heads * dims.head_dim;
+    // Prefill from an empty cache past the tiled threshold, then a short continuation
+    // (f16 sums) and a single decode step, with full and sliding windows.
+    for (start, t) in [(0, 70), (70, 9), (79, 1)] {
+        for mask in [Mask::Causal, Mask::Sliding(16)] {
+            let n = start + t;
+            let (k, v) = (values(n * row, 1), values(n * row, 2));
+            let (kv, seq) = store(&k, &v, row, n);
+            let q: Vec<f32> = values(t * dims.heads * dims.head_dim, 3 + t as u64)
+                .iter()
+                .map(|x| x * 2.0)
+                .collect();
+            let got = attend(&q, kv.layer(seq, 0).unwrap(), start, mask, dims);
+            let want = naive(&q, &k, &v, start, mask, dims);
+            // f16 rounding of queries and (below 64 queries) of the value sums.
+            let tol = if t < TILED_FROM { 5e-3 } else { 1e-5 };
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (g - w).abs() <= tol,
+                    "start {start} t {t} {mask:?} element {i}: {g} vs {w}"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,494 @@
+//! The paged KV store: one arena of fixed-size blocks allocated at start-up, a block table
+//! per sequence and layer, prefix sharing by content hash, copy-on-write forks, and
+//! sliding-window layers that give back the blocks their window has left behind.
+//!
+//! A block holds `block_size` positions of one layer's keys and values
+//! (`[position][kv_head][head_dim]`, f16). Every layer of a sequence has its own table, so
+//! a window layer can drop its old blocks while the full-attention layers keep theirs.
+
+use super::blocks::{BlockId, Blocks};
+use super::KvError;
+use half::{f16, slice::HalfFloatSliceExt};
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hash, Hasher};
+
+/// Positions per block unless a layout says otherwise.
+pub const DEFAULT_BLOCK_SIZE: usize = 16;
+
+/// A dropped (out-of-window) or never-held table entry.
+const NONE: BlockId = BlockId::MAX;
+
+/// The shape of a model's KV state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KvLayout {
+    /// Values per position per layer: kv_heads × head_dim.
+    pub row: usize,
+    /// Per layer: the sliding window (a query at `p` sees keys `p - w < j <= p`) or `None`
+    /// for full attention.
+    pub windows: Vec<Option<usize>>,
+    pub block_size: usize,
+}
+
+impl KvLayout {
+    pub fn new(row: usize, windows: Vec<Option<usize>>) -> Self {
+        Self {
+            row,
+            windows,
+            block_size: DEFAULT_BLOCK_SIZE,
+        }
+    }
+
+    pub fn layers(&self) -> usize {
+        self.windows.len()
+    }
+
+    /// Bytes of one block (keys and values of `block_size` positions of one layer).
+    pub fn block_bytes(&self) -> usize {
+        self.block_size * self.row * 2 * std::mem::size_of::<f16>()
+    }
+
+    /// Blocks one sequence of `positions` needs at most in every layer.
+    pub fn blocks_for(&self, positions: usize) -> usize {
+        let per_layer = positions.div_ceil(self.block_size);
+        self.windows
+            .iter()
+            .map(|w| match w {
+                // The window, the block being filled and one partly outside the window.
+                Some(w) => per_layer.min(w.div_ceil(self.block_size) + 1),
+                None => per_layer,
+            })
+            .sum()
+    }
+
+    /// Blocks a sequence at `len` positions holds in `layer` (those its window still sees).
+    fn first_live(&self, layer: usize, len: usize) -> usize {
+        match self.windows[layer] {
+            // Block b is dropped once (b + 1) * B + w <= len + 1: the next query (at `len`)
+            // sees keys from len + 1 - w on.
+            Some(w) => (len + 1).saturating_sub(w) / self.block_size,
+            None => 0,
+        }
+    }
+}
+
+/// A sequence in a [`PagedKv`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SeqId(u32);
+
+impl std::fmt::Display for SeqId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "#{}", self.0)
+    }
+}
+
+#[derive(Clone)]
+struct Seq {
+    /// Per layer: logical block → physical block (`NONE` once out of the window).
+    tables: Vec<Vec<BlockId>>,
+    /// Per layer: blocks before this were dropped.
+    live_from: Vec<usize>,
+    len: usize,
+    /// Tokens of the block being filled (the full ones are summed up in `chain`).
+    partial: Vec<u32>,
+    /// Hash of every token in the full blocks so far.
+    chain: u64,
+}
+
+/// Counters a server reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KvStats {
+    /// Prompt positions looked up in the prefix cache.
+    pub prefix_queried: usize,
+    /// Of those, positions whose keys and values came from the cache.
+    pub prefix_hit: usize,
+}
+
+/// The paged KV store of one model (see the module docs).
+pub struct PagedKv {
+    layout: KvLayout,
+    k: Vec<f16>,
+    v: Vec<f16>,
+    blocks: Blocks,
+    seqs: Vec<Option<Seq>>,
+    hasher: RandomState,
+    stats: KvStats,
+}
+
+/// One layer of one sequence, as attention reads it.
+#[derive(Clone, Copy)]
+pub struct LayerView<'a> {
+    k: &'a [f16],
+    v: &'a [f16],
+    table: &'a [BlockId],
+    block_size: usize,
+    row: usize,
+}
+
+impl<'a> LayerView<'a> {
+    #[inline]
+    fn at(&self, pos: usize, offset: usize, len: usize) -> std::ops::Range<usize> {
+        let block = self.table[pos / self.block_size] as usize;
+        let at = (block * self.block_size + pos % self.block_size) * self.row + offset;
+        at..at + len
+    }
+
+    /// `len` key values of position `pos` from `offset` within its row (a head's slice).
+    #[inline]
+    pub fn key(&self, pos: usize, offset: usize, len: usize) -> &'a [f16] {
+        &self.k[self.at(pos, offset, len)]
+    }
+
+    /// As [`Self::key`], for values.
+    #[inline]
+    pub fn value(&self, pos: usize, offset: usize, len: usize) -> &'a [f16] {
+        &self.v[self.at(pos, offset, len)]
+    }
+}
+
+impl PagedKv {
+    /// A store of as many blocks as `budget_bytes` holds.
+    pub fn new(layout: KvLayout, budget_bytes: usize) -> Result<Self, KvError> {
+        let n = budget_bytes / layout.block_bytes();
+        if n == 0 {
+            return Err(KvError::Budget {
+                bytes: budget_bytes,
+                block_bytes: layout.block_bytes(),
+            });
+        }
+        Ok(Self::with_blocks(layout, n))
+    }
+
+    /// A store of `n` blocks.
+    pub fn with_blocks(layout: KvLayout, n: usize) -> Self {
+        assert!(
+            layout.block_size > 0 && layout.row > 0,
+            "a non-empty layout"
+        );
+        let elems = n * layout.block_size * layout.row;
+        // Zeroed memory comes from the OS untouched, so a large pool costs resident memory
+        // only as blocks fill.
+        Self {
+            k: vec![f16::ZERO; elems],
+            v: vec![f16::ZERO; elems],
+            blocks: Blocks::new(n),
+            seqs: Vec::new(),
+            hasher: RandomState::new(),
+            stats: KvStats::default(),
+            layout,
+        }
+    }
+
+    pub fn layout(&self) -> &KvLayout {
+        &self.layout
+    }
+
+    pub fn total_blocks(&self) -> usize {
+        self.blocks.total()
+    }
+
+    /// Blocks no sequence holds, including cached ones a new sequence could take back.
+    pub fn free_blocks(&self) -> usize {
+        self.blocks.free()
+    }
+
+    /// Unreferenced blocks that still hold a cached prefix.
+    pub fn cached_blocks(&self) -> usize {
+        self.blocks.cached_free()
+    }
+
+    /// Bytes of the arena.
+    pub fn bytes(&self) -> usize {
+        self.total_blocks() * self.layout.block_bytes()
+    }
+
+    pub fn stats(&self) -> KvStats {
+        self.stats
+    }
+
+    /// Live sequences.
+    pub fn sequences(&self) -> usize {
+        self.seqs.iter().flatten().count()
+    }
+
+    fn seq(&self, id: SeqId) -> Result<&Seq, KvError> {
+        self.seqs
+            .get(id.0 as usize)
+            .and_then(Option::as_ref)
+            .ok_or(KvError::UnknownSequence(id))
+    }
+
+    fn seq_mut(&mut self, id: SeqId) -> Result<&mut Seq, KvError> {
+        self.seqs
+            .get_mut(id.0 as usize)
+            .and_then(Option::as_mut)
+            .ok_or(KvError::UnknownSequence(id))
+    }
+
+    fn insert(&mut self, s: Seq) -> SeqId {
+        match self.seqs.iter().position(Option::is_none) {
+            Some(i) => {
+                self.seqs[i] = Some(s);
+                SeqId(i as u32)
+            }
+            None => {
+                self.seqs.push(Some(s));
+                SeqId(self.seqs.len() as u32 - 1)
+            }
+        }
+    }
+
+    /// An empty sequence (it holds no blocks until [`Self::reserve`]).
+    pub fn add_sequence(&mut self) -> SeqId {
+        let layers = self.layout.layers();
+        self.insert(Seq {
+            tables: vec![Vec::new(); layers],
+            live_from: vec![0; layers],
+            len: 0,
+            partial: Vec::new(),
+            chain: 0,
+        })
+    }
+
+    /// A sequence for `prompt` that starts with the longest run of whole blocks the prefix
+    /// cache holds (at least one prompt token is always left to compute, for its logits).
+    /// Returns the sequence and the positions it already holds.
+    pub fn add_sequence_with_prefix(&mut self, prompt: &[u32]) -> (SeqId, usize) {
+        let b = self.layout.block_size;
+        let layers = self.layout.layers();
+        let max_blocks = prompt.len().saturating_sub(1) / b;
+        self.stats.prefix_queried += prompt.len();
+        let mut chains = Vec::with_capacity(max_blocks);
+        let mut chain = 0;
+        for blk in prompt.chunks_exact(b).take(max_blocks) {
+            chain = self.chain(chain, blk);
+            chains.push(chain);
+        }
+        // Which (layer, block) pairs the cache holds.
+        let found: Vec<Vec<Option<BlockId>>> = (0..layers)
+            .map(|l| {
+                chains
+                    .iter()
+                    .map(|&c| self.blocks.lookup(self.layer_key(c, l)))
+                    .collect()
+            })
+            .collect();
+        // The longest k whose needed blocks are all there: every block before it for the
+        // full layers, the ones the window of position k * B still sees for the others.
+        let mut hit = 0;
+        for k in (1..=max_blocks).rev() {
+            let complete = (0..layers).all(|l| {
+                let from = self.layout.first_live(l, k * b);
+                found[l][from..k].iter().all(Option::is_some)
+            });
+            if complete {
+                hit = k;
+                break;
+            }
+        }
+        let id = self.add_sequence();
+        if hit == 0 {
+            return (id, 0);
+        }
+        let len = hit * b;
+        let mut tables = vec![vec![NONE; hit]; layers];
+        let mut live_from = vec![0; layers];
+        for l in 0..layers {
+            live_from[l] = self.layout.first_live(l, len);
+            for blk in live_from[l]..hit {
+                let block = found[l][blk].expect("checked above");
+                self.blocks.retain(block);
+                tables[l][blk] = block;
+            }
+        }
+        self.stats.prefix_hit += len;
+        let s = self.seq_mut(id).expect("just added");
+        (s.tables, s.live_from, s.len, s.chain) = (tables, live_from, len, chains[hit - 1]);
+        (id, len)
+    }
+
+    /// A second sequence sharing `id`'s blocks (copy-on-write: the block being filled is
+    /// copied by the first of the two to write into it).
+    pub fn fork(&mut self, id: SeqId) -> Result<SeqId, KvError> {
+        let s = self.seq(id)?.clone();
+        for &block in s.tables.iter().flatten().filter(|&&b| b != NONE) {
+            self.blocks.retain(block);
+        }
+        Ok(self.insert(s))
+    }
+
+    /// Ends a sequence (finished or cancelled): its blocks go back to the pool, the full
+    /// ones staying in the prefix cache until the pool needs them.
+    pub fn release(&mut self, id: SeqId) -> Result<(), KvError> {
+        self.seq(id)?;
+        let s = self.seqs[id.0 as usize].take().expect("checked");
+        for &block in s.tables.iter().flatten().filter(|&&b| b != NONE) {
+            self.blocks.release(block);
+        }
+        Ok(())
+    }
+
+    /// Positions the sequence holds.
+    pub fn len(&self, id: SeqId) -> Result<usize, KvError> {
+        Ok(self.seq(id)?.len)
+    }
+
+    /// Blocks [`Self::reserve`] would take for `t` more positions.
+    pub fn blocks_needed(&self, id: SeqId, t: usize) -> Result<usize, KvError> {
+        let s = self.seq(id)?;
+        let b = self.layout.block_size;
+        let want = (s.len + t).div_ceil(b);
+        let grow: usize = s
+            .tables
+            .iter()
+            .map(|tb| want.saturating_sub(tb.len()))
+            .sum();
+        // A shared block being filled is copied before it is written.
+        let copies = if t > 0 && !s.len.is_multiple_of(b) {
+            let last = s.len / b;
+            s.tables
+                .iter()
+                .filter(|tb| tb[last] != NONE && self.blocks.refs(tb[last]) > 1)
+                .count()
+        } else {
+            0
+        };
+        Ok(grow + copies)
+    }
+
+    /// Makes room for `t` more positions in every layer: all of it, or nothing and
+    /// [`KvError::OutOfBlocks`] (the caller may preempt a sequence and try again).
+    pub fn reserve(&mut self, id: SeqId, t: usize) -> Result<(), KvError> {
+        let needed = self.blocks_needed(id, t)?;
+        if needed > self.blocks.free() {
+            return Err(KvError::OutOfBlocks {
+                seq: id,
+                needed,
+                free: self.blocks.free(),
+            });
+        }
+        let b = self.layout.block_size;
+        let block_elems = b * self.layout.row;
+        let mut s = self.seqs[id.0 as usize].take().expect("checked");
+        if t > 0 && !s.len.is_multiple_of(b) {
+            let last = s.len / b;
+            for tb in &mut s.tables {
+                let old = tb[last];
+                if old != NONE && self.blocks.refs(old) > 1 {
+                    let new = self.blocks.alloc();
+                    let (from, to) = (old as usize * block_elems, new as usize * block_elems);
+                    self.k.copy_within(from..from + block_elems, to);
+                    self.v.copy_within(from..from + block_elems, to);
+                    self.blocks.release(old);
+                    tb[last] = new;
+                }
+            }
+        }
+        let want = (s.len + t).div_ceil(b);
+        for tb in &mut s.tables {
+            while tb.len() < want {
+                tb.push(self.blocks.alloc());
+            }
+        }
+        self.seqs[id.0 as usize] = Some(s);
+        Ok(())
+    }
+
+    /// Writes keys and values of positions `len..len + t` of one layer (`[t][row]` f32,
+    /// rounded to f16) into blocks [`Self::reserve`] made.
+    pub fn write(&mut self, id: SeqId, layer: usize, k: &[f32], v: &[f32]) -> Result<(), KvError> {
+        let row = self.layout.row;
+        let b = self.layout.block_size;
+        let s = self
+            .seqs
+            .get(id.0 as usize)
+            .and_then(Option::as_ref)
+            .ok_or(KvError::UnknownSequence(id))?;
+        let t = k.len() / row;
+        let table = &s.tables[layer];
+        if k.len() != v.len() || k.len() != t * row || (s.len + t).div_ceil(b) > table.len() {
+            return Err(KvError::Unreserved {
+                seq: id,
+                positions: t,
+            });
+        }
+        for (i, (kr, vr)) in k.chunks_exact(row).zip(v.chunks_exact(row)).enumerate() {
+            let p = s.len + i;
+            let at = (table[p / b] as usize * b + p % b) * row;
+            self.k[at..at + row].convert_from_f32_slice(kr); // F16C, round to nearest even
+            self.v[at..at + row].convert_from_f32_slice(vr);
+        }
+        Ok(())
+    }
+
+    /// Keys and values of one layer of a sequence, for attention.
+    pub fn layer(&self, id: SeqId, layer: usize) -> Result<LayerView<'_>, KvError> {
+        Ok(LayerView {
+            k: &self.k,
+            v: &self.v,
+            table: &self.seq(id)?.tables[layer],
+            block_size: self.layout.block_size,
+            row: self.layout.row,
+        })
+    }
+
+    /// Advances the sequence past `tokens` (whose keys and values every layer has written):
+    /// registers the blocks they filled in the prefix cache and lets window layers give back
+    /// the blocks no later query can see.
+    pub fn commit(&mut self, id: SeqId, tokens: &[u32]) -> Result<(), KvError> {
+        let b = self.layout.block_size;
+        let layers = self.layout.layers();
+        let Some(mut s) = self.seqs.get_mut(id.0 as usize).and_then(Option::take) else {
+            return Err(KvError::UnknownSequence(id));
+        };
+        let reserved = s.tables.first().map_or(usize::MAX, Vec::len);
+        let result = if (s.len + tokens.len()).div_ceil(b) > reserved {
+            Err(KvError::Unreserved {
+                seq: id,
+                positions: tokens.len(),
+            })
+        } else {
+            for &tok in tokens {
+                s.partial.push(tok);
+                s.len += 1;
+                if s.partial.len() == b {
+                    s.chain = self.chain(s.chain, &s.partial);
+                    s.partial.clear();
+                    let blk = s.len / b - 1;
+                    for l in 0..layers {
+                        let block = s.tables[l][blk];
+                        if block != NONE {
+                            self.blocks.register(block, self.layer_key(s.chain, l));
+                        }
+                    }
+                }
+            }
+            for l in 0..layers {
+                let to = self.layout.first_live(l, s.len);
+                for blk in s.live_from[l]..to.min(s.tables[l].len()) {
+                    let block = std::mem::replace(&mut s.tables[l][blk], NONE);
+                    if block != NONE {
+                        self.blocks.release(block);
+                    }
+                }
+                s.live_from[l] = s.live_from[l].max(to);
+            }
+            Ok(())
+        };
+        self.seqs[id.0 as usize] = Some(s);
+        result
+    }
+
+    fn chain(&self, prev: u64, tokens: &[u32]) -> u64 {
+        let mut h = self.hasher.build_hasher();
+        prev.hash(&mut h);
+        tokens.hash(&mut h);
+        h.finish()
+    }
+
+    fn layer_key(&self, chain: u64, layer: usize) -> u64 {
+        let mut h = self.hasher.build_hasher();
+        chain.hash(&mut h);
+        layer.hash(&mut h);
+        h.finish()
+    }
+}

@@ -1,0 +1,174 @@
+use super::*;
+
+const ROW: usize = 4;
+
+/// Keys of position `p` in `layer` of a sequence whose token at `p` is `tok`: a function of
+/// both (small integers, exact in f16), so a block read back from the wrong place shows.
+fn key(layer: usize, p: usize, tok: u32) -> Vec<f32> {
+    vec![layer as f32, p as f32, tok as f32, (layer * 100 + p) as f32]
+}
+
+/// Runs `tokens` through `seq` as a model would: reserve, write every layer, commit.
+fn feed(kv: &mut PagedKv, seq: SeqId, tokens: &[u32]) -> std::result::Result<(), KvError> {
+    kv.reserve(seq, tokens.len())?;
+    let start = kv.len(seq)?;
+    for l in 0..kv.layout().layers() {
+        let k: Vec<f32> = tokens
+            .iter()
+            .enumerate()
+            .flat_map(|(i, &t)| key(l, start + i, t))
+            .collect();
+        let v: Vec<f32> = k.iter().map(|x| -x).collect();
+        kv.write(seq, l, &k, &v)?;
+    }
+    kv.commit(seq, tokens)
+}
+
+/// Checks that every position `layer` still holds reads back what `feed` wrote.
+fn check(kv: &PagedKv, seq: SeqId, tokens: &[u32], positions: std::ops::Range<usize>) {
+    for l in 0..kv.layout().layers() {
+        let view = kv.layer(seq, l).unwrap();
+        let from = match kv.layout().windows[l] {
+            Some(w) => positions.start.max((positions.end + 1).saturating_sub(w)),
+            None => positions.start,
+        };
+        for p in from..positions.end {
+            let got: Vec<f32> = view.key(p, 0, ROW).iter().map(|x| x.to_f32()).collect();
+            assert_eq!(got, key(l, p, tokens[p]), "layer {l} position {p}");
+            let val: Vec<f32> = view.value(p, 0, ROW).iter().map(|x| x.to_f32()).collect();
+            assert_eq!(
+                val,
+                key(l, p, tokens[p]).iter().map(|x| -x).collect::<Vec<_>>()
+            );
+        }
+    }
+}
+
+fn layout(windows: Vec<Option<usize>>) -> KvLayout {
+    KvLayout {
+        row: ROW,
+        windows,
+        block_size: 4,
+    }
+}
+
+#[test]
+fn blocks_come_back_when_sequences_end_or_are_cancelled() {
+    let mut kv = PagedKv::with_blocks(layout(vec![None, None]), 40);
+    let prompt: Vec<u32> = (0..10).collect();
+    let a = kv.add_sequence();
+    feed(&mut kv, a, &prompt).unwrap();
+    let b = kv.add_sequence();
+    feed(&mut kv, b, &prompt[..3]).unwrap(); // cancelled mid-prompt
+    assert_eq!(kv.free_blocks(), 40 - 2 * 3 - 2);
+    check(&kv, a, &prompt, 0..10);
+    kv.release(b).unwrap();
+    for t in 10..20 {
+        feed(&mut kv, a, &[t]).unwrap();
+    }
+    kv.release(a).unwrap();
+    assert_eq!(kv.free_blocks(), 40);
+    assert_eq!(kv.sequences(), 0);
+    assert_eq!(kv.release(a), Err(KvError::UnknownSequence(a)));
+}
+
+#[test]
+fn an_exhausted_pool_refuses_with_a_typed_error_and_changes_nothing() {
+    let mut kv = PagedKv::with_blocks(layout(vec![None, None]), 6);
+    let a = kv.add_sequence();
+    feed(&mut kv, a, &[1; 8]).unwrap(); // 2 blocks × 2 layers
+    let b = kv.add_sequence();
+    let err = feed(&mut kv, b, &[2; 9]).unwrap_err();
+    assert_eq!(
+        err,
+        KvError::OutOfBlocks {
+            seq: b,
+            needed: 6,
+            free: 2
+        }
+    );
+    assert_eq!((kv.free_blocks(), kv.len(b).unwrap()), (2, 0));
+    // The other sequence goes on.
+    feed(&mut kv, a, &[3]).unwrap();
+    check(&kv, a, &[1, 1, 1, 1, 1, 1, 1, 1, 3], 0..9);
+}
+
+#[test]
+fn a_shared_prefix_is_reused_and_evicted_blocks_are_recomputed() {
+    let mut kv = PagedKv::with_blocks(layout(vec![None, Some(5)]), 40);
+    let prompt: Vec<u32> = (100..114).collect();
+    let a = kv.add_sequence();
+    feed(&mut kv, a, &prompt).unwrap();
+    kv.release(a).unwrap();
+    assert_eq!(kv.free_blocks(), 40);
+    // The same prompt with another ending: 3 full blocks match (12 positions).
+    let mut other = prompt[..12].to_vec();
+    other.extend([7, 8, 9]);
+    let (b, hit) = kv.add_sequence_with_prefix(&other);
+    assert_eq!(hit, 12);
+    assert_eq!(kv.stats().prefix_hit, 12);
+    feed(&mut kv, b, &other[12..]).unwrap();
+    check(&kv, b, &other, 0..15);
+    // A prompt that is exactly the cached blocks still computes its last token.
+    let (c, hit) = kv.add_sequence_with_prefix(&prompt[..12]);
+    assert_eq!(hit, 8);
+    kv.release(c).unwrap();
+    kv.release(b).unwrap();
+    // Fill the pool with unrelated work: the cached blocks are evicted...
+    let d = kv.add_sequence();
+    feed(&mut kv, d, &[5; 80]).unwrap();
+    kv.release(d).unwrap();
+    let (e, hit) = kv.add_sequence_with_prefix(&prompt);
+    assert_eq!(hit, 0);
+    // ... and recomputed from scratch give the same contents.
+    feed(&mut kv, e, &prompt).unwrap();
+    check(&kv, e, &prompt, 0..14);
+    kv.release(e).unwrap();
+    assert_eq!(kv.free_blocks(), 40);
+}
+
+#[test]
+fn window_layers_keep_only_what_the_window_sees() {
+    // Layer 0 full, layer 1 sees the last 6 positions.
+    let mut kv = PagedKv::with_blocks(layout(vec![None, Some(6)]), 100);
+    let a = kv.add_sequence();
+    let tokens: Vec<u32> = (0..40).collect();
+    for chunk in tokens.chunks(3) {
+        feed(&mut kv, a, chunk).unwrap();
+    }
+    // Layer 0 holds all 10 blocks; layer 1 the blocks of positions 35..40 (keys the query
+    // at 40 sees), 8 and 9.
+    assert_eq!(kv.free_blocks(), 100 - 10 - 2);
+    check(&kv, a, &tokens, 0..40);
+    assert_eq!(kv.layout().blocks_for(40), 10 + 3);
+}
+
+#[test]
+fn a_fork_copies_the_shared_block_it_writes_into() {
+    let mut kv = PagedKv::with_blocks(layout(vec![None]), 20);
+    let a = kv.add_sequence();
+    let prompt = [1, 2, 3, 4, 5, 6];
+    feed(&mut kv, a, &prompt).unwrap();
+    let b = kv.fork(a).unwrap();
+    assert_eq!(kv.free_blocks(), 18);
+    feed(&mut kv, a, &[7]).unwrap(); // copies block 1 for a
+    feed(&mut kv, b, &[8]).unwrap(); // b is now alone in the original
+    assert_eq!(kv.free_blocks(), 17);
+    check(&kv, a, &[1, 2, 3, 4, 5, 6, 7], 0..7);
+    check(&kv, b, &[1, 2, 3, 4, 5, 6, 8], 0..7);
+    kv.release(a).unwrap();
+    kv.release(b).unwrap();
+    assert_eq!(kv.free_blocks(), 20);
+}
+
+#[test]
+fn a_budget_is_cut_into_whole_blocks() {
+    let l = layout(vec![None; 3]);
+    assert_eq!(l.block_bytes(), 4 * ROW * 2 * 2);
+    let kv = PagedKv::new(l.clone(), 10 * l.block_bytes() + 5).unwrap();
+    assert_eq!(kv.total_blocks(), 10);
+    assert!(matches!(
+        PagedKv::new(l, 3),
+        Err(KvError::Budget { bytes: 3, .. })
+    ));
+}

@@ -1,0 +1,333 @@
+//! The one decoder of every supported architecture: a stack of [`Block`]s whose differences
+//! (norms after attention and MLP, QK-norm, biases, fused projections, GEGLU or SwiGLU,
+//! sliding windows, RoPE per layer) are configuration the loaders fill in.
+//!
+//! A forward pass runs a batch: the tokens of many sequences packed into one activation
+//! matrix (prefill chunks and decode tokens mixed), every weight read once for all of them,
+//! each sequence attending over its own blocks of the paged KV store.
+
+use super::meta::Embedding;
+use super::numerics::{geglu, rope_tables};
+use super::{check_tokens, output_logits, rope_heads, Logits, ModelInfo, SeqChunk};
+use crate::{Error, Result};
+use hanzo_ml::kv::{Heads, KvLayout, Mask, PagedKv};
+use hanzo_ml::quantized::QMatMul;
+use hanzo_ml::{Device, RopeKind, Tensor};
+use hanzo_nn::RotaryEmbedding;
+
+/// A projection with an optional bias.
+pub(crate) struct Proj {
+    pub w: QMatMul,
+    pub bias: Option<Tensor>,
+}
+
+impl Proj {
+    /// `y` (this projection's product) plus the bias, if any.
+    fn bias(&self, y: &Tensor) -> Result<Tensor> {
+        Ok(match &self.bias {
+            Some(b) => y.broadcast_add(b)?,
+            None => y.clone(),
+        })
+    }
+}
+
+/// Q, K and V projections: separate, or one fused `[q | k | v]` matmul (Phi-3).
+pub(crate) enum Qkv {
+    Split { q: Proj, k: Proj, v: Proj },
+    Fused(Proj),
+}
+
+/// The gated MLP's input projections: separate, or one fused `[gate | up]` matmul (Phi-3).
+pub(crate) enum GateUp {
+    Split { gate: QMatMul, up: QMatMul },
+    Fused(QMatMul),
+}
+
+/// The MLP's gate activation.
+#[derive(Clone, Copy)]
+pub(crate) enum Activation {
+    /// GELU (tanh form) the way ggml evaluates it (Gemma).
+    GeluTanh,
+    /// SiLU (Llama, Qwen, Mistral, Phi-3).
+    Silu,
+}
+
+/// How a layer's rotary tables are made.
+pub(crate) enum Rope {
+    /// ggml's recurrence for the angles (Gemma 3), with a position multiplier.
+    Ggml { base: f32, scale: f32 },
+    /// Scaled or plain RoPE with per-frequency factors (the Llama family).
+    Table(RotaryEmbedding),
+}
+
+impl Rope {
+    fn tables(&self, positions: &[usize], head_dim: usize) -> Result<(Tensor, Tensor)> {
+        Ok(match self {
+            Rope::Ggml { base, scale } => rope_tables(*base, head_dim, *scale, None, positions)?,
+            Rope::Table(r) => r.cos_sin(positions, &Device::Cpu)?,
+        })
+    }
+}
+
+/// One transformer block: pre-norm attention and MLP, each optionally followed by a norm of
+/// its output before the residual add (Gemma).
+pub(crate) struct Block {
+    pub attn_norm: Tensor,
+    pub qkv: Qkv,
+    /// Per-head RMS norms of queries and keys (Gemma 3, Qwen3).
+    pub qk_norm: Option<(Tensor, Tensor)>,
+    pub o: QMatMul,
+    pub post_attn_norm: Option<Tensor>,
+    pub ffn_norm: Tensor,
+    pub gate_up: GateUp,
+    pub down: QMatMul,
+    pub post_ffn_norm: Option<Tensor>,
+    pub window: Option<usize>,
+    /// Index into [`Decoder::ropes`].
+    pub rope: usize,
+}
+
+/// What the blocks share.
+pub(crate) struct Config {
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub eps: f64,
+    /// Multiplier of the queries after RoPE.
+    pub attn_scale: f64,
+    /// Multiplier of the embeddings (Gemma: sqrt(hidden)).
+    pub embed_scale: Option<f64>,
+    pub activation: Activation,
+    pub rope_kind: RopeKind,
+}
+
+/// A decoder-only language model (see the module docs).
+pub struct Decoder {
+    pub(crate) info: ModelInfo,
+    pub(crate) cfg: Config,
+    pub(crate) embed: Embedding,
+    pub(crate) output: QMatMul,
+    pub(crate) final_norm: Tensor,
+    pub(crate) blocks: Vec<Block>,
+    pub(crate) ropes: Vec<Rope>,
+}
+
+impl Decoder {
+    pub(crate) fn kv_layout(&self) -> KvLayout {
+        KvLayout::new(
+            self.cfg.kv_heads * self.cfg.head_dim,
+            self.blocks.iter().map(|b| b.window).collect(),
+        )
+    }
+
+    fn heads(&self) -> Heads {
+        Heads {
+            heads: self.cfg.heads,
+            kv_heads: self.cfg.kv_heads,
+            head_dim: self.cfg.head_dim,
+        }
+    }
+
+    /// Checks a batch before anything changes: tokens, distinct sequences, context room,
+    /// then KV blocks for all of it.
+    fn admit(&self, batch: &[SeqChunk], kv: &mut PagedKv) -> Result<Vec<usize>> {
+        if batch.is_empty() {
+            return Err(Error::Invalid("forward needs at least one sequence".into()));
+        }
+        let mut starts = Vec::with_capacity(batch.len());
+        for (i, c) in batch.iter().enumerate() {
+            check_tokens(c.tokens, self.info.vocab_size)?;
+            if batch[..i].iter().any(|o| o.seq == c.seq) {
+                return Err(Error::Invalid(format!(
+                    "sequence {} appears twice in one batch",
+                    c.seq
+                )));
+            }
+            let start = kv.len(c.seq)?;
+            if start + c.tokens.len() > self.info.context_length {
+                return Err(Error::ContextFull {
+                    needed: start + c.tokens.len(),
+                    limit: self.info.context_length,
+                });
+            }
+            starts.push(start);
+        }
+        let needed: usize = batch
+            .iter()
+            .map(|c| kv.blocks_needed(c.seq, c.tokens.len()))
+            .sum::<std::result::Result<_, _>>()?;
+        if needed > kv.free_blocks() {
+            // Name the first sequence that does not fit, as `reserve` would.
+            let mut free = kv.free_blocks();
+            for c in batch {
+                let n = kv.blocks_needed(c.seq, c.tokens.len())?;
+                if n > free {
+                    return Err(hanzo_ml::kv::KvError::OutOfBlocks {
+                        seq: c.seq,
+                        needed: n,
+                        free,
+                    }
+                    .into());
+                }
+                free -= n;
+            }
+        }
+        for c in batch {
+            kv.reserve(c.seq, c.tokens.len())?;
+        }
+        Ok(starts)
+    }
+
+    pub(crate) fn forward_batch(&self, batch: &[SeqChunk], kv: &mut PagedKv) -> Result<Tensor> {
+        let starts = self.admit(batch, kv)?;
+        let cfg = &self.cfg;
+        let (hd, eps) = (cfg.head_dim, cfg.eps);
+        let tokens: Vec<u32> = batch
+            .iter()
+            .flat_map(|c| c.tokens.iter().copied())
+            .collect();
+        let positions: Vec<usize> = batch
+            .iter()
+            .zip(&starts)
+            .flat_map(|(c, &s)| s..s + c.tokens.len())
+            .collect();
+        let offsets: Vec<usize> = batch
+            .iter()
+            .scan(0, |o, c| {
+                let at = *o;
+                *o += c.tokens.len();
+                Some(at)
+            })
+            .collect();
+        let n = tokens.len();
+        let row = cfg.kv_heads * hd;
+        let tables = self
+            .ropes
+            .iter()
+            .map(|r| r.tables(&positions, hd))
+            .collect::<Result<Vec<_>>>()?;
+        let mut x = self.embed.rows(&tokens)?;
+        if let Some(s) = cfg.embed_scale {
+            x = x.affine(s, 0.0)?;
+        }
+        for (li, block) in self.blocks.iter().enumerate() {
+            let (cos, sin) = &tables[block.rope];
+            let h = x.rms_norm(&block.attn_norm, eps)?;
+            let (q, k, v) = self.qkv(block, &h)?;
+            let (qn, kn) = match &block.qk_norm {
+                Some((q, k)) => (Some(q), Some(k)),
+                None => (None, None),
+            };
+            // [n, heads, head_dim], per-head norm, rotary embedding.
+            let heads = |y: Tensor, count: usize, norm: Option<&Tensor>| -> Result<Tensor> {
+                let mut y = y.contiguous()?.reshape((n, count, hd))?;
+                if let Some(w) = norm {
+                    y = y.rms_norm(w, eps)?;
+                }
+                rope_heads(&y, cos, sin, cfg.rope_kind)
+            };
+            let q = heads(q, cfg.heads, qn)?.affine(cfg.attn_scale, 0.0)?;
+            let k = heads(k, cfg.kv_heads, kn)?.to_vec_flat::<f32>()?;
+            let v = v.contiguous()?.to_vec_flat::<f32>()?;
+            let mut parts = Vec::with_capacity(batch.len());
+            for ((c, &at), &start) in batch.iter().zip(&offsets).zip(&starts) {
+                let t = c.tokens.len();
+                let rows = at * row..(at + t) * row;
+                kv.write(c.seq, li, &k[rows.clone()], &v[rows])?;
+                let q = q.narrow(0, at, t)?;
+                let mask = Mask::causal(block.window);
+                parts.push(kv.attention(c.seq, li, &q, start, mask, self.heads())?);
+            }
+            let a = match parts.len() {
+                1 => parts.pop().expect("one part"),
+                _ => Tensor::cat(&parts.iter().collect::<Vec<_>>(), 0)?,
+            };
+            let mut a = block.o.forward(&a)?;
+            if let Some(w) = &block.post_attn_norm {
+                a = a.rms_norm(w, eps)?;
+            }
+            x = x.add(&a)?;
+            let h = x.rms_norm(&block.ffn_norm, eps)?;
+            let (gate, up) = match &block.gate_up {
+                GateUp::Split { gate, up } => {
+                    let [g, u] = QMatMul::forward_many(&[gate, up], &h)?
+                        .try_into()
+                        .expect("two products");
+                    (g, u)
+                }
+                GateUp::Fused(w) => {
+                    let y = w.forward(&h)?;
+                    let f = y.dims()[1] / 2;
+                    (y.narrow(1, 0, f)?, y.narrow(1, f, f)?)
+                }
+            };
+            let m = match cfg.activation {
+                Activation::GeluTanh => geglu(&gate, &up)?,
+                Activation::Silu => gate.silu()?.mul(&up)?,
+            };
+            let mut y = block.down.forward(&m)?;
+            if let Some(w) = &block.post_ffn_norm {
+                y = y.rms_norm(w, eps)?;
+            }
+            x = x.add(&y)?;
+        }
+        for c in batch {
+            kv.commit(c.seq, c.tokens)?;
+        }
+        // The rows the caller wants logits of, in batch order.
+        let wanted: Vec<u32> = batch
+            .iter()
+            .zip(&offsets)
+            .flat_map(|(c, &at)| {
+                let t = c.tokens.len();
+                let rows = match c.logits {
+                    Logits::All => at..at + t,
+                    Logits::Last => at + t - 1..at + t,
+                    Logits::None => at..at,
+                };
+                rows.map(|r| r as u32)
+            })
+            .collect();
+        if wanted.is_empty() {
+            return Ok(Tensor::zeros(
+                (0, self.info.vocab_size),
+                hanzo_ml::DType::F32,
+                &Device::Cpu,
+            )?);
+        }
+        let x = if wanted.len() == n {
+            x
+        } else if wanted.windows(2).all(|w| w[1] == w[0] + 1) {
+            x.narrow(0, wanted[0] as usize, wanted.len())?
+        } else {
+            let ids = Tensor::from_vec(wanted.clone(), wanted.len(), &Device::Cpu)?;
+            x.index_select(&ids, 0)?
+        };
+        let x = x.rms_norm(&self.final_norm, eps)?;
+        // A single prompt's pass leaves the head's repacking to the first decode step.
+        let prompt_only = batch.len() == 1 && n > 1;
+        output_logits(&self.output, &x, prompt_only)
+    }
+
+    fn qkv(&self, block: &Block, h: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
+        Ok(match &block.qkv {
+            Qkv::Split { q, k, v } => {
+                let ys = QMatMul::forward_many(&[&q.w, &k.w, &v.w], h)?;
+                let [q, k, v] = [(q, &ys[0]), (k, &ys[1]), (v, &ys[2])].map(|(p, y)| p.bias(y));
+                (q?, k?, v?)
+            }
+            Qkv::Fused(p) => {
+                let y = p.bias(&p.w.forward(h)?)?;
+                let (qr, kr) = (
+                    self.cfg.heads * self.cfg.head_dim,
+                    self.cfg.kv_heads * self.cfg.head_dim,
+                );
+                (
+                    y.narrow(1, 0, qr)?,
+                    y.narrow(1, qr, kr)?,
+                    y.narrow(1, qr + kr, kr)?,
+                )
+            }
+        })
+    }
+}

@@ -32,9 +32,9 @@ fn check(kv: &PagedKv, seq: SeqId, tokens: &[u32], positions: std::ops::Range<us
             Some(w) => positions.start.max((positions.end + 1).saturating_sub(w)),
             None => positions.start,
         };
-        for p in from..positions.end {
+        for (p, &tok) in tokens.iter().enumerate().take(positions.end).skip(from) {
             let got: Vec<f32> = view.key(p, 0, ROW).iter().map(|x| x.to_f32()).collect();
-            assert_eq!(got, key(l, p, tokens[p]), "layer {l} position {p}");
+            assert_eq!(got, key(l, p, tok), "layer {l} position {p}");
             let val: Vec<f32> = view.value(p, 0, ROW).iter().map(|x| x.to_f32()).collect();
             assert_eq!(
                 val,

@@ -185,19 +185,33 @@ impl QMatMul {
         }))
     }
 
+    /// Rows from which a product may take the GEMM panels (whose numerics differ from the
+    /// decode kernels'): a batch keeps the rows of shorter runs apart to give each
+    /// sequence what it would get alone (see `forward_rows_alone`).
+    pub const PANELS_FROM: usize = super::cpu::gemm::MIN_ROWS;
+
     /// `x`: `[..., in]` in any float dtype; returns `[..., out]` in x's dtype.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        self.forward_with(x, true)
+        self.forward_with(x, true, true)
+    }
+
+    /// `forward` with every row computed exactly as a product with that row alone would
+    /// compute it (the decode kernels' activation type and summation order), however many
+    /// rows there are. A batch of decode steps from different sequences takes this, so that
+    /// each sequence gets the logits it would get alone. `may_repack` as in `forward_prompt`.
+    pub fn forward_rows_alone(&self, x: &Tensor, may_repack: bool) -> Result<Tensor> {
+        self.forward_with(x, may_repack, false)
     }
 
     /// `forward` for a prompt: never the product that repacks a weight (see `Repacking`). A
     /// prompt's last-position logits are a one-row product with the output head, but not yet
     /// the decode loop, and the first token should not wait for a 178 MB copy.
     pub fn forward_prompt(&self, x: &Tensor) -> Result<Tensor> {
-        self.forward_with(x, false)
+        self.forward_with(x, false, true)
     }
 
-    fn forward_with(&self, x: &Tensor, may_repack: bool) -> Result<Tensor> {
+    /// The product; `panels: false` keeps every row to the decode kernels' numerics.
+    fn forward_with(&self, x: &Tensor, may_repack: bool, panels: bool) -> Result<Tensor> {
         let (n, k) = self.weight_dims();
         let dims = x.dims();
         if dims.last() != Some(&k) {
@@ -210,15 +224,22 @@ impl QMatMul {
         let x32 = x.to_dtype(DType::F32)?;
         let out = match self {
             QMatMul::Dense(w) => return x.matmul(&w.to_dtype(x.dtype())?.t()?),
-            QMatMul::Quantized(w) => x32.with_contiguous(|xs: &[f32]| as_stored(w, xs, m))??,
+            QMatMul::Quantized(w) => {
+                x32.with_contiguous(|xs: &[f32]| as_stored(w, xs, m, panels))??
+            }
             QMatMul::Interleaved(w) if m == 1 && (may_repack || w.packed.get().is_some()) => x32
                 .with_contiguous(|xs: &[f32]| {
                     matvec_many(&[w.packed().job(xs)]).pop().expect("one job")
                 })?,
             QMatMul::Interleaved(w) => {
-                x32.with_contiguous(|xs: &[f32]| match w.packed.get() {
-                    Some(p) => Ok(p.matmul(xs, m)),
-                    None => as_stored(&w.stored, xs, m),
+                // Rows alone are decode steps: they repack like a one-row product.
+                let packed = match may_repack && !panels {
+                    true => Some(w.packed()),
+                    false => w.packed.get().map(|p| p.as_ref()),
+                };
+                x32.with_contiguous(|xs: &[f32]| match packed {
+                    Some(p) => Ok(p.matmul(xs, m, panels)),
+                    None => as_stored(&w.stored, xs, m, panels),
                 })??
             }
         };
@@ -264,8 +285,15 @@ impl QMatMul {
     }
 }
 
-/// `x [m, k]` times the stored blocks of `w [n, k]` transposed.
-fn as_stored(w: &QTensor, x: &[f32], m: usize) -> Result<Vec<f32>> {
+/// `x [m, k]` times the stored blocks of `w [n, k]` transposed (`panels` as in `forward_with`).
+fn as_stored(w: &QTensor, x: &[f32], m: usize, panels: bool) -> Result<Vec<f32>> {
     let (n, k) = QMatMul::dims_of(w)?;
-    crate::with_block_type!(w.dtype(), B => Ok(matvec::matmul::<B>(w.blocks::<B>()?, n, k, x, m)))
+    crate::with_block_type!(w.dtype(), B => {
+        let w = w.blocks::<B>()?;
+        Ok(if panels {
+            matvec::matmul::<B>(w, n, k, x, m)
+        } else {
+            matvec::matmul_rows_alone::<B>(w, n, k, x, m)
+        })
+    })
 }

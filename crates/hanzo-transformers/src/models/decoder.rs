@@ -179,7 +179,16 @@ impl Decoder {
     }
 
     pub(crate) fn forward_batch(&self, batch: &[SeqChunk], kv: &mut PagedKv) -> Result<Tensor> {
-        let starts = self.admit(batch, kv)?;
+        self.admit(batch, kv)?;
+        // Runs shorter than the GEMM panels' threshold first: their rows take the decode
+        // kernels however large the batch (`Rows::split`), as each would alone.
+        let mut order: Vec<usize> = (0..batch.len()).collect();
+        order.sort_by_key(|&i| batch[i].tokens.len() >= QMatMul::PANELS_FROM);
+        let batch: Vec<SeqChunk> = order.iter().map(|&i| batch[i]).collect();
+        let starts = batch
+            .iter()
+            .map(|c| kv.len(c.seq))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
         let cfg = &self.cfg;
         let (hd, eps) = (cfg.head_dim, cfg.eps);
         let tokens: Vec<u32> = batch
@@ -200,6 +209,14 @@ impl Decoder {
             })
             .collect();
         let n = tokens.len();
+        let rows = Rows {
+            split: batch
+                .iter()
+                .filter(|c| c.tokens.len() < QMatMul::PANELS_FROM)
+                .map(|c| c.tokens.len())
+                .sum(),
+            may_repack: !(batch.len() == 1 && n > 1),
+        };
         let row = cfg.kv_heads * hd;
         let tables = self
             .ropes
@@ -213,7 +230,7 @@ impl Decoder {
         for (li, block) in self.blocks.iter().enumerate() {
             let (cos, sin) = &tables[block.rope];
             let h = x.rms_norm(&block.attn_norm, eps)?;
-            let (q, k, v) = self.qkv(block, &h)?;
+            let (q, k, v) = self.qkv(block, &h, rows)?;
             let (qn, kn) = match &block.qk_norm {
                 Some((q, k)) => (Some(q), Some(k)),
                 None => (None, None),
@@ -232,8 +249,8 @@ impl Decoder {
             let mut parts = Vec::with_capacity(batch.len());
             for ((c, &at), &start) in batch.iter().zip(&offsets).zip(&starts) {
                 let t = c.tokens.len();
-                let rows = at * row..(at + t) * row;
-                kv.write(c.seq, li, &k[rows.clone()], &v[rows])?;
+                let span = at * row..(at + t) * row;
+                kv.write(c.seq, li, &k[span.clone()], &v[span])?;
                 let q = q.narrow(0, at, t)?;
                 let mask = Mask::causal(block.window);
                 parts.push(kv.attention(c.seq, li, &q, start, mask, self.heads())?);
@@ -242,7 +259,7 @@ impl Decoder {
                 1 => parts.pop().expect("one part"),
                 _ => Tensor::cat(&parts.iter().collect::<Vec<_>>(), 0)?,
             };
-            let mut a = block.o.forward(&a)?;
+            let mut a = rows.project(&block.o, &a)?;
             if let Some(w) = &block.post_attn_norm {
                 a = a.rms_norm(w, eps)?;
             }
@@ -250,13 +267,11 @@ impl Decoder {
             let h = x.rms_norm(&block.ffn_norm, eps)?;
             let (gate, up) = match &block.gate_up {
                 GateUp::Split { gate, up } => {
-                    let [g, u] = QMatMul::forward_many(&[gate, up], &h)?
-                        .try_into()
-                        .expect("two products");
+                    let [g, u] = rows.project_many(&[gate, up], &h)?.try_into().expect("two");
                     (g, u)
                 }
                 GateUp::Fused(w) => {
-                    let y = w.forward(&h)?;
+                    let y = rows.project(w, &h)?;
                     let f = y.dims()[1] / 2;
                     (y.narrow(1, 0, f)?, y.narrow(1, f, f)?)
                 }
@@ -265,59 +280,107 @@ impl Decoder {
                 Activation::GeluTanh => geglu(&gate, &up)?,
                 Activation::Silu => gate.silu()?.mul(&up)?,
             };
-            let mut y = block.down.forward(&m)?;
+            let mut y = rows.project(&block.down, &m)?;
             if let Some(w) = &block.post_ffn_norm {
                 y = y.rms_norm(w, eps)?;
             }
             x = x.add(&y)?;
         }
-        for c in batch {
+        for c in &batch {
             kv.commit(c.seq, c.tokens)?;
         }
-        // The rows the caller wants logits of, in batch order.
-        let wanted: Vec<u32> = batch
-            .iter()
-            .zip(&offsets)
-            .flat_map(|(c, &at)| {
-                let t = c.tokens.len();
-                let rows = match c.logits {
-                    Logits::All => at..at + t,
-                    Logits::Last => at + t - 1..at + t,
-                    Logits::None => at..at,
-                };
-                rows.map(|r| r as u32)
-            })
-            .collect();
-        if wanted.is_empty() {
-            return Ok(Tensor::zeros(
-                (0, self.info.vocab_size),
-                hanzo_ml::DType::F32,
-                &Device::Cpu,
-            )?);
-        }
-        let x = if wanted.len() == n {
-            x
-        } else if wanted.windows(2).all(|w| w[1] == w[0] + 1) {
-            x.narrow(0, wanted[0] as usize, wanted.len())?
-        } else {
-            let ids = Tensor::from_vec(wanted.clone(), wanted.len(), &Device::Cpu)?;
-            x.index_select(&ids, 0)?
-        };
-        let x = x.rms_norm(&self.final_norm, eps)?;
-        // A single prompt's pass leaves the head's repacking to the first decode step.
-        let prompt_only = batch.len() == 1 && n > 1;
-        output_logits(&self.output, &x, prompt_only)
+        self.logits(&x, &batch, &offsets, &order, rows)
     }
 
-    fn qkv(&self, block: &Block, h: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
+    /// The logits the chunks asked for, in the caller's chunk order (`order[i]` is the
+    /// caller's index of `batch[i]`). A row is computed with the rows of its class: alone
+    /// (a last position, or every position of a short run) or through the panels (every
+    /// position of a long run), as the sequence's own pass would.
+    fn logits(
+        &self,
+        x: &Tensor,
+        batch: &[SeqChunk],
+        offsets: &[usize],
+        order: &[usize],
+        rows: Rows,
+    ) -> Result<Tensor> {
+        let mut caller = vec![0; order.len()];
+        for (i, &o) in order.iter().enumerate() {
+            caller[o] = i;
+        }
+        let (mut alone, mut panels, mut picks) = (Vec::new(), Vec::new(), Vec::new());
+        for &i in &caller {
+            let (c, at) = (&batch[i], offsets[i]);
+            let t = c.tokens.len();
+            let wanted = match c.logits {
+                Logits::All => at..at + t,
+                Logits::Last => at + t - 1..at + t,
+                Logits::None => at..at,
+            };
+            let panel = c.logits == Logits::All && t >= QMatMul::PANELS_FROM;
+            for r in wanted {
+                let class = if panel { &mut panels } else { &mut alone };
+                picks.push((panel, class.len()));
+                class.push(r as u32);
+            }
+        }
+        let head = |ids: &[u32], alone: bool| -> Result<Option<Tensor>> {
+            if ids.is_empty() {
+                return Ok(None);
+            }
+            let ids_t = Tensor::from_vec(ids.to_vec(), ids.len(), &Device::Cpu)?;
+            let h = x
+                .index_select(&ids_t, 0)?
+                .rms_norm(&self.final_norm, self.cfg.eps)?;
+            Ok(Some(match (alone, rows.may_repack) {
+                (true, may_repack) => self.output.forward_rows_alone(&h, may_repack)?,
+                (false, true) => self.output.forward(&h)?,
+                (false, false) => output_logits(&self.output, &h, true)?,
+            }))
+        };
+        let (a, p) = (head(&alone, true)?, head(&panels, false)?);
+        let vocab = self.info.vocab_size;
+        let out = match (a, p) {
+            (None, None) => {
+                return Ok(Tensor::zeros(
+                    (0, vocab),
+                    hanzo_ml::DType::F32,
+                    &Device::Cpu,
+                )?)
+            }
+            (Some(a), None) => a,
+            (None, Some(p)) => p,
+            (Some(a), Some(p)) => Tensor::cat(&[&a, &p], 0)?,
+        };
+        let in_place = picks
+            .iter()
+            .enumerate()
+            .all(|(i, &(panel, j))| !panel && i == j)
+            || picks
+                .iter()
+                .enumerate()
+                .all(|(i, &(panel, j))| panel && i == j);
+        if in_place {
+            return Ok(out);
+        }
+        let na = alone.len();
+        let ids: Vec<u32> = picks
+            .iter()
+            .map(|&(panel, j)| (if panel { na + j } else { j }) as u32)
+            .collect();
+        let ids = Tensor::from_vec(ids.clone(), ids.len(), &Device::Cpu)?;
+        Ok(out.index_select(&ids, 0)?)
+    }
+
+    fn qkv(&self, block: &Block, h: &Tensor, rows: Rows) -> Result<(Tensor, Tensor, Tensor)> {
         Ok(match &block.qkv {
             Qkv::Split { q, k, v } => {
-                let ys = QMatMul::forward_many(&[&q.w, &k.w, &v.w], h)?;
+                let ys = rows.project_many(&[&q.w, &k.w, &v.w], h)?;
                 let [q, k, v] = [(q, &ys[0]), (k, &ys[1]), (v, &ys[2])].map(|(p, y)| p.bias(y));
                 (q?, k?, v?)
             }
             Qkv::Fused(p) => {
-                let y = p.bias(&p.w.forward(h)?)?;
+                let y = p.bias(&rows.project(&p.w, h)?)?;
                 let (qr, kr) = (
                     self.cfg.heads * self.cfg.head_dim,
                     self.cfg.kv_heads * self.cfg.head_dim,
@@ -329,5 +392,55 @@ impl Decoder {
                 )
             }
         })
+    }
+}
+
+/// How a batch's rows go through the weights: the first `split` rows (runs shorter than
+/// `QMatMul::PANELS_FROM`) each as alone, the rest together (through the panels where they
+/// apply), so every sequence computes what its own pass would.
+#[derive(Clone, Copy)]
+struct Rows {
+    split: usize,
+    /// False for a lone prompt's pass (see `QMatMul::forward_prompt`).
+    may_repack: bool,
+}
+
+impl Rows {
+    fn project(self, w: &QMatMul, x: &Tensor) -> Result<Tensor> {
+        Ok(self.project_many(&[w], x)?.pop().expect("one product"))
+    }
+
+    fn project_many(self, ws: &[&QMatMul], x: &Tensor) -> Result<Vec<Tensor>> {
+        let n = x.dims()[0];
+        let together = |x: &Tensor| -> Result<Vec<Tensor>> {
+            Ok(if self.may_repack {
+                QMatMul::forward_many(ws, x)?
+            } else {
+                ws.iter()
+                    .map(|w| w.forward_prompt(x))
+                    .collect::<hanzo_ml::Result<_>>()?
+            })
+        };
+        let alone = |x: &Tensor| -> Result<Vec<Tensor>> {
+            if x.dims()[0] == 1 {
+                return together(x); // one row is alone either way
+            }
+            Ok(ws
+                .iter()
+                .map(|w| w.forward_rows_alone(x, self.may_repack))
+                .collect::<hanzo_ml::Result<_>>()?)
+        };
+        if self.split == 0 {
+            return together(x);
+        }
+        if self.split == n {
+            return alone(x);
+        }
+        let a = alone(&x.narrow(0, 0, self.split)?)?;
+        let b = together(&x.narrow(0, self.split, n - self.split)?)?;
+        a.iter()
+            .zip(&b)
+            .map(|(a, b)| Ok(Tensor::cat(&[a, b], 0)?))
+            .collect()
     }
 }

@@ -12,7 +12,7 @@ use rayon::prelude::*;
 
 /// Fewer activation rows than this take the tile path: there, each weight block is unpacked
 /// per call rather than once, which is cheaper for a handful of rows.
-const MIN_ROWS: usize = 16;
+pub(crate) const MIN_ROWS: usize = 16;
 
 /// The unpacked form and the panel kernel, where `matmul` applies to `m` rows of width `k`.
 fn plan<B: GgmlBlock>(m: usize, k: usize) -> Option<(Unpacking<B>, usize, PanelFn)> {

@@ -138,10 +138,11 @@ impl<B: InterleavedKernels> Interleaved<B> {
         }
     }
 
-    /// `x [m, k]` times the weight transposed → `[m, n]`.
-    fn matmul(&self, x: &[f32], m: usize) -> Vec<f32> {
+    /// `x [m, k]` times the weight transposed → `[m, n]`; with `panels`, the GEMM panels
+    /// where `m` is large enough (otherwise every row as the matvec computes it).
+    fn matmul(&self, x: &[f32], m: usize, panels: bool) -> Vec<f32> {
         let (n, k) = (self.n, self.k);
-        if let Some(plan) = gemm::plan_prepacked(m, k, 32, B::MAX_LEVEL, ROWS) {
+        if let Some(plan) = gemm::plan_prepacked(m, k, 32, B::MAX_LEVEL, ROWS).filter(|_| panels) {
             let fill = |s: &mut gemm::Scratch, r0: usize, _live: usize| self.unpack_panel(s, r0);
             if let Some(out) = gemm::over_panels(n, k, x, m, 32, plan, &fill) {
                 return out;
@@ -197,7 +198,9 @@ impl<B: InterleavedKernels> Interleaved<B> {
 pub(crate) trait RowGroups: Send + Sync + std::fmt::Debug {
     /// The decode product with one activation row, for `qmatmul::matvec_many`.
     fn job<'a>(&'a self, x: &[f32]) -> Box<dyn MatvecJob + 'a>;
-    fn matmul(&self, x: &[f32], m: usize) -> Vec<f32>;
+    /// `x [m, k]` times the weight transposed; `panels: false` computes every row as the
+    /// matvec would (see `matvec::matmul_rows_alone`).
+    fn matmul(&self, x: &[f32], m: usize, panels: bool) -> Vec<f32>;
     /// Row `r` as f32 into `out` (`k` values).
     fn dequantize_row(&self, r: usize, out: &mut [f32]);
 }
@@ -210,8 +213,8 @@ impl<B: InterleavedKernels> RowGroups for Interleaved<B> {
             dot: B::dot::<1>(self.streamed()),
         })
     }
-    fn matmul(&self, x: &[f32], m: usize) -> Vec<f32> {
-        Interleaved::matmul(self, x, m)
+    fn matmul(&self, x: &[f32], m: usize, panels: bool) -> Vec<f32> {
+        Interleaved::matmul(self, x, m, panels)
     }
     fn dequantize_row(&self, r: usize, out: &mut [f32]) {
         Interleaved::dequantize_row(self, r, out)

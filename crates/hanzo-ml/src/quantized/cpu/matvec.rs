@@ -96,15 +96,24 @@ fn chunk_rows(total: usize, threads: usize) -> usize {
 
 /// `x [m, k]` (row-major f32) times `w [n, k]` (blocks) transposed → `[m, n]`.
 pub fn matmul<B: Kernels>(w: &[B], n: usize, k: usize, x: &[f32], m: usize) -> Vec<f32> {
+    if m > 1 && n > 0 {
+        if let Some(out) = super::gemm::matmul(w, n, k, x, m) {
+            return out;
+        }
+    }
+    matmul_rows_alone(w, n, k, x, m)
+}
+
+/// `matmul` with every row computed as a product with that row alone computes it (the
+/// matvec's activation type and sums), however many rows there are: never the GEMM panels,
+/// which quantize activations to Q8_0 for every weight type.
+pub fn matmul_rows_alone<B: Kernels>(w: &[B], n: usize, k: usize, x: &[f32], m: usize) -> Vec<f32> {
     if m == 0 || n == 0 {
         return vec![0f32; m * n];
     }
     if m == 1 {
         let job: Box<dyn MatvecJob> = Box::new(Matvec::new(w, n, k, x));
         return matvec_many(&[job]).pop().expect("one job");
-    }
-    if let Some(out) = super::gemm::matmul(w, n, k, x, m) {
-        return out;
     }
     let wpr = k / B::BLOCK_SIZE;
     let xpr = k / B::Dot::BLOCK_SIZE;

@@ -1,8 +1,10 @@
 //! Multi-head attention with grouped (GQA) and multi-query (MQA) key/value heads, causal and
-//! sliding-window masks, rotary embeddings and a KV cache, on top of the core's
-//! `scaled_dot_product_attention`.
+//! sliding-window masks and rotary embeddings, on top of the core's differentiable
+//! `scaled_dot_product_attention`: a whole sequence per call (training, encoders).
+//! Generation keeps keys and values in `hanzo_ml::kv::PagedKv` and attends with
+//! `PagedKv::attention`, the one inference attention of the workspace.
 
-use crate::{KvCache, Linear, Module, RotaryEmbedding, VarBuilder};
+use crate::{Linear, Module, RotaryEmbedding, VarBuilder};
 use hanzo_ml::{AttentionMask, Device, Error, Result, Tensor};
 
 /// Which keys a query may see.
@@ -132,9 +134,9 @@ impl Attention {
         &self.cfg
     }
 
-    /// `x` `[b, t, hidden]` holding the tokens at positions `start..start + t`; with a cache,
-    /// keys and values of earlier calls are attended to as well.
-    pub fn forward(&self, x: &Tensor, start: usize, cache: Option<&mut KvCache>) -> Result<Tensor> {
+    /// `x` `[b, t, hidden]` holding the tokens at positions `start..start + t`, attending
+    /// among themselves.
+    pub fn forward(&self, x: &Tensor, start: usize) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
         let c = &self.cfg;
         let heads = |y: Tensor, n: usize| -> Result<Tensor> {
@@ -149,25 +151,8 @@ impl Attention {
             q = rope.apply(&q, start)?;
             k = rope.apply(&k, start)?;
         }
-        let (k, v) = match cache {
-            Some(cache) => {
-                if cache.len() != start {
-                    return Err(Error::invalid(
-                        "Attention",
-                        format!(
-                            "cache holds {} positions but the input starts at {start}",
-                            cache.len()
-                        ),
-                    ));
-                }
-                cache.append(&k, &v)?
-            }
-            None => (k, v),
-        };
-        let tk = k.dims()[2];
-        let q_pos: Vec<usize> = (start..start + t).collect();
-        let k_pos: Vec<usize> = (start + t - tk..start + t).collect();
-        let mask = attention_mask(c.mask, &q_pos, &k_pos, &x.device())?;
+        let positions: Vec<usize> = (start..start + t).collect();
+        let mask = attention_mask(c.mask, &positions, &positions, &x.device())?;
         let mask = match &mask {
             Some(m) => AttentionMask::Keep(m),
             None => AttentionMask::None,

@@ -108,7 +108,7 @@ fn check_against_reference(mask: MaskKind, hq: usize, hk: usize) {
     };
     let (att, w) = layer(&cfg, 10 + hq as u64 * 7 + hk as u64);
     let x = Tensor::from_vec(values(t * hidden, 99), (1, t, hidden), &CPU).unwrap();
-    let got = flat(&att.forward(&x, 0, None).unwrap());
+    let got = flat(&att.forward(&x, 0).unwrap());
     let x2 = x.reshape((t, hidden)).unwrap();
     let q = project(&x2, &w["q_proj.weight"], hq, t, d);
     let k = project(&x2, &w["k_proj.weight"], hk, t, d);
@@ -156,102 +156,6 @@ fn sliding_window_mask_is_causal_and_bounded() {
     assert!(attention_mask(MaskKind::Causal, &[5], &[0, 1, 5], &CPU)
         .unwrap()
         .is_none());
-}
-
-#[test]
-fn cached_decoding_equals_the_full_sequence() {
-    for mask in [MaskKind::Causal, MaskKind::SlidingWindow(4)] {
-        let cfg = AttentionConfig {
-            hidden: 16,
-            num_heads: 4,
-            num_kv_heads: 2,
-            head_dim: 4,
-            bias: false,
-            mask,
-            scale: None,
-        };
-        let rope =
-            RotaryEmbedding::new(10_000.0, 4, &RopeScaling::None, RopeKind::HalfSplit).unwrap();
-        let (plain, w) = layer(&cfg, 3);
-        drop(plain);
-        let vb = VarBuilder::from_tensors(w, DType::F32, &CPU);
-        let att = Attention::load(cfg.clone(), Some(rope), &vb).unwrap();
-        let t = 11;
-        let x = Tensor::from_vec(values(t * 16, 5), (1, t, 16), &CPU).unwrap();
-        let full = flat(&att.forward(&x, 0, None).unwrap());
-        // Prefill 5 tokens, then one at a time; the cache starts small so it must grow.
-        let mut cache = KvCache::new(2, Some(64));
-        let mut got = flat(
-            &att.forward(&x.narrow(1, 0, 5).unwrap(), 0, Some(&mut cache))
-                .unwrap(),
-        );
-        for i in 5..t {
-            let y = att
-                .forward(&x.narrow(1, i, 1).unwrap(), i, Some(&mut cache))
-                .unwrap();
-            got.extend(flat(&y));
-        }
-        assert_eq!(cache.len(), t);
-        assert!(cache.capacity() >= t);
-        let diff = max_diff(&got, &full);
-        assert!(diff < 1e-5, "{mask:?}: {diff}");
-        // Out of order positions are refused.
-        assert!(att
-            .forward(&x.narrow(1, 0, 1).unwrap(), 3, Some(&mut cache))
-            .is_err());
-    }
-}
-
-#[test]
-fn kv_cache_refuses_to_overflow_its_limit() {
-    let mut c = KvCache::new(4, Some(6));
-    let k = Tensor::ones((1, 1, 4, 2), DType::F32, &CPU).unwrap();
-    c.append(&k, &k).unwrap();
-    let err = c.append(&k, &k).unwrap_err().to_string();
-    assert!(err.contains("context full"), "{err}");
-    assert_eq!(c.len(), 4);
-}
-
-#[test]
-fn ring_cache_keeps_the_window_and_reports_positions() {
-    let (w, d) = (4, 2);
-    let mut ring = RingKvCache::new(1, 1, d, w, DType::F32, &CPU).unwrap();
-    let tok = |p: usize| Tensor::full(p as f64, (1, 1, 1, d), DType::F32, &CPU).unwrap();
-    // Prefill 6 tokens (more than the window): all 6 come back for the prefill queries.
-    let k = Tensor::cat(
-        &(0..6)
-            .map(tok)
-            .collect::<Vec<_>>()
-            .iter()
-            .collect::<Vec<_>>(),
-        2,
-    )
-    .unwrap();
-    let out = ring.append(&k, &k).unwrap();
-    assert_eq!(out.positions, vec![0, 1, 2, 3, 4, 5]);
-    drop(out);
-    // Decode token 6: the window holds positions 3..=6, each key equal to its position.
-    let out = ring.append(&tok(6), &tok(6)).unwrap();
-    let mut pos = out.positions.clone();
-    let keys: Vec<f32> = flat(&out.k.contiguous().unwrap())
-        .chunks(d)
-        .map(|c| c[0])
-        .collect();
-    for (p, k) in pos.iter().zip(&keys) {
-        assert_eq!(*p as f32, *k);
-    }
-    pos.sort();
-    assert_eq!(pos, vec![3, 4, 5, 6]);
-    drop(out);
-    // A second prefill sees the old window first.
-    let two = Tensor::cat(&[&tok(7), &tok(8)], 2).unwrap();
-    let out = ring.append(&two, &two).unwrap();
-    assert_eq!(out.positions, vec![3, 4, 5, 6, 7, 8]);
-    let keys: Vec<f32> = flat(&out.k.contiguous().unwrap())
-        .chunks(d)
-        .map(|c| c[0])
-        .collect();
-    assert_eq!(keys, vec![3., 4., 5., 6., 7., 8.]);
 }
 
 #[test]

@@ -1,4 +1,5 @@
-//! `hanzo-engine bench`: llama-bench's two tests. pp<N>: one forward pass over N prompt
+//! `hanzo-engine bench`: llama-bench's two tests, or with `--parallel` many sequences at
+//! once (`bench_parallel`). pp<N>: one forward pass over N prompt
 //! tokens (logits for the last only); tg<N>: N single-token decode steps from an empty
 //! cache. Random token ids (BOS first), one untimed warm-up run, then REPS timed runs;
 //! the reported speed is the median.
@@ -28,6 +29,10 @@ pub struct Args {
     /// Print a JSON array instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Instead of pp/tg: N sequences of -p prompt tokens then -n generated tokens, run
+    /// together (a comma-separated list runs each N).
+    #[arg(long, value_name = "N[,N...]", value_delimiter = ',')]
+    pub parallel: Vec<usize>,
 }
 
 struct Row {
@@ -88,6 +93,9 @@ pub fn run(a: Args) -> Result<()> {
     let p = super::load(&a.model)?;
     super::settle_weights(&p)?;
     let model = p.model.as_ref();
+    if !a.parallel.is_empty() {
+        return parallel(&a, model);
+    }
     let bos = p.tokenizer.special().bos;
     let mut rng = rand::rngs::StdRng::seed_from_u64(1234);
     let threads = rayon::current_num_threads();
@@ -117,6 +125,69 @@ pub fn run(a: Args) -> Result<()> {
         kernels,
         rows,
     )
+}
+
+/// `--parallel`: one row per N (see `bench_parallel`), then the memory it took against the
+/// computed budget.
+fn parallel(a: &Args, model: &dyn LanguageModel) -> Result<()> {
+    let base = super::bench_parallel::memory();
+    let threads = rayon::current_num_threads();
+    eprintln!(
+        "kernels: {}, {threads} threads",
+        hanzo_ml::cpu::features::isa().name()
+    );
+    let mut runs = Vec::new();
+    for &n in &a.parallel {
+        let r = super::bench_parallel::run(model, n, a.n_prompt, a.n_gen, 1234 + n as u64)?;
+        if !a.json {
+            eprintln!(
+                "parallel {n}: {:.2} generated t/s in total, {:.2} per sequence, time to first token {:.3} s",
+                r.total_tokens_per_second, r.tokens_per_second, r.ttft_s
+            );
+        }
+        runs.push(r);
+    }
+    if a.json {
+        let rows: Vec<_> = runs.iter().map(|r| r.json()).collect();
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        println!("| model | threads | parallel | prompt | generated | total t/s | t/s per sequence | TTFT s | prefill t/s |");
+        println!("|---|---|---|---|---|---|---|---|---|");
+        for r in &runs {
+            println!(
+                "| {} | {threads} | {} | {} | {} | {:.2} | {:.2} | {:.3} | {:.1} |",
+                model.info().architecture,
+                r.parallel,
+                r.prompt,
+                r.generated,
+                r.total_tokens_per_second,
+                r.tokens_per_second,
+                r.ttft_s,
+                r.prefill_tokens_per_second
+            );
+        }
+    }
+    // Peak memory against what the largest run needed: the loaded process (weights paged
+    // in), its KV pool and the activations of its passes.
+    if let (Some((loaded, _)), Some((_, peak)), Some(big)) = (
+        base,
+        super::bench_parallel::memory(),
+        runs.iter().max_by_key(|r| r.kv_bytes),
+    ) {
+        let rows = hanzo_transformers::pipeline::PREFILL_CHUNK.max(big.parallel);
+        let scratch = super::bench_parallel::scratch_bytes(model, rows, big.parallel);
+        let budget = loaded as usize + big.kv_bytes + scratch;
+        eprintln!(
+            "memory: peak RSS {} MiB; budget {} MiB = loaded {} MiB + KV pool {} MiB + scratch {} MiB ({:.0}% of budget)",
+            peak >> 20,
+            budget >> 20,
+            loaded >> 20,
+            big.kv_bytes >> 20,
+            scratch >> 20,
+            100.0 * peak as f64 / budget as f64
+        );
+    }
+    Ok(())
 }
 
 /// enc<N>: the encoder's forward pass over one N-token sequence (no padding).

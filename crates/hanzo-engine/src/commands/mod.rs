@@ -1,6 +1,7 @@
 //! The model subcommands of `hanzo-engine`: run, tokenize, perplexity, bench.
 
 pub mod bench;
+pub mod bench_parallel;
 pub mod embed;
 pub mod perplexity;
 pub mod run;

@@ -47,14 +47,16 @@ impl KvLayout {
         self.block_size * self.row * 2 * std::mem::size_of::<f16>()
     }
 
-    /// Blocks one sequence of `positions` needs at most in every layer.
-    pub fn blocks_for(&self, positions: usize) -> usize {
+    /// Blocks one sequence of up to `positions` holds at most, over every layer, when it
+    /// runs at most `chunk` tokens per forward pass.
+    pub fn blocks_for(&self, positions: usize, chunk: usize) -> usize {
         let per_layer = positions.div_ceil(self.block_size);
         self.windows
             .iter()
             .map(|w| match w {
-                // The window, the block being filled and one partly outside the window.
-                Some(w) => per_layer.min(w.div_ceil(self.block_size) + 1),
+                // During a pass of `t` tokens a window layer holds the keys from
+                // `len + 1 - w` to `len + t`: at most (t + w - 1) / B + 2 blocks.
+                Some(w) => per_layer.min((chunk.max(1) + w - 1) / self.block_size + 2),
                 None => per_layer,
             })
             .sum()

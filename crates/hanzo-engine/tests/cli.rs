@@ -151,6 +151,48 @@ fn bench_json_reports_median_speeds() {
 }
 
 #[test]
+fn bench_parallel_runs_sequences_together_within_its_memory_budget() {
+    let m = fixture("gemma3");
+    let o = engine(&[
+        "bench",
+        "-m",
+        m.to_str().unwrap(),
+        "-p",
+        "24",
+        "-n",
+        "8",
+        "--parallel",
+        "1,16",
+        "--json",
+    ]);
+    let out = stdout(&o);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let rows = v.as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for (r, n) in rows.iter().zip([1, 16]) {
+        assert_eq!(r["test"], "parallel");
+        assert_eq!(r["parallel"], n);
+        assert_eq!(
+            (r["prompt"].as_u64(), r["generated"].as_u64()),
+            (Some(24), Some(8))
+        );
+        let total = r["total_tokens_per_second"].as_f64().unwrap();
+        let each = r["tokens_per_second"].as_f64().unwrap();
+        assert!(total > 0.0 && (total / n as f64 - each).abs() < 1e-6 * total);
+        assert!(r["ttft_s"].as_f64().unwrap() > 0.0);
+    }
+    // "memory: peak RSS P MiB; budget B MiB = ...": the peak within the budget plus 10%.
+    let err = String::from_utf8_lossy(&o.stderr);
+    let line = err.lines().find(|l| l.starts_with("memory:")).expect(&err);
+    let mib = |after: &str| -> f64 {
+        let rest = &line[line.find(after).unwrap() + after.len()..];
+        rest.split_whitespace().next().unwrap().parse().unwrap()
+    };
+    let (peak, budget) = (mib("peak RSS "), mib("budget "));
+    assert!(peak <= 1.1 * budget, "{line}");
+}
+
+#[test]
 fn bench_times_an_encoder_forward_pass() {
     let m = fixture("minilm");
     let bench = |p: &str| {

@@ -135,7 +135,11 @@ pub fn run(
         kv.release(s)?;
     }
     let decoded = (n * generated) as f64;
-    let total = if decode_s > 0.0 { decoded / decode_s } else { 0.0 };
+    let total = if decode_s > 0.0 {
+        decoded / decode_s
+    } else {
+        0.0
+    };
     Ok(Run {
         parallel: n,
         prompt,
@@ -171,7 +175,12 @@ pub fn memory() -> Option<(u64, u64)> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let field = |name: &str| -> Option<u64> {
         let line = status.lines().find(|l| l.starts_with(name))?;
-        let kb: u64 = line[name.len()..].trim().trim_end_matches("kB").trim().parse().ok()?;
+        let kb: u64 = line[name.len()..]
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()?;
         Some(kb * 1024)
     };
     Some((field("VmRSS:")?, field("VmHWM:")?))

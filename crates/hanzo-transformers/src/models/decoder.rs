@@ -134,6 +134,13 @@ impl Decoder {
         if batch.is_empty() {
             return Err(Error::Invalid("forward needs at least one sequence".into()));
         }
+        if kv.layout() != &self.kv_layout() {
+            return Err(Error::Invalid(format!(
+                "the KV store was made for {:?}, not for this model ({:?})",
+                kv.layout(),
+                self.kv_layout()
+            )));
+        }
         let mut starts = Vec::with_capacity(batch.len());
         for (i, c) in batch.iter().enumerate() {
             check_tokens(c.tokens, self.info.vocab_size)?;

@@ -130,7 +130,7 @@ impl Decoder {
 
     /// Checks a batch before anything changes: tokens, distinct sequences, context room,
     /// then KV blocks for all of it.
-    fn admit(&self, batch: &[SeqChunk], kv: &mut PagedKv) -> Result<Vec<usize>> {
+    fn admit(&self, batch: &[SeqChunk], kv: &mut PagedKv) -> Result<()> {
         if batch.is_empty() {
             return Err(Error::Invalid("forward needs at least one sequence".into()));
         }
@@ -141,7 +141,6 @@ impl Decoder {
                 self.kv_layout()
             )));
         }
-        let mut starts = Vec::with_capacity(batch.len());
         for (i, c) in batch.iter().enumerate() {
             check_tokens(c.tokens, self.info.vocab_size)?;
             if batch[..i].iter().any(|o| o.seq == c.seq) {
@@ -157,7 +156,6 @@ impl Decoder {
                     limit: self.info.context_length,
                 });
             }
-            starts.push(start);
         }
         let needed: usize = batch
             .iter()
@@ -182,7 +180,7 @@ impl Decoder {
         for c in batch {
             kv.reserve(c.seq, c.tokens.len())?;
         }
-        Ok(starts)
+        Ok(())
     }
 
     pub(crate) fn forward_batch(&self, batch: &[SeqChunk], kv: &mut PagedKv) -> Result<Tensor> {

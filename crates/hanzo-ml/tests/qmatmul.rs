@@ -152,6 +152,37 @@ fn interleaved_q4_0_q5_0_q8_0_match_dequantized_matmul() {
     }
 }
 
+/// `forward_rows_alone`: every row of a many-row product equals, bit for bit, the product of
+/// that row alone, for stored and repacked weights, with more rows than the GEMM panels'
+/// threshold (where `forward` takes the panels and their Q8_0 activations instead).
+#[test]
+fn rows_alone_equal_one_row_products_bit_for_bit() {
+    let (n, k, m) = (40, 512, QMatMul::PANELS_FROM + 4);
+    let x = Tensor::from_vec(common::synthetic_weights(m, k, 5), (m, k), &Device::Cpu).unwrap();
+    for dt in QUANT_TYPES {
+        let q = QTensor::quantize_f32(&common::synthetic_weights(n, k, 9), (n, k), dt).unwrap();
+        let q = std::sync::Arc::new(q);
+        let stored = QMatMul::from_arc_as_stored(q.clone()).unwrap();
+        let chosen = QMatMul::from_arc(q).unwrap();
+        for w in [stored, chosen] {
+            // The one-row products first: they repack a weight `from_arc` chose to repack.
+            let alone: Vec<f32> = (0..m)
+                .flat_map(|j| {
+                    let row = w.forward(&x.narrow(0, j, 1).unwrap()).unwrap();
+                    row.to_vec_flat::<f32>().unwrap()
+                })
+                .collect();
+            let rows = w.forward_rows_alone(&x, true).unwrap();
+            let rows = rows.to_vec_flat::<f32>().unwrap();
+            let differ = rows
+                .iter()
+                .zip(&alone)
+                .position(|(a, b)| a.to_bits() != b.to_bits());
+            assert_eq!(differ, None, "{dt:?}: first different output");
+        }
+    }
+}
+
 /// A weight `from_arc` chose to repack is multiplied as stored until its first decode
 /// product, then repacked; its outputs are the same before and after.
 #[test]

@@ -93,14 +93,14 @@ pub fn run(a: Args) -> Result<()> {
     let p = super::load(&a.model)?;
     super::settle_weights(&p)?;
     let model = p.model.as_ref();
-    if !a.parallel.is_empty() {
-        return parallel(&a, model);
-    }
-    let bos = p.tokenizer.special().bos;
-    let mut rng = rand::rngs::StdRng::seed_from_u64(1234);
     let threads = rayon::current_num_threads();
     let kernels = hanzo_ml::cpu::features::isa().name();
     eprintln!("kernels: {kernels}, {threads} threads");
+    if !a.parallel.is_empty() {
+        return parallel(&a, model, threads);
+    }
+    let bos = p.tokenizer.special().bos;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(1234);
     let mut rows = Vec::new();
     type Test = fn(&dyn LanguageModel, &[u32]) -> Result<f64>;
     for (name, n, f) in [("pp", a.n_prompt, pp as Test), ("tg", a.n_gen, tg as Test)] {
@@ -129,13 +129,8 @@ pub fn run(a: Args) -> Result<()> {
 
 /// `--parallel`: one row per N (see `bench_parallel`), then the memory it took against the
 /// computed budget.
-fn parallel(a: &Args, model: &dyn LanguageModel) -> Result<()> {
+fn parallel(a: &Args, model: &dyn LanguageModel, threads: usize) -> Result<()> {
     let base = super::bench_parallel::memory();
-    let threads = rayon::current_num_threads();
-    eprintln!(
-        "kernels: {}, {threads} threads",
-        hanzo_ml::cpu::features::isa().name()
-    );
     let mut runs = Vec::new();
     for &n in &a.parallel {
         let r = super::bench_parallel::run(model, n, a.n_prompt, a.n_gen, 1234 + n as u64)?;

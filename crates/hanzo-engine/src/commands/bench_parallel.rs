@@ -11,6 +11,7 @@
 use anyhow::{bail, Result};
 use hanzo_ml::kv::{PagedKv, SeqId};
 use hanzo_transformers::pipeline::PREFILL_CHUNK;
+use hanzo_transformers::sampler::argmax;
 use hanzo_transformers::{LanguageModel, Logits, SeqChunk};
 use rand::{Rng, SeedableRng};
 use std::time::Instant;
@@ -154,20 +155,9 @@ pub fn run(
 
 /// The argmax of every row of `[rows, vocab]` logits.
 fn argmax_rows(logits: &hanzo_ml::Tensor) -> Result<Vec<u32>> {
-    let vocab = logits.dims()[1];
+    let vocab = logits.dims()[1].max(1);
     let flat = logits.to_vec_flat::<f32>()?;
-    Ok(flat
-        .chunks_exact(vocab.max(1))
-        .map(|row| {
-            let mut best = 0;
-            for (j, &x) in row.iter().enumerate() {
-                if x > row[best] {
-                    best = j;
-                }
-            }
-            best as u32
-        })
-        .collect())
+    Ok(flat.chunks_exact(vocab).map(argmax).collect())
 }
 
 /// Resident and peak resident bytes of this process (Linux), from /proc/self/status.

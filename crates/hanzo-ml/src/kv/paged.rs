@@ -147,6 +147,13 @@ impl<'a> LayerView<'a> {
     }
 }
 
+/// Sequence `id` of a store's slots.
+fn find(seqs: &[Option<Seq>], id: SeqId) -> Result<&Seq, KvError> {
+    seqs.get(id.0 as usize)
+        .and_then(Option::as_ref)
+        .ok_or(KvError::UnknownSequence(id))
+}
+
 impl PagedKv {
     /// A store of as many blocks as `budget_bytes` holds.
     pub fn new(layout: KvLayout, budget_bytes: usize) -> Result<Self, KvError> {
@@ -213,10 +220,7 @@ impl PagedKv {
     }
 
     fn seq(&self, id: SeqId) -> Result<&Seq, KvError> {
-        self.seqs
-            .get(id.0 as usize)
-            .and_then(Option::as_ref)
-            .ok_or(KvError::UnknownSequence(id))
+        find(&self.seqs, id)
     }
 
     fn seq_mut(&mut self, id: SeqId) -> Result<&mut Seq, KvError> {
@@ -400,11 +404,8 @@ impl PagedKv {
     pub fn write(&mut self, id: SeqId, layer: usize, k: &[f32], v: &[f32]) -> Result<(), KvError> {
         let row = self.layout.row;
         let b = self.layout.block_size;
-        let s = self
-            .seqs
-            .get(id.0 as usize)
-            .and_then(Option::as_ref)
-            .ok_or(KvError::UnknownSequence(id))?;
+        // The sequence's table is read while the arena is written: borrow the field alone.
+        let s = find(&self.seqs, id)?;
         let t = k.len() / row;
         let table = &s.tables[layer];
         if k.len() != v.len() || k.len() != t * row || (s.len + t).div_ceil(b) > table.len() {

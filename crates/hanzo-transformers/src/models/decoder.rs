@@ -8,7 +8,7 @@
 
 use super::meta::Embedding;
 use super::numerics::{geglu, rope_tables};
-use super::{check_tokens, output_logits, rope_heads, Logits, ModelInfo, SeqChunk};
+use super::{check_tokens, rope_heads, Logits, ModelInfo, SeqChunk};
 use crate::{Error, Result};
 use hanzo_ml::kv::{Heads, KvLayout, Mask, PagedKv};
 use hanzo_ml::quantized::QMatMul;
@@ -329,52 +329,33 @@ impl Decoder {
                 class.push(r as u32);
             }
         }
-        let head = |ids: &[u32], alone: bool| -> Result<Option<Tensor>> {
-            if ids.is_empty() {
-                return Ok(None);
-            }
-            let ids_t = Tensor::from_vec(ids.to_vec(), ids.len(), &Device::Cpu)?;
-            let h = x
-                .index_select(&ids_t, 0)?
-                .rms_norm(&self.final_norm, self.cfg.eps)?;
-            Ok(Some(match (alone, rows.may_repack) {
-                (true, may_repack) => self.output.forward_rows_alone(&h, may_repack)?,
-                (false, true) => self.output.forward(&h)?,
-                (false, false) => output_logits(&self.output, &h, true)?,
-            }))
-        };
-        let (a, p) = (head(&alone, true)?, head(&panels, false)?);
-        let vocab = self.info.vocab_size;
-        let out = match (a, p) {
-            (None, None) => {
-                return Ok(Tensor::zeros(
-                    (0, vocab),
-                    hanzo_ml::DType::F32,
-                    &Device::Cpu,
-                )?)
-            }
-            (Some(a), None) => a,
-            (None, Some(p)) => p,
-            (Some(a), Some(p)) => Tensor::cat(&[&a, &p], 0)?,
-        };
-        let in_place = picks
-            .iter()
-            .enumerate()
-            .all(|(i, &(panel, j))| !panel && i == j)
-            || picks
-                .iter()
-                .enumerate()
-                .all(|(i, &(panel, j))| panel && i == j);
-        if in_place {
-            return Ok(out);
+        if picks.is_empty() {
+            let vocab = self.info.vocab_size;
+            return Ok(Tensor::zeros(
+                (0, vocab),
+                hanzo_ml::DType::F32,
+                &Device::Cpu,
+            )?);
         }
+        // The head over the wanted rows, alone rows first, split as the batch's rows were.
         let na = alone.len();
-        let ids: Vec<u32> = picks
+        let ids: Vec<u32> = alone.into_iter().chain(panels).collect();
+        let ids = Tensor::from_vec(ids, picks.len(), &Device::Cpu)?;
+        let h = x
+            .index_select(&ids, 0)?
+            .rms_norm(&self.final_norm, self.cfg.eps)?;
+        let head = Rows { split: na, ..rows };
+        let out = head.project(&self.output, &h)?;
+        // Back into the caller's order.
+        let at: Vec<u32> = picks
             .iter()
             .map(|&(panel, j)| (if panel { na + j } else { j }) as u32)
             .collect();
-        let ids = Tensor::from_vec(ids.clone(), ids.len(), &Device::Cpu)?;
-        Ok(out.index_select(&ids, 0)?)
+        if at.iter().enumerate().all(|(i, &a)| i as u32 == a) {
+            return Ok(out);
+        }
+        let at = Tensor::from_vec(at, picks.len(), &Device::Cpu)?;
+        Ok(out.index_select(&at, 0)?)
     }
 
     fn qkv(&self, block: &Block, h: &Tensor, rows: Rows) -> Result<(Tensor, Tensor, Tensor)> {
@@ -406,7 +387,9 @@ impl Decoder {
 #[derive(Clone, Copy)]
 struct Rows {
     split: usize,
-    /// False for a lone prompt's pass (see `QMatMul::forward_prompt`).
+    /// False for a lone prompt's pass: it never repacks a weight
+    /// (`QMatMul::forward_prompt`), so the first token does not wait for the copy; the
+    /// first decode step makes it.
     may_repack: bool,
 }
 

@@ -171,21 +171,6 @@ pub fn load_dir(dir: &std::path::Path, mode: WeightMode) -> Result<Box<dyn Langu
     hf::load(dir, mode)
 }
 
-/// The output head over final hidden states. A lone prompt's pass never triggers repacking
-/// the head (`QMatMul::forward_prompt`): the first token does not wait for the copy; the
-/// first decode step makes it.
-fn output_logits(
-    output: &hanzo_ml::quantized::QMatMul,
-    x: &Tensor,
-    prompt_only: bool,
-) -> Result<Tensor> {
-    Ok(if prompt_only {
-        output.forward_prompt(x)?
-    } else {
-        output.forward(x)?
-    })
-}
-
 /// Rotary embedding of `[t, heads, head_dim]` with tables `[t, rot_dim / 2]`; dims past
 /// `rot_dim` pass through (partial rotary). Returns a contiguous `[t, heads, head_dim]`.
 fn rope_heads(x: &Tensor, cos: &Tensor, sin: &Tensor, kind: RopeKind) -> Result<Tensor> {

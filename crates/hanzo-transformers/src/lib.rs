@@ -11,6 +11,7 @@ mod error;
 pub mod models;
 pub mod pipeline;
 pub mod sampler;
+pub mod stop;
 pub mod tokenizer;
 
 pub use chat_template::{ChatTemplate, Message};
@@ -22,4 +23,5 @@ pub use models::{
 };
 pub use pipeline::{Finish, GenerateOptions, Generated, TextGeneration};
 pub use sampler::{Sampler, SamplingParams};
+pub use stop::StopFilter;
 pub use tokenizer::Tokenizer;

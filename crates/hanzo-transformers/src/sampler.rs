@@ -25,6 +25,8 @@ pub struct SamplingParams {
     pub presence_penalty: f32,
     /// OpenAI `frequency_penalty`: subtracted per occurrence.
     pub frequency_penalty: f32,
+    /// OpenAI `logit_bias`: added to these tokens' logits before anything else.
+    pub logit_bias: Vec<(u32, f32)>,
     pub seed: u64,
 }
 
@@ -39,6 +41,7 @@ impl Default for SamplingParams {
             repeat_last_n: 64,
             presence_penalty: 0.0,
             frequency_penalty: 0.0,
+            logit_bias: Vec::new(),
             seed: 0,
         }
     }
@@ -68,6 +71,9 @@ impl SamplingParams {
         }
         if !self.presence_penalty.is_finite() || !self.frequency_penalty.is_finite() {
             return bad("penalties must be finite");
+        }
+        if self.logit_bias.iter().any(|(_, b)| !b.is_finite()) {
+            return bad("logit_bias values must be finite");
         }
         Ok(())
     }
@@ -101,6 +107,11 @@ impl Sampler {
     /// Picks the next token from `logits` (one row, vocabulary-sized) and records it.
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
         let mut logits = logits.to_vec();
+        for &(t, b) in &self.params.logit_bias {
+            if let Some(l) = logits.get_mut(t as usize) {
+                *l += b;
+            }
+        }
         self.apply_penalties(&mut logits);
         let tok = if self.params.temperature <= 0.0 {
             argmax(&logits)
@@ -195,6 +206,31 @@ fn softmax(logits: impl Iterator<Item = f32> + Clone, temperature: f32) -> Vec<f
     e.into_iter().map(|x| x / s).collect()
 }
 
+/// Natural-log probabilities of a row of logits (softmax at temperature 1, in f64).
+pub fn log_softmax(logits: &[f32]) -> Vec<f32> {
+    let m = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let sum: f64 = logits.iter().map(|&l| (l as f64 - m).exp()).sum();
+    let log_z = m + sum.ln();
+    logits.iter().map(|&l| (l as f64 - log_z) as f32).collect()
+}
+
+/// The `n` most likely tokens of a log-probability row, best first (ties: lower id first).
+pub fn top_n(logprobs: &[f32], n: usize) -> Vec<(u32, f32)> {
+    let mut ids: Vec<(u32, f32)> = logprobs
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| (i as u32, l))
+        .collect();
+    let by = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+    if n > 0 && n < ids.len() {
+        ids.select_nth_unstable_by(n - 1, by);
+        ids.truncate(n);
+    }
+    ids.sort_unstable_by(by);
+    ids.truncate(n);
+    ids
+}
+
 /// Index of the largest logit (the first, on ties).
 pub fn argmax(logits: &[f32]) -> u32 {
     let mut best = 0;
@@ -227,6 +263,23 @@ mod tests {
         s.observe(&[0, 0]);
         // Token 0: 3.0 - 2 * 0.5 - 0.5 = 1.5 < 2.0.
         assert_eq!(s.sample(&[3.0, 2.0, 1.0]), 1);
+    }
+
+    #[test]
+    fn logit_bias_and_log_probabilities() {
+        let mut s = Sampler::new(SamplingParams {
+            logit_bias: vec![(2, 5.0)],
+            ..SamplingParams::greedy()
+        });
+        assert_eq!(s.sample(&[3.0, 2.0, 1.0]), 2);
+        // log softmax of [0, ln 3]: probabilities 1/4 and 3/4.
+        let lp = log_softmax(&[0.0, 3f32.ln()]);
+        assert!((lp[0] - 0.25f32.ln()).abs() < 1e-6 && (lp[1] - 0.75f32.ln()).abs() < 1e-6);
+        assert_eq!(
+            top_n(&[-3.0, -1.0, -2.0, -1.0], 3),
+            vec![(1, -1.0), (3, -1.0), (2, -2.0)]
+        );
+        assert_eq!(top_n(&[-3.0, -1.0], 0), vec![]);
     }
 
     #[test]

@@ -29,14 +29,19 @@ pub struct ModelArgs {
 
 impl ModelArgs {
     fn mode(&self) -> Result<WeightMode> {
-        Ok(match (&self.isq, self.f32) {
-            (Some(t), _) => {
-                WeightMode::Quantize(GgmlDType::from_name(t).with_context(|| format!("--isq {t}"))?)
-            }
-            (None, true) => WeightMode::F32,
-            (None, false) => WeightMode::AsStored,
-        })
+        weight_mode(self.isq.as_deref(), self.f32)
     }
+}
+
+/// How to hold the weights, from `--isq TYPE` / `--f32`.
+pub fn weight_mode(isq: Option<&str>, f32: bool) -> Result<WeightMode> {
+    Ok(match (isq, f32) {
+        (Some(t), _) => {
+            WeightMode::Quantize(GgmlDType::from_name(t).with_context(|| format!("--isq {t}"))?)
+        }
+        (None, true) => WeightMode::F32,
+        (None, false) => WeightMode::AsStored,
+    })
 }
 
 /// Loads a generation pipeline, reporting the time on stderr.

@@ -74,6 +74,7 @@ pub fn run(a: Args) -> Result<()> {
             repeat_last_n: 64,
             presence_penalty: a.presence_penalty,
             frequency_penalty: a.frequency_penalty,
+            logit_bias: Vec::new(),
             seed,
         },
         stop: a.stop.clone(),

@@ -1,0 +1,432 @@
+//! `POST /v1/chat/completions` and `POST /v1/completions`: a prompt goes to the model's
+//! scheduler, and its events come back as one JSON response or as server-sent events.
+
+use super::api::{self, ChatRequest, CompletionRequest, GenSettings, Prompt};
+use super::error::{ApiError, ApiResult};
+use super::models::ChatModel;
+use super::scheduler::{Event, FinishReason, GenRequest, SubmitError, TokenLogprob};
+use super::AppState;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc::UnboundedReceiver;
+
+/// Which API shape the answer takes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Chat,
+    Text,
+}
+
+/// A submitted request: its events, and what the response needs to say.
+struct Job {
+    kind: Kind,
+    id: String,
+    model: String,
+    created: u64,
+    n: usize,
+    prompt_tokens: usize,
+    logprobs: Option<usize>,
+    events: UnboundedReceiver<Event>,
+}
+
+pub async fn chat(State(app): State<Arc<AppState>>, body: Bytes) -> Response {
+    chat_inner(&app, &body)
+        .await
+        .unwrap_or_else(|e| e.into_response())
+}
+
+pub async fn completions(State(app): State<Arc<AppState>>, body: Bytes) -> Response {
+    text_inner(&app, &body)
+        .await
+        .unwrap_or_else(|e| e.into_response())
+}
+
+async fn chat_inner(app: &AppState, body: &[u8]) -> ApiResult<Response> {
+    let req: ChatRequest = api::parse(body)?;
+    let model = app.models.chat(&req.model)?;
+    req.check_unsupported()?;
+    let messages = req.messages()?;
+    let prompt = model
+        .pipeline
+        .chat_tokens(&messages)
+        .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+    let settings = req.gen.settings(model.vocab())?;
+    let job = submit(model, Kind::Chat, prompt, settings, req.logprobs()?)?;
+    let usage = req.stream_options.is_some_and(|o| o.include_usage);
+    Ok(if req.stream {
+        stream(job, usage)
+    } else {
+        collect(job).await?
+    })
+}
+
+async fn text_inner(app: &AppState, body: &[u8]) -> ApiResult<Response> {
+    let req: CompletionRequest = api::parse(body)?;
+    let model = app.models.chat(&req.model)?;
+    req.check_unsupported()?;
+    let prompt = match req.prompt {
+        Prompt::Text(t) => model.pipeline.text_tokens(&t),
+        Prompt::Texts(mut v) if v.len() == 1 => model.pipeline.text_tokens(&v.remove(0)),
+        Prompt::Tokens(ids) => ids,
+        Prompt::TokenLists(mut v) if v.len() == 1 => v.remove(0),
+        _ => {
+            return Err(ApiError::invalid(
+                "prompt",
+                "one prompt per request: batches of prompts are not supported (send them \
+                 concurrently; they run in one batch)",
+            ))
+        }
+    };
+    if prompt.is_empty() {
+        return Err(ApiError::invalid("prompt", "the prompt is empty"));
+    }
+    if let Some(&bad) = prompt.iter().find(|&&t| t as usize >= model.vocab()) {
+        return Err(ApiError::invalid(
+            "prompt",
+            format!("token id {bad} is outside the vocabulary"),
+        ));
+    }
+    let settings = req.gen.settings(model.vocab())?;
+    let logprobs = req.logprobs.map(|k| k as usize);
+    let job = submit(model, Kind::Text, prompt, settings, logprobs)?;
+    let usage = req.stream_options.is_some_and(|o| o.include_usage);
+    Ok(if req.stream {
+        stream(job, usage)
+    } else {
+        collect(job).await?
+    })
+}
+
+fn submit(
+    model: &ChatModel,
+    kind: Kind,
+    prompt: Vec<u32>,
+    s: GenSettings,
+    logprobs: Option<usize>,
+) -> ApiResult<Job> {
+    let ctx = model.ctx_size;
+    let room = ctx.saturating_sub(prompt.len());
+    if room == 0 {
+        return Err(ApiError::context(format!(
+            "This model's maximum context length is {ctx} tokens. However, your prompt has {} \
+             tokens.",
+            prompt.len()
+        )));
+    }
+    let max_tokens = match s.max_tokens {
+        Some(m) if m > room => {
+            return Err(ApiError::context(format!(
+                "This model's maximum context length is {ctx} tokens. However, you requested \
+                 {} tokens ({} in the prompt, {m} for the completion).",
+                prompt.len() + m,
+                prompt.len()
+            )))
+        }
+        Some(m) => m,
+        None => room,
+    };
+    let (tx, events) = tokio::sync::mpsc::unbounded_channel();
+    let prompt_tokens = prompt.len();
+    model
+        .scheduler
+        .submit(GenRequest {
+            prompt,
+            n: s.n,
+            max_tokens,
+            sampling: s.sampling,
+            stop: s.stop,
+            logprobs,
+            events: tx,
+        })
+        .map_err(|e| match e {
+            SubmitError::Busy => ApiError::busy(),
+            SubmitError::Stopped => ApiError::unavailable("the model's scheduler has stopped"),
+        })?;
+    let prefix = match kind {
+        Kind::Chat => "chatcmpl",
+        Kind::Text => "cmpl",
+    };
+    Ok(Job {
+        kind,
+        id: format!("{prefix}-{:032x}", rand::random::<u128>()),
+        model: model.name.clone(),
+        created: super::unix_time(),
+        n: s.n,
+        prompt_tokens,
+        logprobs,
+        events,
+    })
+}
+
+fn usage(prompt: usize, completion: usize) -> Value {
+    json!({
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    })
+}
+
+/// One choice's answer so far.
+#[derive(Default)]
+struct ChoiceAcc {
+    text: String,
+    logprobs: Vec<TokenLogprob>,
+    finish: Option<FinishReason>,
+    tokens: usize,
+}
+
+/// Chat logprobs: `{"content": [{token, logprob, bytes, top_logprobs}], "refusal": null}`.
+fn chat_logprobs(lps: &[TokenLogprob]) -> Value {
+    let entry = |t: &str, b: &[u8], l: f32| json!({"token": t, "logprob": l, "bytes": b});
+    json!({
+        "content": lps.iter().map(|lp| {
+            let mut e = entry(&lp.token, &lp.bytes, lp.logprob);
+            e["top_logprobs"] = lp.top.iter().map(|(t, b, l)| entry(t, b, *l)).collect();
+            e
+        }).collect::<Vec<_>>(),
+        "refusal": null,
+    })
+}
+
+/// The legacy completions shape: parallel arrays, alternatives as `{token: logprob}` maps,
+/// offsets into the choice's text starting at `offset`.
+fn text_logprobs(lps: &[TokenLogprob], mut offset: usize) -> Value {
+    let mut text_offset = Vec::new();
+    for lp in lps {
+        text_offset.push(offset);
+        offset += lp.token.len();
+    }
+    json!({
+        "tokens": lps.iter().map(|l| l.token.as_str()).collect::<Vec<_>>(),
+        "token_logprobs": lps.iter().map(|l| l.logprob).collect::<Vec<_>>(),
+        "top_logprobs": lps.iter().map(|l| {
+            l.top.iter().map(|(t, _, p)| (t.clone(), json!(p))).collect::<serde_json::Map<_, _>>()
+        }).collect::<Vec<_>>(),
+        "text_offset": text_offset,
+    })
+}
+
+async fn collect(mut job: Job) -> ApiResult<Response> {
+    let mut choices: Vec<ChoiceAcc> = (0..job.n).map(|_| ChoiceAcc::default()).collect();
+    let mut done = 0;
+    while done < job.n {
+        match job.events.recv().await {
+            Some(Event::Text {
+                choice,
+                text,
+                logprobs,
+            }) => {
+                choices[choice].text.push_str(&text);
+                choices[choice].logprobs.extend(logprobs);
+            }
+            Some(Event::Finish {
+                choice,
+                reason,
+                tokens,
+            }) => {
+                choices[choice].finish = Some(reason);
+                choices[choice].tokens = tokens;
+                done += 1;
+            }
+            Some(Event::Error(e)) => return Err(ApiError::internal(e)),
+            None => return Err(ApiError::internal("the scheduler dropped the request")),
+        }
+    }
+    let completion: usize = choices.iter().map(|c| c.tokens).sum();
+    let body = match job.kind {
+        Kind::Chat => json!({
+            "id": job.id,
+            "object": "chat.completion",
+            "created": job.created,
+            "model": job.model,
+            "system_fingerprint": super::FINGERPRINT,
+            "choices": choices.iter().enumerate().map(|(i, c)| json!({
+                "index": i,
+                "message": {"role": "assistant", "content": c.text, "refusal": null},
+                "logprobs": job.logprobs.map(|_| chat_logprobs(&c.logprobs)),
+                "finish_reason": c.finish.map(FinishReason::as_str),
+            })).collect::<Vec<_>>(),
+            "usage": usage(job.prompt_tokens, completion),
+        }),
+        Kind::Text => json!({
+            "id": job.id,
+            "object": "text_completion",
+            "created": job.created,
+            "model": job.model,
+            "system_fingerprint": super::FINGERPRINT,
+            "choices": choices.iter().enumerate().map(|(i, c)| json!({
+                "index": i,
+                "text": c.text,
+                "logprobs": job.logprobs.map(|_| text_logprobs(&c.logprobs, 0)),
+                "finish_reason": c.finish.map(FinishReason::as_str),
+            })).collect::<Vec<_>>(),
+            "usage": usage(job.prompt_tokens, completion),
+        }),
+    };
+    Ok(Json(body).into_response())
+}
+
+/// The state a streamed answer carries from one event to the next.
+struct Streaming {
+    job: Job,
+    include_usage: bool,
+    /// Chunks ready to go out, in order.
+    ready: std::collections::VecDeque<String>,
+    done: usize,
+    completion_tokens: usize,
+    /// Bytes of text sent per choice (the legacy logprobs' offsets).
+    sent: Vec<usize>,
+    ended: bool,
+}
+
+impl Streaming {
+    fn chunk(&self, choices: Value) -> String {
+        let object = match self.job.kind {
+            Kind::Chat => "chat.completion.chunk",
+            Kind::Text => "text_completion",
+        };
+        let mut c = json!({
+            "id": self.job.id,
+            "object": object,
+            "created": self.job.created,
+            "model": self.job.model,
+            "system_fingerprint": super::FINGERPRINT,
+            "choices": choices,
+        });
+        if self.include_usage {
+            c["usage"] = Value::Null;
+        }
+        c.to_string()
+    }
+
+    fn choice(
+        &self,
+        index: usize,
+        text: Option<&str>,
+        lps: &[TokenLogprob],
+        finish: Option<FinishReason>,
+    ) -> Value {
+        let logprobs = match (self.job.logprobs, lps.is_empty()) {
+            (Some(_), false) => match self.job.kind {
+                Kind::Chat => chat_logprobs(lps),
+                Kind::Text => text_logprobs(lps, self.sent[index]),
+            },
+            _ => Value::Null,
+        };
+        let finish = finish.map(FinishReason::as_str);
+        match self.job.kind {
+            Kind::Chat => {
+                let delta = match text {
+                    Some(t) => json!({"content": t}),
+                    None => json!({}),
+                };
+                json!({"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish})
+            }
+            Kind::Text => json!({
+                "index": index,
+                "text": text.unwrap_or(""),
+                "logprobs": logprobs,
+                "finish_reason": finish,
+            }),
+        }
+    }
+
+    /// Waits for the next event and turns it into chunks; `false` at the end.
+    async fn advance(&mut self) -> bool {
+        if self.ended {
+            return false;
+        }
+        if self.done == self.job.n {
+            if self.include_usage {
+                let mut c: Value = serde_json::from_str(&self.chunk(json!([]))).expect("json");
+                c["usage"] = usage(self.job.prompt_tokens, self.completion_tokens);
+                self.ready.push_back(c.to_string());
+            }
+            self.ready.push_back("[DONE]".into());
+            self.ended = true;
+            return true;
+        }
+        match self.job.events.recv().await {
+            Some(Event::Text {
+                choice,
+                text,
+                logprobs,
+            }) => {
+                let c = self.choice(choice, Some(&text), &logprobs, None);
+                self.sent[choice] += text.len();
+                let chunk = self.chunk(json!([c]));
+                self.ready.push_back(chunk);
+            }
+            Some(Event::Finish {
+                choice,
+                reason,
+                tokens,
+            }) => {
+                self.done += 1;
+                self.completion_tokens += tokens;
+                let c = self.choice(choice, None, &[], Some(reason));
+                let chunk = self.chunk(json!([c]));
+                self.ready.push_back(chunk);
+            }
+            Some(Event::Error(e)) => {
+                self.ready
+                    .push_back(ApiError::internal(e).body().to_string());
+                self.ended = true;
+            }
+            None => {
+                let e = ApiError::internal("the scheduler dropped the request");
+                self.ready.push_back(e.body().to_string());
+                self.ended = true;
+            }
+        }
+        true
+    }
+}
+
+fn stream(job: Job, include_usage: bool) -> Response {
+    let n = job.n;
+    let mut s = Streaming {
+        job,
+        include_usage,
+        ready: Default::default(),
+        done: 0,
+        completion_tokens: 0,
+        sent: vec![0; n],
+        ended: false,
+    };
+    // Chat streams open every choice with the assistant's role, as OpenAI's do.
+    if s.job.kind == Kind::Chat {
+        for i in 0..n {
+            let c = json!({
+                "index": i,
+                "delta": {"role": "assistant", "content": ""},
+                "logprobs": null,
+                "finish_reason": null,
+            });
+            let chunk = s.chunk(json!([c]));
+            s.ready.push_back(chunk);
+        }
+    }
+    let events = futures_util::stream::unfold(s, |mut s| async move {
+        loop {
+            if let Some(data) = s.ready.pop_front() {
+                return Some((Ok::<_, Infallible>(SseEvent::default().data(data)), s));
+            }
+            if !s.advance().await {
+                return None;
+            }
+        }
+    });
+    // A comment line now and then while nothing else is sent (a long prefill in a full
+    // batch): writing it is how a dropped connection is noticed and its sequence freed.
+    Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(Duration::from_millis(500)))
+        .into_response()
+}

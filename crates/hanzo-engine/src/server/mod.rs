@@ -1,0 +1,277 @@
+//! `hanzo-engine serve`: the OpenAI-compatible HTTP server.
+//!
+//! Each language model gets a scheduler thread (continuous batching over its paged KV
+//! cache, `scheduler.rs`); the HTTP side (axum on a small tokio runtime) parses requests,
+//! submits them and turns the scheduler's events into JSON or server-sent events. Model
+//! compute runs on the rayon pool (`-t`), never on the async runtime.
+
+mod api;
+mod completions;
+mod embeddings;
+mod error;
+mod metrics;
+mod models;
+mod scheduler;
+
+use anyhow::{bail, Context, Result};
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::header;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use clap::Args as ClapArgs;
+use error::ApiError;
+use metrics::Metrics;
+use models::{Models, Sizing};
+use serde_json::json;
+use std::sync::Arc;
+
+/// Reported as `system_fingerprint`: the build that answered.
+pub const FINGERPRINT: &str = concat!("hanzo-engine-", env!("CARGO_PKG_VERSION"));
+
+#[derive(ClapArgs, Debug)]
+pub struct Args {
+    /// A model to serve: a GGUF file or a model directory, optionally named `NAME=PATH`
+    /// (default name: the file name without its extension). Repeat for several models;
+    /// BERT-family directories serve /v1/embeddings.
+    #[arg(short, long = "model", required = true, value_name = "[NAME=]PATH")]
+    pub models: Vec<String>,
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// 0 picks a free port (the log says which).
+    #[arg(long, default_value_t = 36900)]
+    pub port: u16,
+    /// Sequences one model runs together at most.
+    #[arg(long, default_value_t = 16)]
+    pub max_seqs: usize,
+    /// Requests that may wait for a place before new ones get 429.
+    #[arg(long, default_value_t = 256)]
+    pub max_queue: usize,
+    /// KV cache per language model, in bytes (suffixes K, M, G: powers of 1024).
+    #[arg(long, default_value = "512M", value_parser = parse_bytes)]
+    pub kv_budget: usize,
+    /// Positions one sequence may hold (default: the model's context length).
+    #[arg(long)]
+    pub ctx_size: Option<usize>,
+    /// Quantize float weights to this type while loading, e.g. q8_0.
+    #[arg(long, value_name = "TYPE")]
+    pub isq: Option<String>,
+    /// Require `Authorization: Bearer KEY` on /v1 and /metrics (default: $HANZO_API_KEY).
+    #[arg(long)]
+    pub api_key: Option<String>,
+}
+
+/// `512M`, `2G`, `65536`.
+fn parse_bytes(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m = match c.to_ascii_uppercase() {
+                'K' => 1 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                _ => return Err(format!("unknown size suffix in {s:?} (use K, M or G)")),
+            };
+            (&t[..i], m)
+        }
+        _ => (t, 1),
+    };
+    let n: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size"))?;
+    if !(n > 0.0 && n.is_finite()) {
+        return Err(format!("{s:?} is not a positive size"));
+    }
+    Ok((n * mult as f64) as usize)
+}
+
+pub fn unix_time() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+pub struct AppState {
+    models: Models,
+    metrics: Arc<Metrics>,
+    api_key: Option<String>,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    if a.max_seqs == 0 {
+        bail!("--max-seqs must be at least 1");
+    }
+    let mode = crate::commands::weight_mode(a.isq.as_deref(), false)?;
+    let metrics = Arc::new(Metrics::new().context("cannot set up metrics")?);
+    let sizing = Sizing {
+        mode,
+        kv_budget: a.kv_budget,
+        ctx_size: a.ctx_size,
+        max_seqs: a.max_seqs,
+        max_queue: a.max_queue,
+    };
+    let mut models = Models::default();
+    for spec in &a.models {
+        models.load(spec, sizing, &metrics)?;
+    }
+    let api_key = a
+        .api_key
+        .or_else(|| std::env::var("HANZO_API_KEY").ok())
+        .filter(|k| !k.is_empty());
+    let state = Arc::new(AppState {
+        models,
+        metrics,
+        api_key,
+    });
+    // Two workers are plenty for parsing and streaming; compute is on the rayon pool.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("http")
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    rt.block_on(serve(state, &a.host, a.port))
+}
+
+fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(completions::chat))
+        .route("/v1/completions", post(completions::completions))
+        .route("/v1/embeddings", post(embeddings::embeddings))
+        .route("/v1/models", get(list_models))
+        .route("/v1/models/{id}", get(one_model))
+        .route("/metrics", get(render_metrics))
+        .route("/health", get(health))
+        .fallback(|req: Request| async move { ApiError::not_found(req.uri().path()) })
+        .layer(middleware::from_fn_with_state(state.clone(), authorize))
+        .layer(middleware::from_fn_with_state(state.clone(), count))
+        .layer(tower_http::trace::TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+async fn serve(state: Arc<AppState>, host: &str, port: u16) -> Result<()> {
+    let listener = tokio::net::TcpListener::bind((host, port))
+        .await
+        .with_context(|| format!("cannot listen on {host}:{port}"))?;
+    let addr = listener.local_addr()?;
+    tracing::info!(
+        "listening on http://{addr} (models: {})",
+        state.models.names().join(", ")
+    );
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+            tracing::info!("shutting down");
+        })
+        .await
+        .context("server failed")
+}
+
+/// `Authorization: Bearer KEY` on everything but /health, when a key is set.
+async fn authorize(State(app): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let Some(key) = &app.api_key else {
+        return next.run(req).await;
+    };
+    if req.uri().path() == "/health" {
+        return next.run(req).await;
+    }
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match given {
+        Some(k) if constant_time_eq(k.trim().as_bytes(), key.as_bytes()) => next.run(req).await,
+        Some(_) => ApiError::unauthorized("Incorrect API key provided.").into_response(),
+        None => ApiError::unauthorized("Missing API key: send it as `Authorization: Bearer KEY`.")
+            .into_response(),
+    }
+}
+
+/// Compares keys without leaking where they first differ.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Counts requests by route and status.
+async fn count(State(app): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let endpoint = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("other", |p| p.as_str())
+        .to_string();
+    let resp = next.run(req).await;
+    app.metrics.http(&endpoint, resp.status().as_u16());
+    resp
+}
+
+fn model_entry(id: &str, created: u64) -> serde_json::Value {
+    json!({"id": id, "object": "model", "created": created, "owned_by": "hanzo"})
+}
+
+async fn list_models(State(app): State<Arc<AppState>>) -> Json<serde_json::Value> {
+    let m = &app.models;
+    let data: Vec<_> = m
+        .chat
+        .iter()
+        .map(|c| model_entry(&c.name, c.created))
+        .chain(m.embed.iter().map(|e| model_entry(&e.name, e.created)))
+        .collect();
+    Json(json!({"object": "list", "data": data}))
+}
+
+async fn one_model(
+    State(app): State<Arc<AppState>>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Response {
+    let m = &app.models;
+    let created = m
+        .chat
+        .iter()
+        .find(|c| c.name == id)
+        .map(|c| c.created)
+        .or_else(|| m.embed.iter().find(|e| e.name == id).map(|e| e.created));
+    match created {
+        Some(c) => Json(model_entry(&id, c)).into_response(),
+        None => ApiError::model_not_found(&id, &m.names()).into_response(),
+    }
+}
+
+async fn health() -> Json<serde_json::Value> {
+    Json(json!({"status": "ok"}))
+}
+
+async fn render_metrics(State(app): State<Arc<AppState>>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        app.metrics.render(),
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_binary_suffixes() {
+        assert_eq!(parse_bytes("512M"), Ok(512 << 20));
+        assert_eq!(parse_bytes("1.5G"), Ok(3 << 29));
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        assert!(parse_bytes("12X").is_err());
+        assert!(parse_bytes("-1").is_err());
+        assert!(parse_bytes("").is_err());
+    }
+
+    #[test]
+    fn keys_compare_whole() {
+        assert!(constant_time_eq(b"secret", b"secret"));
+        assert!(!constant_time_eq(b"secret", b"secreT"));
+        assert!(!constant_time_eq(b"secret", b"secrets"));
+    }
+}

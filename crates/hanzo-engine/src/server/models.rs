@@ -1,0 +1,237 @@
+//! The models a server holds, by the name requests use: language models, each with its own
+//! scheduler and KV pool, and BERT-family embedders.
+
+use super::error::{ApiError, ApiResult};
+use super::metrics::Metrics;
+use super::scheduler::{Limits, Scheduler};
+use anyhow::{bail, Context, Result};
+use hanzo_ml::kv::{KvLayout, PagedKv};
+use hanzo_transformers::pipeline::PREFILL_CHUNK;
+use hanzo_transformers::{Embedder, TextGeneration, WeightMode};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+pub struct ChatModel {
+    pub name: String,
+    pub pipeline: Arc<TextGeneration>,
+    pub scheduler: Scheduler,
+    /// Positions one sequence may hold: the context, or what the KV pool holds if less.
+    pub ctx_size: usize,
+    pub created: u64,
+}
+
+impl ChatModel {
+    pub fn vocab(&self) -> usize {
+        self.pipeline.model.info().vocab_size
+    }
+}
+
+pub struct EmbedModel {
+    pub name: String,
+    pub embedder: Arc<Embedder>,
+    pub created: u64,
+}
+
+#[derive(Default)]
+pub struct Models {
+    pub chat: Vec<ChatModel>,
+    pub embed: Vec<EmbedModel>,
+}
+
+/// How every language model of a server is sized.
+#[derive(Clone, Copy, Debug)]
+pub struct Sizing {
+    pub mode: WeightMode,
+    pub kv_budget: usize,
+    pub ctx_size: Option<usize>,
+    pub max_seqs: usize,
+    pub max_queue: usize,
+}
+
+/// `NAME=PATH`, or `PATH` named after its file (without the extension) or directory.
+pub fn parse_spec(spec: &str) -> (String, PathBuf) {
+    if let Some((name, path)) = spec.split_once('=') {
+        if !name.is_empty() && !name.contains('/') {
+            return (name.to_string(), PathBuf::from(path));
+        }
+    }
+    let path = PathBuf::from(spec);
+    let name = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| spec.to_string());
+    (name, path)
+}
+
+/// The most positions one sequence can hold in `blocks` blocks (at most `limit`).
+fn positions_in(layout: &KvLayout, blocks: usize, limit: usize) -> usize {
+    let (mut lo, mut hi) = (0, limit);
+    while lo < hi {
+        let mid = (lo + hi).div_ceil(2);
+        if layout.blocks_for(mid, PREFILL_CHUNK) <= blocks {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    lo
+}
+
+impl Models {
+    pub fn names(&self) -> Vec<String> {
+        self.chat
+            .iter()
+            .map(|m| m.name.clone())
+            .chain(self.embed.iter().map(|m| m.name.clone()))
+            .collect()
+    }
+
+    pub fn chat(&self, name: &str) -> ApiResult<&ChatModel> {
+        if let Some(m) = self.chat.iter().find(|m| m.name == name) {
+            return Ok(m);
+        }
+        if self.embed.iter().any(|m| m.name == name) {
+            return Err(ApiError::invalid(
+                "model",
+                format!("`{name}` is an embedding model; it cannot generate text"),
+            ));
+        }
+        Err(ApiError::model_not_found(name, &self.names()))
+    }
+
+    pub fn embedder(&self, name: &str) -> ApiResult<&EmbedModel> {
+        if let Some(m) = self.embed.iter().find(|m| m.name == name) {
+            return Ok(m);
+        }
+        if self.chat.iter().any(|m| m.name == name) {
+            return Err(ApiError::invalid(
+                "model",
+                format!("`{name}` is a language model; this server embeds with BERT-family models"),
+            ));
+        }
+        Err(ApiError::model_not_found(name, &self.names()))
+    }
+
+    /// Loads one model: a BERT-family directory becomes an embedder, anything else a
+    /// language model with a scheduler of its own.
+    pub fn load(&mut self, spec: &str, sizing: Sizing, metrics: &Arc<Metrics>) -> Result<()> {
+        let (name, path) = parse_spec(spec);
+        if self.names().contains(&name) {
+            bail!("two models are named {name:?}; name one with --model NAME=PATH");
+        }
+        let t0 = Instant::now();
+        let created = super::unix_time();
+        if path.is_dir() && Embedder::is_encoder_dir(&path) {
+            let e = Embedder::from_dir(&path)
+                .with_context(|| format!("cannot load {}", path.display()))?;
+            tracing::info!(
+                "model {name}: embedder, {} layers, hidden {}, loaded in {:.2} s",
+                e.model.config.num_hidden_layers,
+                e.model.config.hidden_size,
+                t0.elapsed().as_secs_f64()
+            );
+            self.embed.push(EmbedModel {
+                name,
+                embedder: Arc::new(e),
+                created,
+            });
+            return Ok(());
+        }
+        self.chat
+            .push(load_language_model(name, &path, sizing, metrics, created)?);
+        Ok(())
+    }
+}
+
+fn load_language_model(
+    name: String,
+    path: &Path,
+    sizing: Sizing,
+    metrics: &Arc<Metrics>,
+    created: u64,
+) -> Result<ChatModel> {
+    let t0 = Instant::now();
+    let p = TextGeneration::load(path, sizing.mode)
+        .with_context(|| format!("cannot load {}", path.display()))?;
+    // One pass now: the weights are paged in and repacked before the first request, so
+    // every request sees the same numerics and no first-request stall.
+    crate::commands::settle_weights(&p)?;
+    let info = p.model.info().clone();
+    let layout = p.model.kv_layout();
+    let kv = PagedKv::new(layout.clone(), sizing.kv_budget).with_context(|| {
+        format!(
+            "--kv-budget {} holds no KV block for {name} ({} bytes each)",
+            sizing.kv_budget,
+            layout.block_bytes()
+        )
+    })?;
+    let ctx_limit = sizing
+        .ctx_size
+        .unwrap_or(info.context_length)
+        .min(info.context_length);
+    let ctx_size = positions_in(&layout, kv.total_blocks(), ctx_limit);
+    if ctx_size < ctx_limit {
+        tracing::warn!(
+            "model {name}: the KV budget holds one sequence of at most {ctx_size} positions \
+             (context {ctx_limit}); raise --kv-budget for longer ones"
+        );
+    }
+    tracing::info!(
+        "model {name}: {} ({} layers, vocab {}), context {ctx_size}, KV cache {} MiB in {} \
+         blocks, loaded in {:.2} s",
+        info.architecture,
+        info.layers,
+        info.vocab_size,
+        kv.bytes() >> 20,
+        kv.total_blocks(),
+        t0.elapsed().as_secs_f64()
+    );
+    let limits = Limits {
+        max_seqs: sizing.max_seqs,
+        max_queue: sizing.max_queue,
+        ctx_size,
+    };
+    let pipeline = Arc::new(p);
+    let scheduler = Scheduler::start(pipeline.clone(), kv, limits, metrics.clone(), name.clone())?;
+    Ok(ChatModel {
+        name,
+        pipeline,
+        scheduler,
+        ctx_size,
+        created,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_specs_name_their_models() {
+        assert_eq!(
+            parse_spec("qwen=/m/q.gguf"),
+            ("qwen".into(), PathBuf::from("/m/q.gguf"))
+        );
+        assert_eq!(
+            parse_spec("/m/Qwen2.5-0.5B.Q4_K_M.gguf"),
+            (
+                "Qwen2.5-0.5B.Q4_K_M".into(),
+                PathBuf::from("/m/Qwen2.5-0.5B.Q4_K_M.gguf")
+            )
+        );
+        assert_eq!(
+            parse_spec("/models/minilm"),
+            ("minilm".into(), PathBuf::from("/models/minilm"))
+        );
+    }
+
+    #[test]
+    fn pool_capacity_in_positions() {
+        // Two full-attention layers, 16-position blocks: 10 blocks hold 5 blocks per layer.
+        let layout = KvLayout::new(8, vec![None, None]);
+        assert_eq!(positions_in(&layout, 10, 1000), 80);
+        assert_eq!(positions_in(&layout, 10, 50), 50);
+        assert_eq!(positions_in(&layout, 1, 1000), 0);
+    }
+}

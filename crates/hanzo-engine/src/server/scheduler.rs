@@ -1,0 +1,655 @@
+//! Continuous batching for one language model: a thread that owns the model's paged KV store
+//! and, at every step, runs one forward pass over the next token of every decoding sequence
+//! plus prompt chunks of the sequences still prefilling.
+//!
+//! - Requests join the running set between any two steps (up to `max_seqs`).
+//! - Prompts are computed in chunks that end at multiples of [`PREFILL_CHUNK`] positions, as
+//!   `TextGeneration::generate` computes them alone, so a sequence's logits in a batch are
+//!   bit-identical to its logits alone (the decoder's batch invariance does the rest). At most
+//!   `PREFILL_CHUNK` prompt tokens go into one pass, so running streams keep flowing.
+//! - A new prompt starts from the longest run of its blocks the prefix cache holds.
+//! - `n` choices share the prompt: it is computed once, then the sequence is forked.
+//! - When the pool runs out of blocks, the sequence admitted last is preempted: its blocks go
+//!   back and it waits at the head of the queue to be recomputed (prompt and tokens so far).
+//! - A request whose receiver is gone (the client disconnected) is dropped at the next step,
+//!   queued or running, and its blocks go back to the pool.
+
+use super::metrics::Metrics;
+use hanzo_ml::kv::{KvError, PagedKv, SeqId};
+use hanzo_transformers::pipeline::PREFILL_CHUNK;
+use hanzo_transformers::sampler::{log_softmax, top_n};
+use hanzo_transformers::tokenizer::StreamDecoder;
+use hanzo_transformers::{
+    Error as ModelError, Logits, Sampler, SamplingParams, SeqChunk, StopFilter, TextGeneration,
+};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Instant;
+use tokio::sync::mpsc::UnboundedSender;
+
+/// Runs shorter than this take the decode kernels (`QMatMul::PANELS_FROM`); a prompt's cached
+/// prefix is cut so the rest of its last chunk is computed as it would be alone.
+const PANELS_FROM: usize = hanzo_ml::quantized::QMatMul::PANELS_FROM;
+
+/// What a request asks the scheduler to generate.
+pub struct GenRequest {
+    pub prompt: Vec<u32>,
+    /// Independent choices sampled from the same prompt.
+    pub n: usize,
+    pub max_tokens: usize,
+    /// Choice `i` samples with seed `sampling.seed + i`.
+    pub sampling: SamplingParams,
+    pub stop: Vec<String>,
+    /// `Some(k)`: report each token's log-probability and the `k` most likely alternatives.
+    pub logprobs: Option<usize>,
+    pub events: UnboundedSender<Event>,
+}
+
+/// A token's log-probability, as the OpenAI API reports it.
+#[derive(Clone, Debug)]
+pub struct TokenLogprob {
+    pub token: String,
+    pub bytes: Vec<u8>,
+    pub logprob: f32,
+    pub top: Vec<(String, Vec<u8>, f32)>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinishReason {
+    Stop,
+    Length,
+}
+
+impl FinishReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+        }
+    }
+}
+
+/// What the scheduler sends back, per choice.
+#[derive(Debug)]
+pub enum Event {
+    /// Text that is final (never half a character, never part of a stop string), with the
+    /// log-probabilities of the tokens sampled since the last event when asked for.
+    Text {
+        choice: usize,
+        text: String,
+        logprobs: Vec<TokenLogprob>,
+    },
+    Finish {
+        choice: usize,
+        reason: FinishReason,
+        tokens: usize,
+    },
+    /// The request failed; no more events follow.
+    Error(String),
+}
+
+/// Why a request was refused at the door.
+#[derive(Debug)]
+pub enum SubmitError {
+    /// The queue is full.
+    Busy,
+    /// The scheduler thread has ended.
+    Stopped,
+}
+
+/// How the scheduler is sized.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub max_seqs: usize,
+    pub max_queue: usize,
+    /// Positions one sequence may hold (prompt and generated tokens).
+    pub ctx_size: usize,
+}
+
+/// The handle request handlers hold: submit work, read the queue length.
+#[derive(Clone)]
+pub struct Scheduler {
+    tx: mpsc::Sender<GenRequest>,
+    waiting: Arc<AtomicUsize>,
+    limits: Limits,
+}
+
+impl Scheduler {
+    /// Starts the scheduler thread for `pipeline` over `kv`.
+    pub fn start(
+        pipeline: Arc<TextGeneration>,
+        kv: PagedKv,
+        limits: Limits,
+        metrics: Arc<Metrics>,
+        model_name: String,
+    ) -> std::io::Result<Self> {
+        let (tx, rx) = mpsc::channel();
+        let waiting = Arc::new(AtomicUsize::new(0));
+        let mut state = State {
+            pipeline,
+            kv,
+            limits,
+            metrics,
+            model: model_name,
+            waiting_count: waiting.clone(),
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            last_stats: Default::default(),
+        };
+        std::thread::Builder::new()
+            .name("scheduler".into())
+            .spawn(move || state.run(rx))?;
+        Ok(Self {
+            tx,
+            waiting,
+            limits,
+        })
+    }
+
+    /// Queues a request, or refuses it when `max_queue` requests wait already.
+    pub fn submit(&self, req: GenRequest) -> Result<(), SubmitError> {
+        let queued = self.waiting.fetch_add(1, Ordering::SeqCst);
+        if queued >= self.limits.max_queue {
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
+            return Err(SubmitError::Busy);
+        }
+        self.tx.send(req).map_err(|_| {
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
+            SubmitError::Stopped
+        })
+    }
+}
+
+/// One choice's sampling and text state.
+struct Choice {
+    index: usize,
+    sampler: Sampler,
+    decoder: StreamDecoder,
+    stop: StopFilter,
+    generated: usize,
+    last_token_at: Option<Instant>,
+}
+
+/// What the whole request shares.
+struct Shared {
+    req: GenRequest,
+    arrived: Instant,
+    /// Whether it has left the queue once (its queue time is recorded).
+    admitted: bool,
+}
+
+/// A sequence, running (it holds `id`) or waiting.
+struct Seq {
+    shared: Arc<std::sync::Mutex<Shared>>,
+    id: Option<SeqId>,
+    /// The prompt and every token sampled so far; positions `computed..` are still to run.
+    tokens: Vec<u32>,
+    computed: usize,
+    /// Every choice until the prompt is done (then the sequence forks), one afterwards.
+    choices: Vec<Choice>,
+    /// Whether it was counted as waiting (fresh requests are; preempted ones are not).
+    counted: bool,
+}
+
+impl Seq {
+    fn closed(&self) -> bool {
+        self.shared
+            .lock()
+            .map_or(true, |s| s.req.events.is_closed())
+    }
+
+    fn send(&self, e: Event) {
+        if let Ok(s) = self.shared.lock() {
+            let _ = s.req.events.send(e);
+        }
+    }
+}
+
+struct State {
+    pipeline: Arc<TextGeneration>,
+    kv: PagedKv,
+    limits: Limits,
+    metrics: Arc<Metrics>,
+    model: String,
+    waiting_count: Arc<AtomicUsize>,
+    waiting: VecDeque<Seq>,
+    running: Vec<Seq>,
+    last_stats: hanzo_ml::kv::KvStats,
+}
+
+/// One entry of a step's batch: which running sequence, how many of its tokens.
+struct Planned {
+    at: usize,
+    len: usize,
+    logits: bool,
+}
+
+impl State {
+    fn run(&mut self, rx: mpsc::Receiver<GenRequest>) {
+        loop {
+            if self.running.is_empty() && self.waiting.is_empty() {
+                match rx.recv() {
+                    Ok(req) => self.enqueue(req),
+                    Err(_) => return,
+                }
+            }
+            while let Ok(req) = rx.try_recv() {
+                self.enqueue(req);
+            }
+            self.drop_cancelled();
+            self.admit();
+            self.step();
+            self.report();
+        }
+    }
+
+    fn enqueue(&mut self, req: GenRequest) {
+        let choices = (0..req.n)
+            .map(|i| Choice {
+                index: i,
+                sampler: Sampler::new(SamplingParams {
+                    seed: req.sampling.seed.wrapping_add(i as u64),
+                    ..req.sampling.clone()
+                }),
+                decoder: StreamDecoder::new(),
+                stop: StopFilter::new(req.stop.clone()),
+                generated: 0,
+                last_token_at: None,
+            })
+            .collect();
+        let tokens = req.prompt.clone();
+        self.waiting.push_back(Seq {
+            shared: Arc::new(std::sync::Mutex::new(Shared {
+                req,
+                arrived: Instant::now(),
+                admitted: false,
+            })),
+            id: None,
+            tokens,
+            computed: 0,
+            choices,
+            counted: true,
+        });
+    }
+
+    fn uncount(&self, s: &mut Seq) {
+        if std::mem::take(&mut s.counted) {
+            self.waiting_count.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    fn drop_cancelled(&mut self) {
+        let mut i = 0;
+        while i < self.waiting.len() {
+            if self.waiting[i].closed() {
+                let mut s = self.waiting.remove(i).expect("in range");
+                self.uncount(&mut s);
+                self.metrics.cancelled(&self.model);
+            } else {
+                i += 1;
+            }
+        }
+        let mut i = 0;
+        while i < self.running.len() {
+            if self.running[i].closed() {
+                let s = self.running.remove(i);
+                self.free(&s);
+                self.metrics.cancelled(&self.model);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    fn free(&mut self, s: &Seq) {
+        if let Some(id) = s.id {
+            let _ = self.kv.release(id);
+        }
+    }
+
+    /// The longest prompt prefix the cache may supply: whole blocks, leaving at least one
+    /// token, and leaving the last chunk's run as long as it would be alone (see the module
+    /// docs).
+    fn reusable(tokens: &[u32]) -> usize {
+        let full = tokens.len();
+        let last_chunk = (full - 1) / PREFILL_CHUNK * PREFILL_CHUNK;
+        if full - last_chunk >= PANELS_FROM {
+            full - PANELS_FROM + 1
+        } else {
+            full
+        }
+    }
+
+    fn admit(&mut self) {
+        while self.running.len() < self.limits.max_seqs {
+            let Some(mut s) = self.waiting.pop_front() else {
+                return;
+            };
+            // Room for its first chunk (as if nothing were cached) and one more block per
+            // running sequence; a sequence alone is always admitted (if it cannot fit at all,
+            // its forward pass says so).
+            let layout = self.kv.layout();
+            let first = chunk_end(0, s.tokens.len());
+            let needed =
+                layout.blocks_for(first, PREFILL_CHUNK) + self.running.len() * layout.layers();
+            if !self.running.is_empty() && needed > self.kv.free_blocks() {
+                self.waiting.push_front(s);
+                return;
+            }
+            let (id, cached) = self
+                .kv
+                .add_sequence_with_prefix(&s.tokens[..Self::reusable(&s.tokens)]);
+            s.id = Some(id);
+            s.computed = cached;
+            self.uncount(&mut s);
+            if let Ok(mut sh) = s.shared.lock() {
+                if !std::mem::replace(&mut sh.admitted, true) {
+                    let queued = sh.arrived.elapsed().as_secs_f64();
+                    self.metrics.queue_time(&self.model, queued);
+                }
+            }
+            self.running.push(s);
+        }
+    }
+
+    /// The next pass: one token of every decoding sequence, then prompt chunks (each ending
+    /// at a multiple of `PREFILL_CHUNK`) while they fit in `PREFILL_CHUNK` tokens.
+    fn plan(&self) -> Vec<Planned> {
+        let mut plan = Vec::new();
+        for (at, s) in self.running.iter().enumerate() {
+            if s.tokens.len() - s.computed == 1 {
+                plan.push(Planned {
+                    at,
+                    len: 1,
+                    logits: true,
+                });
+            }
+        }
+        let mut budget = PREFILL_CHUNK;
+        for (at, s) in self.running.iter().enumerate() {
+            let pending = s.tokens.len() - s.computed;
+            if pending <= 1 {
+                continue;
+            }
+            let len = chunk_end(s.computed, s.tokens.len()) - s.computed;
+            if len > budget {
+                break;
+            }
+            budget -= len;
+            plan.push(Planned {
+                at,
+                len,
+                logits: s.computed + len == s.tokens.len(),
+            });
+        }
+        plan
+    }
+
+    fn step(&mut self) {
+        loop {
+            let plan = self.plan();
+            if plan.is_empty() {
+                return;
+            }
+            let chunks: Vec<SeqChunk> = plan
+                .iter()
+                .map(|p| {
+                    let s = &self.running[p.at];
+                    SeqChunk {
+                        seq: s.id.expect("running"),
+                        tokens: &s.tokens[s.computed..s.computed + p.len],
+                        logits: if p.logits { Logits::Last } else { Logits::None },
+                    }
+                })
+                .collect();
+            let result = self.pipeline.model.forward_batch(&chunks, &mut self.kv);
+            match result {
+                Ok(logits) => return self.after(&plan, logits),
+                Err(ModelError::Kv(KvError::OutOfBlocks { .. })) if self.running.len() > 1 => {
+                    self.preempt();
+                }
+                Err(e) => {
+                    // Out of blocks with one sequence: it can never fit. Anything else is a
+                    // model failure; neither is worth retrying.
+                    let msg = match e {
+                        ModelError::Kv(KvError::OutOfBlocks { needed, free, .. }) => format!(
+                            "the request needs more KV cache than the server has \
+                             ({needed} blocks needed, {free} free); raise --kv-budget"
+                        ),
+                        e => format!("inference failed: {e}"),
+                    };
+                    tracing::error!("{msg}");
+                    let mut failed: Vec<usize> = plan.iter().map(|p| p.at).collect();
+                    failed.sort_unstable();
+                    for at in failed.into_iter().rev() {
+                        let s = self.running.remove(at);
+                        s.send(Event::Error(msg.clone()));
+                        self.free(&s);
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Frees the sequence admitted last and queues it first, to be recomputed.
+    fn preempt(&mut self) {
+        let mut s = self.running.pop().expect("more than one running");
+        self.free(&s);
+        s.id = None;
+        s.computed = 0;
+        tracing::debug!(
+            "preempted a sequence of {} tokens: KV cache full",
+            s.tokens.len()
+        );
+        self.metrics.preempted(&self.model);
+        self.waiting.push_front(s);
+    }
+
+    fn after(&mut self, plan: &[Planned], logits: hanzo_ml::Tensor) {
+        let rows = match logits_rows(&logits) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!("cannot read logits: {e}");
+                return;
+            }
+        };
+        let mut rows = rows.into_iter();
+        let mut prompt_tokens = 0;
+        let mut finished = Vec::new();
+        let mut forks = Vec::new();
+        for p in plan {
+            let s = &mut self.running[p.at];
+            s.computed += p.len;
+            if p.len > 1 || s.choices.iter().all(|c| c.generated == 0) {
+                prompt_tokens += p.len;
+            }
+            if !p.logits {
+                continue;
+            }
+            let Some(row) = rows.next() else { break };
+            // The prompt is done: give every further choice a sequence of its own.
+            while s.choices.len() > 1 {
+                let c = s.choices.pop().expect("len > 1");
+                match self.kv.fork(s.id.expect("running")) {
+                    Ok(id) => forks.push((
+                        Seq {
+                            shared: s.shared.clone(),
+                            id: Some(id),
+                            tokens: s.tokens.clone(),
+                            computed: s.computed,
+                            choices: vec![c],
+                            counted: false,
+                        },
+                        row.clone(),
+                    )),
+                    Err(e) => {
+                        s.send(Event::Error(format!("cannot fork the sequence: {e}")));
+                    }
+                }
+            }
+            if self.sample(p.at, &row) {
+                finished.push(p.at);
+            }
+        }
+        for (s, row) in forks {
+            self.running.push(s);
+            let at = self.running.len() - 1;
+            if self.sample(at, &row) {
+                finished.push(at);
+            }
+        }
+        self.metrics.prompt_tokens(&self.model, prompt_tokens);
+        finished.sort_unstable();
+        for at in finished.into_iter().rev() {
+            let s = self.running.remove(at);
+            self.free(&s);
+        }
+    }
+
+    /// Samples the next token of running sequence `at` (one choice) and streams its text.
+    /// Returns whether the choice has finished.
+    fn sample(&mut self, at: usize, row: &[f32]) -> bool {
+        let p = self.pipeline.clone();
+        let vocab = p.tokenizer.vocab();
+        let ctx = self.limits.ctx_size;
+        let s = &mut self.running[at];
+        let shared = s.shared.clone();
+        let Ok(sh) = shared.lock() else {
+            return true;
+        };
+        let c = &mut s.choices[0];
+        let tok = c.sampler.sample(row);
+        let now = Instant::now();
+        match c.last_token_at.replace(now) {
+            None if c.index == 0 => {
+                let ttft = sh.arrived.elapsed().as_secs_f64();
+                self.metrics.ttft(&self.model, ttft);
+            }
+            None => {}
+            Some(prev) => self
+                .metrics
+                .inter_token(&self.model, (now - prev).as_secs_f64()),
+        }
+        self.metrics.generated(&self.model, 1);
+        let end = vocab.is_end_of_generation(tok);
+        // The end-of-turn token is not part of the answer: no text, no log-probability.
+        let logprobs = match sh.req.logprobs {
+            Some(k) if !end => {
+                let lp = log_softmax(row);
+                let entry = |id: u32| {
+                    let bytes = p.tokenizer.token_bytes(id, true);
+                    (String::from_utf8_lossy(&bytes).into_owned(), bytes)
+                };
+                let (token, bytes) = entry(tok);
+                vec![TokenLogprob {
+                    token,
+                    bytes,
+                    logprob: lp[tok as usize],
+                    top: top_n(&lp, k)
+                        .into_iter()
+                        .map(|(id, l)| {
+                            let (t, b) = entry(id);
+                            (t, b, l)
+                        })
+                        .collect(),
+                }]
+            }
+            _ => Vec::new(),
+        };
+        let mut text = String::new();
+        let mut hit = false;
+        c.generated += 1;
+        if !end {
+            let (out, h) = c.stop.push(&c.decoder.push(&p.tokenizer, tok));
+            text = out;
+            hit = h;
+            s.tokens.push(tok);
+        }
+        let reason = if end || hit {
+            Some(FinishReason::Stop)
+        } else if c.generated >= sh.req.max_tokens || s.tokens.len() >= ctx {
+            Some(FinishReason::Length)
+        } else {
+            None
+        };
+        // A stop string ends the text where it starts; otherwise what is held back is final.
+        if reason.is_some() && !hit {
+            let (out, _) = c.stop.push(&c.decoder.finish());
+            text.push_str(&out);
+            text.push_str(&c.stop.flush());
+        }
+        if !text.is_empty() || !logprobs.is_empty() {
+            let _ = sh.req.events.send(Event::Text {
+                choice: c.index,
+                text,
+                logprobs,
+            });
+        }
+        let Some(reason) = reason else {
+            return false;
+        };
+        let _ = sh.req.events.send(Event::Finish {
+            choice: c.index,
+            reason,
+            tokens: c.generated - usize::from(end),
+        });
+        let e2e = sh.arrived.elapsed().as_secs_f64();
+        self.metrics.finished(&self.model, reason.as_str(), e2e);
+        true
+    }
+
+    fn report(&mut self) {
+        let stats = self.kv.stats();
+        self.metrics.kv(
+            &self.model,
+            self.kv.total_blocks(),
+            self.kv.free_blocks(),
+            stats.prefix_queried - self.last_stats.prefix_queried,
+            stats.prefix_hit - self.last_stats.prefix_hit,
+        );
+        self.last_stats = stats;
+        self.metrics.queues(
+            &self.model,
+            self.running.len(),
+            self.waiting_count.load(Ordering::SeqCst)
+                + self.waiting.iter().filter(|s| !s.counted).count(),
+        );
+    }
+}
+
+/// Where the chunk starting at `computed` ends: the next multiple of `PREFILL_CHUNK`, or the
+/// end of the tokens.
+fn chunk_end(computed: usize, len: usize) -> usize {
+    ((computed / PREFILL_CHUNK + 1) * PREFILL_CHUNK).min(len)
+}
+
+fn logits_rows(t: &hanzo_ml::Tensor) -> hanzo_ml::Result<Vec<Vec<f32>>> {
+    if t.dims().len() != 2 {
+        return Ok(Vec::new());
+    }
+    t.to_vec2::<f32>()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_end_where_a_lone_prompt_would_end_them() {
+        assert_eq!(chunk_end(0, 100), 100);
+        assert_eq!(chunk_end(0, 1000), 512);
+        assert_eq!(chunk_end(512, 1000), 1000);
+        assert_eq!(chunk_end(480, 1000), 512);
+    }
+
+    #[test]
+    fn cached_prefix_leaves_the_last_chunk_its_own_kernels() {
+        // 100 tokens: the last chunk is 100 long, so at least 16 stay to compute.
+        assert_eq!(State::reusable(&[0; 100]), 85);
+        // 520 tokens: the last chunk has 8 (decode kernels either way).
+        assert_eq!(State::reusable(&[0; 520]), 520);
+        assert_eq!(State::reusable(&[0; 1]), 1);
+    }
+}

@@ -1,0 +1,32 @@
+//! The server end to end: `tests/server/*.py` start `hanzo-engine serve` on loopback ports and
+//! drive it with the official `openai` Python package (installed by `scripts/test.sh`).
+
+mod common;
+
+use common::fixture;
+use std::process::Command;
+
+#[test]
+fn openai_clients_get_what_the_api_promises() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/server");
+    let deps = Command::new("python3")
+        .args(["-c", "import openai, pytest"])
+        .status()
+        .expect("python3");
+    assert!(
+        deps.success(),
+        "the server tests need Python's openai and pytest packages: \
+         python3 -m pip install openai pytest (scripts/test.sh installs them)"
+    );
+    let status = Command::new("python3")
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", dir])
+        .env("HANZO_ENGINE_BIN", env!("CARGO_BIN_EXE_hanzo-engine"))
+        .env("HANZO_QWEN", fixture("qwen2"))
+        .env("HANZO_MINILM", fixture("minilm"))
+        .status()
+        .expect("run pytest");
+    assert!(
+        status.success(),
+        "the server's API tests failed (output above)"
+    );
+}

@@ -1,0 +1,178 @@
+"""Embeddings against sentence-transformers, /v1/models, /health, and every error case as
+an OpenAI error object with the status the official client maps to its exception types."""
+
+import base64
+import json
+import os
+import struct
+import threading
+
+import openai
+import pytest
+
+from conftest import MINILM, REFERENCE, Server, wait_for
+
+HAIKU = [{"role": "user", "content": "Write a haiku about the sea."}]
+
+
+def test_models_and_health(server):
+    c = server.client()
+    ids = [m.id for m in c.models.list().data]
+    assert ids == ["qwen", "minilm"]
+    assert c.models.retrieve("minilm").id == "minilm"
+    with pytest.raises(openai.NotFoundError):
+        c.models.retrieve("nope")
+    assert server.request("GET", "/health").json() == {"status": "ok"}
+
+
+def test_embeddings_match_sentence_transformers(server):
+    ref = json.load(
+        open(os.path.join(REFERENCE, "all-minilm-l6-v2-embeddings-sentence-transformers.json"))
+    )
+    texts = [s["text"] for s in ref["sentences"]]
+    c = server.client()
+    # The client asks for base64 by default and decodes it.
+    r = c.embeddings.create(model="minilm", input=texts)
+    assert [d.index for d in r.data] == list(range(len(texts)))
+    assert r.usage.prompt_tokens == sum(len(s["input_ids"]) for s in ref["sentences"])
+    for d, s in zip(r.data, ref["sentences"]):
+        assert len(d.embedding) == 384
+        assert max(abs(a - b) for a, b in zip(d.embedding, s["embedding"])) < 1e-4
+    # float and raw base64 carry the same numbers.
+    f = c.embeddings.create(model="minilm", input=texts[0], encoding_format="float")
+    raw = server.request(
+        "POST",
+        "/v1/embeddings",
+        {"model": "minilm", "input": texts[0], "encoding_format": "base64"},
+    ).json()
+    b64 = raw["data"][0]["embedding"]
+    assert isinstance(b64, str)
+    floats = struct.unpack(f"<{len(base64.b64decode(b64)) // 4}f", base64.b64decode(b64))
+    assert list(floats) == f.data[0].embedding
+    assert f.data[0].embedding == pytest.approx(r.data[0].embedding, abs=1e-6)
+
+
+def error_of(resp):
+    body = resp.json()
+    assert set(body) == {"error"}, body
+    assert set(body["error"]) == {"message", "type", "param", "code"}, body
+    assert body["error"]["message"]
+    return body["error"]
+
+
+def post(server, path, body):
+    return server.request("POST", path, body)
+
+
+def test_bad_requests_get_openai_errors(server):
+    chat = "/v1/chat/completions"
+    # Malformed JSON, a missing field, a wrong type.
+    for body in [b"{not json", b"", b'{"model": "qwen"}', b'{"model": "qwen", "messages": 3}']:
+        r = post(server, chat, body)
+        assert r.status_code == 400, body
+        assert error_of(r)["type"] == "invalid_request_error"
+    # Out-of-range values name their field.
+    for field, value in [
+        ("temperature", 3),
+        ("top_p", 1.5),
+        ("n", 0),
+        ("max_tokens", 0),
+        ("presence_penalty", -5),
+        ("top_logprobs", 4),
+    ]:
+        body = {"model": "qwen", "messages": HAIKU, field: value}
+        r = post(server, chat, json.dumps(body))
+        assert r.status_code == 400, (field, r.text)
+        assert error_of(r)["param"] == field, r.text
+    r = post(server, chat, json.dumps({"model": "qwen", "messages": [{"role": "robot", "content": "x"}]}))
+    assert r.status_code == 400 and "role" in error_of(r)["param"]
+    r = post(server, chat, json.dumps({"model": "qwen", "messages": HAIKU, "logit_bias": {"x": 1}}))
+    assert r.status_code == 400 and error_of(r)["param"] == "logit_bias"
+    # Unknown model: 404, naming what there is.
+    c = server.client()
+    with pytest.raises(openai.NotFoundError) as e:
+        c.chat.completions.create(model="gpt-5", messages=HAIKU)
+    assert "qwen" in str(e.value) and e.value.code == "model_not_found"
+    # An embedding model cannot chat, nor a chat model embed.
+    with pytest.raises(openai.BadRequestError):
+        c.chat.completions.create(model="minilm", messages=HAIKU)
+    with pytest.raises(openai.BadRequestError):
+        c.embeddings.create(model="qwen", input="x")
+    with pytest.raises(openai.BadRequestError) as e:
+        c.embeddings.create(model="minilm", input="x", dimensions=128)
+    assert e.value.param == "dimensions"
+    # What this server cannot enforce is refused, not ignored.
+    with pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(
+            model="qwen", messages=HAIKU, response_format={"type": "json_object"}
+        )
+    assert e.value.param == "response_format"
+    # Unknown endpoint.
+    r = server.request("GET", "/v1/nope")
+    assert r.status_code == 404 and error_of(r)
+    # The server still answers.
+    ok = c.chat.completions.create(model="qwen", messages=HAIKU, max_tokens=2, temperature=0)
+    assert ok.choices[0].message.content
+
+
+def test_prompts_longer_than_the_context_are_400():
+    s = Server("-m", f"minilm={MINILM}", "-m", f"qwen={os.environ['HANZO_QWEN']}", "--ctx-size", "64")
+    try:
+        c = s.client()
+        long = [{"role": "user", "content": "word " * 100}]
+        with pytest.raises(openai.BadRequestError) as e:
+            c.chat.completions.create(model="qwen", messages=long)
+        assert e.value.code == "context_length_exceeded"
+        short = [{"role": "user", "content": "hi"}]
+        with pytest.raises(openai.BadRequestError) as e:
+            c.chat.completions.create(model="qwen", messages=short, max_tokens=60)
+        assert e.value.code == "context_length_exceeded"
+        # Without max_tokens the reply stops at the context's end.
+        r = c.chat.completions.create(model="qwen", messages=short, temperature=0)
+        assert r.usage.total_tokens <= 64
+        long_text = "word " * 300
+        with pytest.raises(openai.BadRequestError) as e:
+            c.embeddings.create(model="minilm", input=["fine", long_text])
+        assert e.value.param == "input[1]"
+    finally:
+        s.stop()
+
+
+def test_api_key_is_required_when_set():
+    s = Server("-m", f"minilm={MINILM}", env={"HANZO_API_KEY": "sesame"})
+    try:
+        with pytest.raises(openai.AuthenticationError):
+            s.client(api_key="wrong").models.list()
+        r = s.request("GET", "/v1/models")
+        assert r.status_code == 401 and error_of(r)["code"] == "invalid_api_key"
+        assert s.request("GET", "/metrics").status_code == 401
+        assert s.request("GET", "/health").status_code == 200
+        assert [m.id for m in s.client(api_key="sesame").models.list().data] == ["minilm"]
+    finally:
+        s.stop()
+
+
+def test_a_full_queue_answers_429_with_retry_after():
+    s = Server("-m", f"qwen={os.environ['HANZO_QWEN']}", "--max-seqs", "1", "--max-queue", "1")
+    try:
+        body = {"model": "qwen", "messages": HAIKU, "max_tokens": 64, "temperature": 0}
+        statuses = []
+
+        def one():
+            r = s.request("POST", "/v1/chat/completions", body)
+            statuses.append((r.status_code, r.headers.get("retry-after"), r.json()))
+
+        threads = [threading.Thread(target=one) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        codes = sorted(code for code, _, _ in statuses)
+        assert 200 in codes and 429 in codes, codes
+        for code, retry, body in statuses:
+            if code == 429:
+                assert retry == "1"
+                assert body["error"]["type"] == "rate_limit_error"
+        assert wait_for(lambda: s.metric("hanzo_engine_num_requests_waiting") == 0)
+    finally:
+        s.stop()

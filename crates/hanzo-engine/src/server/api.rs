@@ -379,3 +379,28 @@ pub struct EmbeddingRequest {
     pub encoding_format: Option<String>,
     pub dimensions: Option<u64>,
 }
+
+/// A document to rerank: a string, or an object with its text (Cohere/Jina shapes).
+#[derive(Deserialize, Debug)]
+#[serde(untagged)]
+pub enum RerankDocument {
+    Text(String),
+    Object { text: String },
+}
+
+impl RerankDocument {
+    pub fn text(&self) -> &str {
+        match self {
+            RerankDocument::Text(t) | RerankDocument::Object { text: t } => t,
+        }
+    }
+}
+
+#[derive(Deserialize, Debug)]
+pub struct RerankRequest {
+    pub model: String,
+    pub query: String,
+    pub documents: Vec<RerankDocument>,
+    pub top_n: Option<u64>,
+    pub return_documents: Option<bool>,
+}

@@ -4,7 +4,7 @@
 use super::api::{self, ChatRequest, CompletionRequest, GenSettings, Prompt};
 use super::error::{ApiError, ApiResult};
 use super::models::ChatModel;
-use super::scheduler::{Event, FinishReason, GenRequest, SubmitError, TokenLogprob};
+use super::scheduler::{Event, FinishReason, GenRequest, TokenLogprob};
 use super::AppState;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -134,21 +134,16 @@ fn submit(
     };
     let (tx, events) = tokio::sync::mpsc::unbounded_channel();
     let prompt_tokens = prompt.len();
-    model
-        .scheduler
-        .submit(GenRequest {
-            prompt,
-            n: s.n,
-            max_tokens,
-            sampling: s.sampling,
-            stop: s.stop,
-            logprobs,
-            events: tx,
-        })
-        .map_err(|e| match e {
-            SubmitError::Busy => ApiError::busy(),
-            SubmitError::Stopped => ApiError::unavailable("the model's scheduler has stopped"),
-        })?;
+    model.scheduler.submit(GenRequest {
+        prompt,
+        n: s.n,
+        max_tokens,
+        sampling: s.sampling,
+        stop: s.stop,
+        logprobs,
+        score: None,
+        events: tx,
+    })?;
     let prefix = match kind {
         Kind::Chat => "chatcmpl",
         Kind::Text => "cmpl",
@@ -236,6 +231,7 @@ async fn collect(mut job: Job) -> ApiResult<Response> {
                 done += 1;
             }
             Some(Event::Error(e)) => return Err(ApiError::internal(e)),
+            Some(Event::Scores(_)) => {}
             None => return Err(ApiError::internal("the scheduler dropped the request")),
         }
     }
@@ -288,6 +284,10 @@ struct Streaming {
 
 impl Streaming {
     fn chunk(&self, choices: Value) -> String {
+        self.chunk_value(choices).to_string()
+    }
+
+    fn chunk_value(&self, choices: Value) -> Value {
         let object = match self.job.kind {
             Kind::Chat => "chat.completion.chunk",
             Kind::Text => "text_completion",
@@ -303,7 +303,7 @@ impl Streaming {
         if self.include_usage {
             c["usage"] = Value::Null;
         }
-        c.to_string()
+        c
     }
 
     fn choice(
@@ -345,7 +345,7 @@ impl Streaming {
         }
         if self.done == self.job.n {
             if self.include_usage {
-                let mut c: Value = serde_json::from_str(&self.chunk(json!([]))).expect("json");
+                let mut c = self.chunk_value(json!([]));
                 c["usage"] = usage(self.job.prompt_tokens, self.completion_tokens);
                 self.ready.push_back(c.to_string());
             }
@@ -375,6 +375,7 @@ impl Streaming {
                 let chunk = self.chunk(json!([c]));
                 self.ready.push_back(chunk);
             }
+            Some(Event::Scores(_)) => {}
             Some(Event::Error(e)) => {
                 self.ready
                     .push_back(ApiError::internal(e).body().to_string());

@@ -11,6 +11,7 @@ mod embeddings;
 mod error;
 mod metrics;
 mod models;
+mod rerank;
 mod scheduler;
 
 use anyhow::{bail, Context, Result};
@@ -140,6 +141,8 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/v1/chat/completions", post(completions::chat))
         .route("/v1/completions", post(completions::completions))
         .route("/v1/embeddings", post(embeddings::embeddings))
+        .route("/v1/rerank", post(rerank::rerank))
+        .route("/rerank", post(rerank::rerank))
         .route("/v1/models", get(list_models))
         .route("/v1/models/{id}", get(one_model))
         .route("/metrics", get(render_metrics))

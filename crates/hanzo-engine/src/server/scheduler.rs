@@ -43,6 +43,9 @@ pub struct GenRequest {
     pub stop: Vec<String>,
     /// `Some(k)`: report each token's log-probability and the `k` most likely alternatives.
     pub logprobs: Option<usize>,
+    /// Scoring instead of generating: the log-probabilities of these tokens as the prompt's
+    /// next token come back as one [`Event::Scores`], then the request finishes.
+    pub score: Option<Vec<u32>>,
     pub events: UnboundedSender<Event>,
 }
 
@@ -85,6 +88,8 @@ pub enum Event {
         reason: FinishReason,
         tokens: usize,
     },
+    /// A scoring request's log-probabilities, in the order of `GenRequest::score`.
+    Scores(Vec<f32>),
     /// The request failed; no more events follow.
     Error(String),
 }
@@ -520,6 +525,21 @@ impl State {
             return true;
         };
         let c = &mut s.choices[0];
+        if let Some(ids) = &sh.req.score {
+            let lp = log_softmax(row);
+            let scores = ids
+                .iter()
+                .map(|&t| lp.get(t as usize).copied().unwrap_or(f32::NEG_INFINITY));
+            let _ = sh.req.events.send(Event::Scores(scores.collect()));
+            let _ = sh.req.events.send(Event::Finish {
+                choice: c.index,
+                reason: FinishReason::Stop,
+                tokens: 0,
+            });
+            let e2e = sh.arrived.elapsed().as_secs_f64();
+            self.metrics.finished(&self.model, "stop", e2e);
+            return true;
+        }
         let tok = c.sampler.sample(row);
         let now = Instant::now();
         match c.last_token_at.replace(now) {

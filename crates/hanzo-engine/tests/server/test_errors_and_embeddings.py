@@ -176,3 +176,38 @@ def test_a_full_queue_answers_429_with_retry_after():
         assert wait_for(lambda: s.metric("hanzo_engine_num_requests_waiting") == 0)
     finally:
         s.stop()
+
+
+def test_rerank_puts_the_relevant_documents_first(server):
+    docs = [
+        "Bananas are a good source of potassium.",
+        "Paris is the capital and largest city of France.",
+        {"text": "The stock market closed higher on Tuesday."},
+        "France's capital, Paris, lies on the Seine.",
+    ]
+    body = {"model": "qwen", "query": "What is the capital of France?", "documents": docs}
+    r = server.request("POST", "/v1/rerank", body)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    results = out["results"]
+    assert sorted(x["index"] for x in results) == [0, 1, 2, 3]
+    scores = [x["relevance_score"] for x in results]
+    assert scores == sorted(scores, reverse=True)
+    assert all(0.0 <= s <= 1.0 for s in scores)
+    assert {x["index"] for x in results[:2]} == {1, 3}, results
+    assert results[0]["document"]["text"] in (docs[1], docs[3])
+    assert out["usage"]["total_tokens"] > 0
+    # top_n, no documents, and the same scores again (scoring is deterministic).
+    again = server.request(
+        "POST", "/v1/rerank", {**body, "top_n": 2, "return_documents": False}
+    ).json()["results"]
+    assert [(x["index"], x["relevance_score"]) for x in again] == [
+        (x["index"], x["relevance_score"]) for x in results[:2]
+    ]
+    assert "document" not in again[0]
+    for bad, param in [
+        ({**body, "documents": []}, "documents"),
+        ({**body, "model": "minilm"}, "model"),
+    ]:
+        r = server.request("POST", "/v1/rerank", bad)
+        assert r.status_code == 400 and error_of(r)["param"] == param, r.text

@@ -142,11 +142,9 @@ fn bench_json_reports_median_speeds() {
     for r in v.as_array().unwrap() {
         assert!(r["tokens_per_second"].as_f64().unwrap() > 0.0);
         assert_eq!(r["samples_tokens_per_second"].as_array().unwrap().len(), 3);
+        // The kernel set this CPU runs, by the name the library gives it.
         let kernels = r["kernels"].as_str().unwrap();
-        assert!(
-            ["scalar", "avx2", "avxvnni", "avx512vnni"].contains(&kernels),
-            "{kernels}"
-        );
+        assert_eq!(kernels, hanzo_ml::cpu::features::isa().name());
     }
 }
 

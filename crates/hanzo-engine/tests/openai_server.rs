@@ -6,6 +6,14 @@ mod common;
 use common::fixture;
 use std::process::Command;
 
+/// The optional features this binary was built with (their tests are skipped otherwise).
+const FEATURES: &[&str] = &[
+    #[cfg(feature = "structured-output")]
+    "structured-output",
+    #[cfg(feature = "mcp")]
+    "mcp",
+];
+
 #[test]
 fn openai_clients_get_what_the_api_promises() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/server");
@@ -23,6 +31,7 @@ fn openai_clients_get_what_the_api_promises() {
         .env("HANZO_ENGINE_BIN", env!("CARGO_BIN_EXE_hanzo-engine"))
         .env("HANZO_QWEN", fixture("qwen2"))
         .env("HANZO_MINILM", fixture("minilm"))
+        .env("HANZO_FEATURES", FEATURES.join(","))
         .status()
         .expect("run pytest");
     assert!(

@@ -266,20 +266,31 @@ impl ChatRequest {
             .collect()
     }
 
+    /// The JSON schema `response_format` asks for: `None` for free text, `Some(None)` for any
+    /// JSON object, `Some(Some(schema))` for a schema.
+    pub fn json_format(&self) -> ApiResult<Option<Option<&serde_json::Value>>> {
+        let Some(f) = &self.response_format else {
+            return Ok(None);
+        };
+        match f.get("type").and_then(|t| t.as_str()) {
+            Some("text") => Ok(None),
+            Some("json_object") => Ok(Some(None)),
+            Some("json_schema") => match f.pointer("/json_schema/schema") {
+                Some(s) if s.is_object() => Ok(Some(Some(s))),
+                _ => Err(ApiError::invalid(
+                    "response_format",
+                    "`response_format.json_schema.schema` must be a JSON schema object",
+                )),
+            },
+            other => Err(ApiError::invalid(
+                "response_format",
+                format!("`response_format.type` must be text, json_object or json_schema, got {other:?}"),
+            )),
+        }
+    }
+
     /// Refuses what this server cannot enforce yet, rather than ignoring it.
     pub fn check_unsupported(&self) -> ApiResult<()> {
-        if let Some(f) = &self.response_format {
-            let kind = f.get("type").and_then(|t| t.as_str()).unwrap_or("");
-            if kind != "text" {
-                return Err(ApiError::invalid(
-                    "response_format",
-                    format!(
-                        "response_format {kind:?} is not supported by this server yet; only \
-                         \"text\" is"
-                    ),
-                ));
-            }
-        }
         let tools = self.tools.as_ref().is_some_and(|t| !t.is_empty());
         let none = self.tool_choice.as_ref().is_none_or(|c| c == "none");
         if tools && !none {

@@ -58,7 +58,18 @@ async fn chat_inner(app: &AppState, body: &[u8]) -> ApiResult<Response> {
         .chat_tokens(&messages)
         .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
     let settings = req.gen.settings(model.vocab())?;
-    let job = submit(model, Kind::Chat, prompt, settings, req.logprobs()?)?;
+    let constraints = match req.json_format()? {
+        None => Vec::new(),
+        Some(schema) => model.json_constraints(schema, settings.n)?,
+    };
+    let job = submit(
+        model,
+        Kind::Chat,
+        prompt,
+        settings,
+        req.logprobs()?,
+        constraints,
+    )?;
     let usage = req.stream_options.is_some_and(|o| o.include_usage);
     Ok(if req.stream {
         stream(job, usage)
@@ -95,7 +106,7 @@ async fn text_inner(app: &AppState, body: &[u8]) -> ApiResult<Response> {
     }
     let settings = req.gen.settings(model.vocab())?;
     let logprobs = req.logprobs.map(|k| k as usize);
-    let job = submit(model, Kind::Text, prompt, settings, logprobs)?;
+    let job = submit(model, Kind::Text, prompt, settings, logprobs, Vec::new())?;
     let usage = req.stream_options.is_some_and(|o| o.include_usage);
     Ok(if req.stream {
         stream(job, usage)
@@ -110,6 +121,7 @@ fn submit(
     prompt: Vec<u32>,
     s: GenSettings,
     logprobs: Option<usize>,
+    constraints: Vec<Box<dyn super::scheduler::Constraint>>,
 ) -> ApiResult<Job> {
     let ctx = model.ctx_size;
     let room = ctx.saturating_sub(prompt.len());
@@ -142,6 +154,7 @@ fn submit(
         stop: s.stop,
         logprobs,
         score: None,
+        constraints,
         events: tx,
     })?;
     let prefix = match kind {

@@ -9,6 +9,8 @@ mod api;
 mod completions;
 mod embeddings;
 mod error;
+#[cfg(feature = "structured-output")]
+mod grammar;
 mod metrics;
 mod models;
 mod rerank;

@@ -19,11 +19,39 @@ pub struct ChatModel {
     /// Positions one sequence may hold: the context, or what the KV pool holds if less.
     pub ctx_size: usize,
     pub created: u64,
+    /// Constrained decoding (made on the first constrained request).
+    #[cfg(feature = "structured-output")]
+    pub grammars: super::grammar::Grammars,
 }
 
 impl ChatModel {
     pub fn vocab(&self) -> usize {
         self.pipeline.model.info().vocab_size
+    }
+
+    /// One grammar per choice for a JSON schema (`None`: any JSON object); a schema that
+    /// cannot be enforced is a 400.
+    pub fn json_constraints(
+        &self,
+        schema: Option<&serde_json::Value>,
+        n: usize,
+    ) -> ApiResult<Vec<Box<dyn super::scheduler::Constraint>>> {
+        #[cfg(feature = "structured-output")]
+        return self.grammars.json(&self.pipeline, schema, n).map_err(|e| {
+            ApiError::invalid(
+                "response_format",
+                format!("the schema cannot be enforced: {e}"),
+            )
+        });
+        #[cfg(not(feature = "structured-output"))]
+        {
+            let _ = (schema, n);
+            Err(ApiError::invalid(
+                "response_format",
+                "this build has no structured output; build hanzo-engine with \
+                 `--features structured-output` (docs/SERVER.md)",
+            ))
+        }
     }
 }
 
@@ -198,6 +226,8 @@ fn load_language_model(
         scheduler,
         ctx_size,
         created,
+        #[cfg(feature = "structured-output")]
+        grammars: Default::default(),
     })
 }
 

@@ -118,6 +118,7 @@ async fn inner(app: &AppState, body: &[u8]) -> ApiResult<Response> {
             stop: Vec::new(),
             logprobs: None,
             score: Some(ids.clone()),
+            constraints: Vec::new(),
             events: tx,
         })?;
         receivers.push(rx);

@@ -46,7 +46,19 @@ pub struct GenRequest {
     /// Scoring instead of generating: the log-probabilities of these tokens as the prompt's
     /// next token come back as one [`Event::Scores`], then the request finishes.
     pub score: Option<Vec<u32>>,
+    /// One grammar per choice (constrained decoding), or none.
+    pub constraints: Vec<Box<dyn Constraint>>,
     pub events: UnboundedSender<Event>,
+}
+
+/// A grammar a choice's tokens must follow (constrained decoding; see `grammar.rs`).
+pub trait Constraint: Send {
+    /// Sets the logits of every token the grammar does not allow next to -inf.
+    fn mask(&mut self, logits: &mut [f32]) -> Result<(), String>;
+    /// Advances past the sampled token.
+    fn consume(&mut self, token: u32) -> Result<(), String>;
+    /// Whether the grammar is complete and allows nothing more.
+    fn is_done(&self) -> bool;
 }
 
 /// A token's log-probability, as the OpenAI API reports it.
@@ -174,6 +186,8 @@ struct Choice {
     stop: StopFilter,
     generated: usize,
     last_token_at: Option<Instant>,
+    /// The grammar the choice's tokens must follow.
+    matcher: Option<Box<dyn Constraint>>,
 }
 
 /// What the whole request shares.
@@ -249,9 +263,11 @@ impl State {
         }
     }
 
-    fn enqueue(&mut self, req: GenRequest) {
+    fn enqueue(&mut self, mut req: GenRequest) {
+        let mut matchers = std::mem::take(&mut req.constraints).into_iter();
         let choices = (0..req.n)
             .map(|i| Choice {
+                matcher: matchers.next(),
                 index: i,
                 sampler: Sampler::new(SamplingParams {
                     seed: req.sampling.seed.wrapping_add(i as u64),
@@ -540,7 +556,22 @@ impl State {
             self.metrics.finished(&self.model, "stop", e2e);
             return true;
         }
-        let tok = c.sampler.sample(row);
+        let tok = match &mut c.matcher {
+            None => c.sampler.sample(row),
+            Some(m) => {
+                let mut masked = row.to_vec();
+                if let Err(e) = m.mask(&mut masked) {
+                    let _ = sh.req.events.send(Event::Error(format!("grammar: {e}")));
+                    return true;
+                }
+                let tok = c.sampler.sample(&masked);
+                if let Err(e) = m.consume(tok) {
+                    let _ = sh.req.events.send(Event::Error(format!("grammar: {e}")));
+                    return true;
+                }
+                tok
+            }
+        };
         let now = Instant::now();
         match c.last_token_at.replace(now) {
             None if c.index == 0 => {
@@ -587,7 +618,8 @@ impl State {
             hit = h;
             s.tokens.push(tok);
         }
-        let reason = if end || hit {
+        let grammar_done = c.matcher.as_ref().is_some_and(|m| m.is_done());
+        let reason = if end || hit || grammar_done {
             Some(FinishReason::Stop)
         } else if c.generated >= sh.req.max_tokens || s.tokens.len() >= ctx {
             Some(FinishReason::Length)

@@ -101,12 +101,16 @@ def test_bad_requests_get_openai_errors(server):
     with pytest.raises(openai.BadRequestError) as e:
         c.embeddings.create(model="minilm", input="x", dimensions=128)
     assert e.value.param == "dimensions"
-    # What this server cannot enforce is refused, not ignored.
+    # What this server cannot honour is refused, not ignored.
     with pytest.raises(openai.BadRequestError) as e:
-        c.chat.completions.create(
-            model="qwen", messages=HAIKU, response_format={"type": "json_object"}
-        )
+        c.chat.completions.create(model="qwen", messages=HAIKU, response_format={"type": "xml"})
     assert e.value.param == "response_format"
+    if "structured-output" not in os.environ.get("HANZO_FEATURES", "").split(","):
+        with pytest.raises(openai.BadRequestError) as e:
+            c.chat.completions.create(
+                model="qwen", messages=HAIKU, response_format={"type": "json_object"}
+            )
+        assert "--features structured-output" in str(e.value)
     # Unknown endpoint.
     r = server.request("GET", "/v1/nope")
     assert r.status_code == 404 and error_of(r)

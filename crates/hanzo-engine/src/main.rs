@@ -22,6 +22,9 @@ struct Cli {
 enum Command {
     /// Serve models over the OpenAI API (chat, completions, embeddings, metrics).
     Serve(server::Args),
+    /// Serve the models' MCP tools (hanzo_infer, hanzo_embed, hanzo_list_models) on stdio.
+    #[cfg(feature = "mcp")]
+    Mcp(server::McpArgs),
     /// Generate text from a prompt (streams the continuation to stdout).
     Run(commands::run::Args),
     /// Print a text's token ids as a JSON array.
@@ -61,6 +64,8 @@ fn main() -> ExitCode {
     }
     let result = match cli.command {
         Command::Serve(args) => server::run(args),
+        #[cfg(feature = "mcp")]
+        Command::Mcp(args) => server::run_mcp(args),
         Command::Run(args) => commands::run::run(args),
         Command::Tokenize(args) => commands::tokenize::run(args),
         Command::Embed(args) => commands::embed::run(args),

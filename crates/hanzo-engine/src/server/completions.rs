@@ -221,7 +221,27 @@ fn text_logprobs(lps: &[TokenLogprob], mut offset: usize) -> Value {
     })
 }
 
-async fn collect(mut job: Job) -> ApiResult<Response> {
+/// Generates a chat reply for `messages` (for tools such as MCP): the text, the finish
+/// reason, and the prompt and completion token counts.
+#[cfg(feature = "mcp")]
+pub async fn chat_text(
+    model: &ChatModel,
+    messages: &[hanzo_transformers::Message],
+    settings: GenSettings,
+) -> ApiResult<(String, &'static str, usize, usize)> {
+    let prompt = model
+        .pipeline
+        .chat_tokens(messages)
+        .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+    let mut job = submit(model, Kind::Chat, prompt, settings, None, Vec::new())?;
+    let prompt_tokens = job.prompt_tokens;
+    let c = gather(&mut job).await?.swap_remove(0);
+    let finish = c.finish.map_or("stop", FinishReason::as_str);
+    Ok((c.text, finish, prompt_tokens, c.tokens))
+}
+
+/// Every choice of a job, once all have finished.
+async fn gather(job: &mut Job) -> ApiResult<Vec<ChoiceAcc>> {
     let mut choices: Vec<ChoiceAcc> = (0..job.n).map(|_| ChoiceAcc::default()).collect();
     let mut done = 0;
     while done < job.n {
@@ -248,6 +268,11 @@ async fn collect(mut job: Job) -> ApiResult<Response> {
             None => return Err(ApiError::internal("the scheduler dropped the request")),
         }
     }
+    Ok(choices)
+}
+
+async fn collect(mut job: Job) -> ApiResult<Response> {
+    let choices = gather(&mut job).await?;
     let completion: usize = choices.iter().map(|c| c.tokens).sum();
     let body = match job.kind {
         Kind::Chat => json!({

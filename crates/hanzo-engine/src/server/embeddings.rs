@@ -3,13 +3,14 @@
 
 use super::api::{self, EmbeddingInput, EmbeddingRequest};
 use super::error::{ApiError, ApiResult};
+use super::models::EmbedModel;
 use super::AppState;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use base64::Engine as _;
-use hanzo_transformers::{EmbedOptions, Error as ModelError};
+use hanzo_transformers::{EmbedOptions, Embeddings, Error as ModelError};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -45,8 +46,7 @@ async fn inner(app: &AppState, body: &[u8]) -> ApiResult<Response> {
             ))
         }
     };
-    let e = model.embedder.clone();
-    let width = e.model.config.hidden_size;
+    let width = model.embedder.model.config.hidden_size;
     if let Some(d) = req.dimensions {
         if d as usize != width {
             return Err(ApiError::invalid(
@@ -58,18 +58,7 @@ async fn inner(app: &AppState, body: &[u8]) -> ApiResult<Response> {
             ));
         }
     }
-    let out = tokio::task::spawn_blocking(move || {
-        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        e.embed_with(&refs, EmbedOptions { truncate: false })
-    })
-    .await
-    .map_err(|e| ApiError::internal(format!("the embedding task failed: {e}")))?
-    .map_err(|e| match e {
-        ModelError::TooLong { index, .. } => {
-            ApiError::invalid(&format!("input[{index}]"), e.to_string())
-        }
-        e => ApiError::internal(e.to_string()),
-    })?;
+    let out = embed(model, texts).await?;
     let data: Vec<Value> = out
         .vectors
         .iter()
@@ -92,4 +81,21 @@ async fn inner(app: &AppState, body: &[u8]) -> ApiResult<Response> {
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
     }))
     .into_response())
+}
+
+/// Embeds `texts` off the async runtime; an input longer than the model takes is a 400.
+pub async fn embed(model: &EmbedModel, texts: Vec<String>) -> ApiResult<Embeddings> {
+    let e = model.embedder.clone();
+    tokio::task::spawn_blocking(move || {
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        e.embed_with(&refs, EmbedOptions { truncate: false })
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("the embedding task failed: {e}")))?
+    .map_err(|e| match e {
+        ModelError::TooLong { index, .. } => {
+            ApiError::invalid(&format!("input[{index}]"), e.to_string())
+        }
+        e => ApiError::internal(e.to_string()),
+    })
 }

@@ -11,6 +11,10 @@ mod embeddings;
 mod error;
 #[cfg(feature = "structured-output")]
 mod grammar;
+#[cfg(feature = "mcp")]
+mod mcp;
+#[cfg(feature = "mcp")]
+pub use mcp::{run_mcp, McpArgs};
 mod metrics;
 mod models;
 mod rerank;
@@ -35,16 +39,30 @@ pub const FINGERPRINT: &str = concat!("hanzo-engine-", env!("CARGO_PKG_VERSION")
 
 #[derive(ClapArgs, Debug)]
 pub struct Args {
-    /// A model to serve: a GGUF file or a model directory, optionally named `NAME=PATH`
-    /// (default name: the file name without its extension). Repeat for several models;
-    /// BERT-family directories serve /v1/embeddings.
-    #[arg(short, long = "model", required = true, value_name = "[NAME=]PATH")]
-    pub models: Vec<String>,
+    #[command(flatten)]
+    pub set: ModelSet,
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
     /// 0 picks a free port (the log says which).
     #[arg(long, default_value_t = 36900)]
     pub port: u16,
+    #[cfg(feature = "mcp")]
+    #[command(flatten)]
+    pub mcp: mcp::McpPort,
+    /// Require `Authorization: Bearer KEY` on /v1, /metrics and /mcp (default:
+    /// $HANZO_API_KEY).
+    #[arg(long)]
+    pub api_key: Option<String>,
+}
+
+/// The models to load and how to size them (serve and mcp).
+#[derive(ClapArgs, Debug)]
+pub struct ModelSet {
+    /// A model to serve: a GGUF file or a model directory, optionally named `NAME=PATH`
+    /// (default name: the file name without its extension). Repeat for several models;
+    /// BERT-family directories serve /v1/embeddings.
+    #[arg(short, long = "model", required = true, value_name = "[NAME=]PATH")]
+    pub models: Vec<String>,
     /// Sequences one model runs together at most.
     #[arg(long, default_value_t = 16)]
     pub max_seqs: usize,
@@ -60,9 +78,6 @@ pub struct Args {
     /// Quantize float weights to this type while loading, e.g. q8_0.
     #[arg(long, value_name = "TYPE")]
     pub isq: Option<String>,
-    /// Require `Authorization: Bearer KEY` on /v1 and /metrics (default: $HANZO_API_KEY).
-    #[arg(long)]
-    pub api_key: Option<String>,
 }
 
 /// `512M`, `2G`, `65536`.
@@ -102,40 +117,54 @@ pub struct AppState {
     api_key: Option<String>,
 }
 
-pub fn run(a: Args) -> Result<()> {
-    if a.max_seqs == 0 {
-        bail!("--max-seqs must be at least 1");
+impl ModelSet {
+    fn load(&self, api_key: Option<String>) -> Result<Arc<AppState>> {
+        if self.max_seqs == 0 {
+            bail!("--max-seqs must be at least 1");
+        }
+        let mode = crate::commands::weight_mode(self.isq.as_deref(), false)?;
+        let metrics = Arc::new(Metrics::new().context("cannot set up metrics")?);
+        let sizing = Sizing {
+            mode,
+            kv_budget: self.kv_budget,
+            ctx_size: self.ctx_size,
+            max_seqs: self.max_seqs,
+            max_queue: self.max_queue,
+        };
+        let mut models = Models::default();
+        for spec in &self.models {
+            models.load(spec, sizing, &metrics)?;
+        }
+        Ok(Arc::new(AppState {
+            models,
+            metrics,
+            api_key,
+        }))
     }
-    let mode = crate::commands::weight_mode(a.isq.as_deref(), false)?;
-    let metrics = Arc::new(Metrics::new().context("cannot set up metrics")?);
-    let sizing = Sizing {
-        mode,
-        kv_budget: a.kv_budget,
-        ctx_size: a.ctx_size,
-        max_seqs: a.max_seqs,
-        max_queue: a.max_queue,
-    };
-    let mut models = Models::default();
-    for spec in &a.models {
-        models.load(spec, sizing, &metrics)?;
-    }
-    let api_key = a
-        .api_key
-        .or_else(|| std::env::var("HANZO_API_KEY").ok())
-        .filter(|k| !k.is_empty());
-    let state = Arc::new(AppState {
-        models,
-        metrics,
-        api_key,
-    });
-    // Two workers are plenty for parsing and streaming; compute is on the rayon pool.
-    let rt = tokio::runtime::Builder::new_multi_thread()
+}
+
+/// Two workers are plenty for parsing and streaming; compute is on the rayon pool.
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("http")
         .enable_all()
         .build()
-        .context("cannot start the async runtime")?;
-    rt.block_on(serve(state, &a.host, a.port))
+        .context("cannot start the async runtime")
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let api_key = a
+        .api_key
+        .clone()
+        .or_else(|| std::env::var("HANZO_API_KEY").ok())
+        .filter(|k| !k.is_empty());
+    let state = a.set.load(api_key)?;
+    #[cfg(feature = "mcp")]
+    let mcp_port = (!a.mcp.no_mcp).then_some(a.mcp.mcp_port);
+    #[cfg(not(feature = "mcp"))]
+    let mcp_port = None;
+    runtime()?.block_on(serve(state, &a.host, a.port, mcp_port))
 }
 
 fn router(state: Arc<AppState>) -> Router {
@@ -156,10 +185,16 @@ fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-async fn serve(state: Arc<AppState>, host: &str, port: u16) -> Result<()> {
+async fn serve(state: Arc<AppState>, host: &str, port: u16, mcp_port: Option<u16>) -> Result<()> {
     let listener = tokio::net::TcpListener::bind((host, port))
         .await
         .with_context(|| format!("cannot listen on {host}:{port}"))?;
+    // The MCP endpoint runs until the process ends (its sessions hold streams open).
+    let mcp_task: Option<tokio::task::JoinHandle<std::io::Result<()>>> = match mcp_port {
+        #[cfg(feature = "mcp")]
+        Some(p) => Some(mcp::spawn_http(state.clone(), host, p).await?),
+        _ => None,
+    };
     let addr = listener.local_addr()?;
     tracing::info!(
         "listening on http://{addr} (models: {})",
@@ -171,11 +206,19 @@ async fn serve(state: Arc<AppState>, host: &str, port: u16) -> Result<()> {
             tracing::info!("shutting down");
         })
         .await
-        .context("server failed")
+        .context("server failed")?;
+    if let Some(t) = mcp_task {
+        t.abort();
+    }
+    Ok(())
 }
 
 /// `Authorization: Bearer KEY` on everything but /health, when a key is set.
-async fn authorize(State(app): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+pub(crate) async fn authorize(
+    State(app): State<Arc<AppState>>,
+    req: Request,
+    next: Next,
+) -> Response {
     let Some(key) = &app.api_key else {
         return next.run(req).await;
     };

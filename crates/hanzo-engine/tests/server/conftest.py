@@ -32,6 +32,8 @@ class Server:
 
     def __init__(self, *args, env=None):
         cmd = [BIN, "-t", "2", "serve", "--host", "127.0.0.1", "--port", "0", *args]
+        if "mcp" in os.environ.get("HANZO_FEATURES", "").split(","):
+            cmd += ["--mcp-port", "0"]
         self.proc = subprocess.Popen(
             cmd,
             stderr=subprocess.PIPE,
@@ -41,11 +43,15 @@ class Server:
         )
         self.log = []
         self.url = None
+        self.mcp_url = None
         ready = threading.Event()
 
         def drain():
             for line in self.proc.stderr:
                 self.log.append(line)
+                mcp = re.search(r"MCP on (http://\S+/mcp)", line)
+                if mcp:
+                    self.mcp_url = mcp.group(1)
                 m = re.search(r"listening on (http://\S+)", line)
                 if m:
                     self.url = m.group(1)

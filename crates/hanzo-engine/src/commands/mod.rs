@@ -66,14 +66,22 @@ pub fn load(m: &ModelArgs) -> Result<TextGeneration> {
     Ok(p)
 }
 
-/// Brings the weights to the state generation reaches a moment after its first prompt pass
-/// (see `start_huge_pages`), so a measurement sees the steady state: one forward pass pages
-/// them in, then they move onto 2 MiB pages unless the page cache maps them so already.
-pub fn settle_weights(p: &TextGeneration) -> Result<()> {
+/// One forward pass pages the weights in (and repacks them), then their move onto 2 MiB
+/// pages starts in the background (see `start_huge_pages`); the handle of that move, if any.
+pub fn page_in(p: &TextGeneration) -> Result<Option<HugePageMove>> {
     let first = p.tokenizer.special().bos.unwrap_or(0);
     let mut cache = p.model.new_cache(1);
     p.model.forward(&[first], &mut cache, Logits::Last)?;
-    let Some(handle) = p.start_huge_pages() else {
+    Ok(p.start_huge_pages())
+}
+
+/// The background move of a model's weights onto huge pages: the bytes it moved.
+pub type HugePageMove = std::thread::JoinHandle<hanzo_ml::Result<usize>>;
+
+/// Brings the weights to the state generation reaches a moment after its first prompt pass
+/// (`page_in`, then waiting for the move), so a measurement sees the steady state.
+pub fn settle_weights(p: &TextGeneration) -> Result<()> {
+    let Some(handle) = page_in(p)? else {
         return Ok(());
     };
     let t0 = Instant::now();

@@ -7,7 +7,7 @@ use super::scheduler::{Limits, Scheduler};
 use anyhow::{bail, Context, Result};
 use hanzo_ml::kv::{KvLayout, PagedKv};
 use hanzo_transformers::pipeline::PREFILL_CHUNK;
-use hanzo_transformers::{Embedder, Logits, TextGeneration, WeightMode};
+use hanzo_transformers::{Embedder, TextGeneration, WeightMode};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -235,10 +235,7 @@ fn load_language_model(
 /// request sees the same numerics and none waits for the copy. The move onto 2 MiB pages
 /// then runs in the background while the server already answers.
 fn warm_up(p: &TextGeneration) -> Result<()> {
-    let first = p.tokenizer.special().bos.unwrap_or(0);
-    let mut cache = p.model.new_cache(1);
-    p.model.forward(&[first], &mut cache, Logits::Last)?;
-    if let Some(handle) = p.start_huge_pages() {
+    if let Some(handle) = crate::commands::page_in(p)? {
         std::thread::spawn(move || match handle.join() {
             Ok(Ok(0)) | Err(_) => {}
             Ok(Ok(bytes)) => tracing::debug!("weights moved onto 2 MiB pages: {} MiB", bytes >> 20),

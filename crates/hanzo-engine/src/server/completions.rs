@@ -36,27 +36,45 @@ struct Job {
     events: UnboundedReceiver<Event>,
 }
 
-pub async fn chat(State(app): State<Arc<AppState>>, body: Bytes) -> Response {
-    chat_inner(&app, &body)
-        .await
-        .unwrap_or_else(|e| e.into_response())
+impl Kind {
+    /// The `object` of a whole answer, or of one streamed chunk.
+    fn object(self, chunk: bool) -> &'static str {
+        match (self, chunk) {
+            (Kind::Chat, false) => "chat.completion",
+            (Kind::Chat, true) => "chat.completion.chunk",
+            (Kind::Text, _) => "text_completion",
+        }
+    }
 }
 
-pub async fn completions(State(app): State<Arc<AppState>>, body: Bytes) -> Response {
-    text_inner(&app, &body)
-        .await
-        .unwrap_or_else(|e| e.into_response())
+impl Job {
+    /// The fields every answer and chunk carries around its `choices`.
+    fn envelope(&self, chunk: bool, choices: Value) -> Value {
+        json!({
+            "id": self.id,
+            "object": self.kind.object(chunk),
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": super::FINGERPRINT,
+            "choices": choices,
+        })
+    }
+
+    /// Streams the job as server-sent events, or waits for it and answers in one body.
+    async fn respond(self, stream: bool, include_usage: bool) -> ApiResult<Response> {
+        if stream {
+            Ok(self::stream(self, include_usage))
+        } else {
+            collect(self).await
+        }
+    }
 }
 
-async fn chat_inner(app: &AppState, body: &[u8]) -> ApiResult<Response> {
-    let req: ChatRequest = api::parse(body)?;
+pub async fn chat(State(app): State<Arc<AppState>>, body: Bytes) -> ApiResult<Response> {
+    let req: ChatRequest = api::parse(&body)?;
     let model = app.models.chat(&req.model)?;
     req.check_unsupported()?;
-    let messages = req.messages()?;
-    let prompt = model
-        .pipeline
-        .chat_tokens(&messages)
-        .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+    let prompt = model.chat_prompt(&req.messages()?)?;
     let settings = req.gen.settings(model.vocab())?;
     let constraints = match req.json_format()? {
         None => Vec::new(),
@@ -71,15 +89,11 @@ async fn chat_inner(app: &AppState, body: &[u8]) -> ApiResult<Response> {
         constraints,
     )?;
     let usage = req.stream_options.is_some_and(|o| o.include_usage);
-    Ok(if req.stream {
-        stream(job, usage)
-    } else {
-        collect(job).await?
-    })
+    job.respond(req.stream, usage).await
 }
 
-async fn text_inner(app: &AppState, body: &[u8]) -> ApiResult<Response> {
-    let req: CompletionRequest = api::parse(body)?;
+pub async fn completions(State(app): State<Arc<AppState>>, body: Bytes) -> ApiResult<Response> {
+    let req: CompletionRequest = api::parse(&body)?;
     let model = app.models.chat(&req.model)?;
     req.check_unsupported()?;
     let prompt = match req.prompt {
@@ -108,11 +122,7 @@ async fn text_inner(app: &AppState, body: &[u8]) -> ApiResult<Response> {
     let logprobs = req.logprobs.map(|k| k as usize);
     let job = submit(model, Kind::Text, prompt, settings, logprobs, Vec::new())?;
     let usage = req.stream_options.is_some_and(|o| o.include_usage);
-    Ok(if req.stream {
-        stream(job, usage)
-    } else {
-        collect(job).await?
-    })
+    job.respond(req.stream, usage).await
 }
 
 fn submit(
@@ -229,10 +239,7 @@ pub async fn chat_text(
     messages: &[hanzo_transformers::Message],
     settings: GenSettings,
 ) -> ApiResult<(String, &'static str, usize, usize)> {
-    let prompt = model
-        .pipeline
-        .chat_tokens(messages)
-        .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+    let prompt = model.chat_prompt(messages)?;
     let mut job = submit(model, Kind::Chat, prompt, settings, None, Vec::new())?;
     let prompt_tokens = job.prompt_tokens;
     let c = gather(&mut job).await?.swap_remove(0);
@@ -274,36 +281,29 @@ async fn gather(job: &mut Job) -> ApiResult<Vec<ChoiceAcc>> {
 async fn collect(mut job: Job) -> ApiResult<Response> {
     let choices = gather(&mut job).await?;
     let completion: usize = choices.iter().map(|c| c.tokens).sum();
-    let body = match job.kind {
-        Kind::Chat => json!({
-            "id": job.id,
-            "object": "chat.completion",
-            "created": job.created,
-            "model": job.model,
-            "system_fingerprint": super::FINGERPRINT,
-            "choices": choices.iter().enumerate().map(|(i, c)| json!({
-                "index": i,
-                "message": {"role": "assistant", "content": c.text, "refusal": null},
-                "logprobs": job.logprobs.map(|_| chat_logprobs(&c.logprobs)),
-                "finish_reason": c.finish.map(FinishReason::as_str),
-            })).collect::<Vec<_>>(),
-            "usage": usage(job.prompt_tokens, completion),
-        }),
-        Kind::Text => json!({
-            "id": job.id,
-            "object": "text_completion",
-            "created": job.created,
-            "model": job.model,
-            "system_fingerprint": super::FINGERPRINT,
-            "choices": choices.iter().enumerate().map(|(i, c)| json!({
-                "index": i,
-                "text": c.text,
-                "logprobs": job.logprobs.map(|_| text_logprobs(&c.logprobs, 0)),
-                "finish_reason": c.finish.map(FinishReason::as_str),
-            })).collect::<Vec<_>>(),
-            "usage": usage(job.prompt_tokens, completion),
-        }),
-    };
+    let choices: Vec<Value> = choices
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let finish = c.finish.map(FinishReason::as_str);
+            match job.kind {
+                Kind::Chat => json!({
+                    "index": i,
+                    "message": {"role": "assistant", "content": c.text, "refusal": null},
+                    "logprobs": job.logprobs.map(|_| chat_logprobs(&c.logprobs)),
+                    "finish_reason": finish,
+                }),
+                Kind::Text => json!({
+                    "index": i,
+                    "text": c.text,
+                    "logprobs": job.logprobs.map(|_| text_logprobs(&c.logprobs, 0)),
+                    "finish_reason": finish,
+                }),
+            }
+        })
+        .collect();
+    let mut body = job.envelope(false, choices.into());
+    body["usage"] = usage(job.prompt_tokens, completion);
     Ok(Json(body).into_response())
 }
 
@@ -326,18 +326,7 @@ impl Streaming {
     }
 
     fn chunk_value(&self, choices: Value) -> Value {
-        let object = match self.job.kind {
-            Kind::Chat => "chat.completion.chunk",
-            Kind::Text => "text_completion",
-        };
-        let mut c = json!({
-            "id": self.job.id,
-            "object": object,
-            "created": self.job.created,
-            "model": self.job.model,
-            "system_fingerprint": super::FINGERPRINT,
-            "choices": choices,
-        });
+        let mut c = self.job.envelope(true, choices);
         if self.include_usage {
             c["usage"] = Value::Null;
         }

@@ -17,14 +17,8 @@ use std::sync::Arc;
 /// Most inputs in one request (OpenAI's limit).
 const MAX_INPUTS: usize = 2048;
 
-pub async fn embeddings(State(app): State<Arc<AppState>>, body: Bytes) -> Response {
-    inner(&app, &body)
-        .await
-        .unwrap_or_else(|e| e.into_response())
-}
-
-async fn inner(app: &AppState, body: &[u8]) -> ApiResult<Response> {
-    let req: EmbeddingRequest = api::parse(body)?;
+pub async fn embeddings(State(app): State<Arc<AppState>>, body: Bytes) -> ApiResult<Response> {
+    let req: EmbeddingRequest = api::parse(&body)?;
     let model = app.models.embedder(&req.model)?;
     let texts = match req.input {
         EmbeddingInput::Text(t) => vec![t],

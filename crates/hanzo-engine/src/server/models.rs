@@ -29,6 +29,14 @@ impl ChatModel {
         self.pipeline.model.info().vocab_size
     }
 
+    /// The prompt of a chat: the template applied and tokenized; a template's complaint
+    /// (roles out of order, say) is a 400.
+    pub fn chat_prompt(&self, messages: &[hanzo_transformers::Message]) -> ApiResult<Vec<u32>> {
+        self.pipeline
+            .chat_tokens(messages)
+            .map_err(|e| ApiError::invalid("messages", e.to_string()))
+    }
+
     /// One grammar per choice for a JSON schema (`None`: any JSON object); a schema that
     /// cannot be enforced is a 400.
     pub fn json_constraints(

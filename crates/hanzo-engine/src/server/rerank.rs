@@ -22,12 +22,6 @@ const JUDGE: &str = "Judge whether the Document meets the requirements based on 
 /// Most documents in one request.
 const MAX_DOCUMENTS: usize = 1000;
 
-pub async fn rerank(State(app): State<Arc<AppState>>, body: Bytes) -> Response {
-    inner(&app, &body)
-        .await
-        .unwrap_or_else(|e| e.into_response())
-}
-
 /// The ids of a word's spellings that are one token each ("yes", "Yes").
 fn answer_ids(model: &ChatModel, words: &[&str]) -> Vec<u32> {
     words
@@ -49,8 +43,8 @@ fn log_sum_exp(xs: &[f32]) -> f64 {
     m + xs.iter().map(|&x| (x as f64 - m).exp()).sum::<f64>().ln()
 }
 
-async fn inner(app: &AppState, body: &[u8]) -> ApiResult<Response> {
-    let req: RerankRequest = api::parse(body)?;
+pub async fn rerank(State(app): State<Arc<AppState>>, body: Bytes) -> ApiResult<Response> {
+    let req: RerankRequest = api::parse(&body)?;
     let model = app.models.chat(&req.model).map_err(|e| {
         if app.models.embedder(&req.model).is_ok() {
             ApiError::invalid(

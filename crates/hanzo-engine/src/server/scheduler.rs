@@ -476,7 +476,7 @@ impl State {
                 return;
             }
         };
-        let mut rows = rows.into_iter();
+        let mut next_row = 0;
         let mut prompt_tokens = 0;
         let mut finished = Vec::new();
         let mut forks = Vec::new();
@@ -489,7 +489,9 @@ impl State {
             if !p.logits {
                 continue;
             }
-            let Some(row) = rows.next() else { break };
+            let r = next_row;
+            next_row += 1;
+            let Some(row) = rows.get(r) else { break };
             // The prompt is done: give every further choice a sequence of its own.
             while s.choices.len() > 1 {
                 let c = s.choices.pop().expect("len > 1");
@@ -503,21 +505,22 @@ impl State {
                             choices: vec![c],
                             counted: false,
                         },
-                        row.clone(),
+                        r,
                     )),
                     Err(e) => {
                         s.send(Event::Error(format!("cannot fork the sequence: {e}")));
                     }
                 }
             }
-            if self.sample(p.at, &row) {
+            if self.sample(p.at, row) {
                 finished.push(p.at);
             }
         }
-        for (s, row) in forks {
+        // Each fork samples from its prompt's row, as its first choice did.
+        for (s, r) in forks {
             self.running.push(s);
             let at = self.running.len() - 1;
-            if self.sample(at, &row) {
+            if self.sample(at, &rows[r]) {
                 finished.push(at);
             }
         }
@@ -547,13 +550,14 @@ impl State {
                 .iter()
                 .map(|&t| lp.get(t as usize).copied().unwrap_or(f32::NEG_INFINITY));
             let _ = sh.req.events.send(Event::Scores(scores.collect()));
-            let _ = sh.req.events.send(Event::Finish {
-                choice: c.index,
-                reason: FinishReason::Stop,
-                tokens: 0,
-            });
-            let e2e = sh.arrived.elapsed().as_secs_f64();
-            self.metrics.finished(&self.model, "stop", e2e);
+            finish(
+                &self.metrics,
+                &self.model,
+                &sh,
+                c.index,
+                FinishReason::Stop,
+                0,
+            );
             return true;
         }
         let tok = match &mut c.matcher {
@@ -642,13 +646,8 @@ impl State {
         let Some(reason) = reason else {
             return false;
         };
-        let _ = sh.req.events.send(Event::Finish {
-            choice: c.index,
-            reason,
-            tokens: c.generated - usize::from(end),
-        });
-        let e2e = sh.arrived.elapsed().as_secs_f64();
-        self.metrics.finished(&self.model, reason.as_str(), e2e);
+        let tokens = c.generated - usize::from(end);
+        finish(&self.metrics, &self.model, &sh, c.index, reason, tokens);
         true
     }
 
@@ -669,6 +668,24 @@ impl State {
                 + self.waiting.iter().filter(|s| !s.counted).count(),
         );
     }
+}
+
+/// Ends one choice: its `Finish` event and the request metrics (a free function, so it can
+/// run while the choice itself is borrowed from the running set).
+fn finish(
+    metrics: &Metrics,
+    model: &str,
+    sh: &Shared,
+    choice: usize,
+    reason: FinishReason,
+    tokens: usize,
+) {
+    let _ = sh.req.events.send(Event::Finish {
+        choice,
+        reason,
+        tokens,
+    });
+    metrics.finished(model, reason.as_str(), sh.arrived.elapsed().as_secs_f64());
 }
 
 /// Where the chunk starting at `computed` ends: the next multiple of `PREFILL_CHUNK`, or the

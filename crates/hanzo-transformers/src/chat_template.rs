@@ -6,10 +6,16 @@ use crate::{Error, Result};
 use minijinja::{context, Environment, ErrorKind};
 use serde::{Deserialize, Serialize};
 
+/// One turn of a chat. Templates see `tool_calls` and `tool_call_id` only when they are set
+/// (an assistant's calls; a tool result's reference to the call it answers).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Message {
     pub role: String,
     pub content: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 impl Message {
@@ -17,8 +23,27 @@ impl Message {
         Self {
             role: role.into(),
             content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
         }
     }
+}
+
+/// A function call an assistant made, in the shape Hugging Face chat templates read:
+/// `{"id", "type": "function", "function": {"name", "arguments": {...}}}` with the arguments
+/// as a JSON value (the OpenAI API sends them as a string; callers parse it).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub function: FunctionCall,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FunctionCall {
+    pub name: String,
+    pub arguments: serde_json::Value,
 }
 
 /// Gemma's format: no system role (a system message is prepended to the first user turn),
@@ -44,6 +69,7 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     bos: String,
     eos: String,
+    tools: bool,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -64,30 +90,115 @@ impl ChatTemplate {
                 Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg))
             },
         );
+        // Templates were written against Python's `json.dumps` (", " and ": " separators, no
+        // HTML escaping); minijinja's own `tojson` differs, and the model saw the former.
+        env.add_filter("tojson", python_json);
         env.add_template_owned("chat", source.to_string())
             .map_err(|e| Error::Template(format!("cannot parse: {e}")))?;
         Ok(Self {
             env,
             bos: bos.into(),
             eos: eos.into(),
+            tools: source.contains("tools"),
         })
+    }
+
+    /// Whether the template lays out `tools` itself (otherwise the caller describes them, see
+    /// `crate::tools`).
+    pub fn handles_tools(&self) -> bool {
+        self.tools
     }
 
     /// The prompt text for `messages`, ending with the assistant's turn header when
     /// `add_generation_prompt`.
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+        self.render_with_tools(messages, &[], add_generation_prompt)
+    }
+
+    /// As [`render`](Self::render), with the functions the model may call (OpenAI's `tools`
+    /// entries, `{"type": "function", "function": {...}}`) in the template's `tools`.
+    pub fn render_with_tools(
+        &self,
+        messages: &[Message],
+        tools: &[serde_json::Value],
+        add_generation_prompt: bool,
+    ) -> Result<String> {
         let tmpl = self
             .env
             .get_template("chat")
             .map_err(|e| Error::Template(e.to_string()))?;
         tmpl.render(context! {
             messages => messages,
+            tools => (!tools.is_empty()).then_some(tools),
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos,
             eos_token => self.eos,
         })
         .map_err(|e| Error::Template(format!("{e}")))
     }
+}
+
+/// `json.dumps` as Python writes it: `{"a": 1, "b": [1, 2]}` (Jinja's optional `indent`
+/// pretty-prints instead).
+fn python_json(
+    value: minijinja::Value,
+    indent: Option<usize>,
+) -> std::result::Result<minijinja::Value, minijinja::Error> {
+    let value = serde_json::to_value(&value)
+        .map_err(|e| minijinja::Error::new(ErrorKind::InvalidOperation, e.to_string()))?;
+    let text = match indent {
+        None => to_python_json(&value),
+        Some(n) => {
+            let pad = vec![b' '; n];
+            let mut out = Vec::new();
+            let fmt = serde_json::ser::PrettyFormatter::with_indent(&pad);
+            let mut ser = serde_json::Serializer::with_formatter(&mut out, fmt);
+            serde::Serialize::serialize(&value, &mut ser).expect("a JSON value serializes");
+            String::from_utf8(out).expect("serde_json writes UTF-8")
+        }
+    };
+    Ok(minijinja::Value::from_safe_string(text))
+}
+
+/// serde_json's compact output with Python's separators.
+pub struct PythonFormatter;
+
+impl serde_json::ser::Formatter for PythonFormatter {
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            w.write_all(b", ")
+        }
+    }
+
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            w.write_all(b", ")
+        }
+    }
+
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(b": ")
+    }
+}
+
+/// A JSON value as Python's `json.dumps` writes it.
+pub fn to_python_json(value: &serde_json::Value) -> String {
+    let mut out = Vec::new();
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, PythonFormatter);
+    serde::Serialize::serialize(value, &mut ser).expect("a JSON value serializes");
+    String::from_utf8(out).expect("serde_json writes UTF-8")
 }
 
 #[cfg(test)]

@@ -13,8 +13,9 @@ pub mod pipeline;
 pub mod sampler;
 pub mod stop;
 pub mod tokenizer;
+pub mod tools;
 
-pub use chat_template::{ChatTemplate, Message};
+pub use chat_template::{ChatTemplate, FunctionCall, Message, ToolCall};
 pub use embedding::{EmbedOptions, Embedder, Embeddings, Pooling};
 pub use error::{Error, Result};
 pub use models::{

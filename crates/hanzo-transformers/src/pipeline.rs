@@ -159,7 +159,27 @@ impl TextGeneration {
     /// Token ids of a chat, ready for generation (template applied, specials parsed; the
     /// template writes BOS itself where the model wants one).
     pub fn chat_tokens(&self, messages: &[Message]) -> Result<Vec<u32>> {
-        let text = self.template.render(messages, true)?;
+        self.chat_tokens_with_tools(messages, &[])
+    }
+
+    /// As [`chat_tokens`](Self::chat_tokens), with functions the model may call (OpenAI's
+    /// `tools` entries). A template that knows no tools gets them described in the system
+    /// turn and earlier calls written as text ([`crate::tools::lower`]); the model answers
+    /// in [`crate::tools::TOOL_CALL_TAGS`] either way.
+    pub fn chat_tokens_with_tools(
+        &self,
+        messages: &[Message],
+        tools: &[serde_json::Value],
+    ) -> Result<Vec<u32>> {
+        let has_calls = messages
+            .iter()
+            .any(|m| !m.tool_calls.is_empty() || m.role == "tool");
+        let text = if self.template.handles_tools() || (tools.is_empty() && !has_calls) {
+            self.template.render_with_tools(messages, tools, true)?
+        } else {
+            let lowered = crate::tools::lower(messages, tools, crate::tools::TOOL_CALL_TAGS);
+            self.template.render(&lowered, true)?
+        };
         let mut ids = self.tokenizer.encode(&text, false, true);
         let sp = self.tokenizer.special();
         if let (true, Some(bos)) = (sp.add_bos, sp.bos) {

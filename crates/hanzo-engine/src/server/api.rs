@@ -3,7 +3,8 @@
 //! silently dropped.
 
 use super::error::{ApiError, ApiResult};
-use hanzo_transformers::{Message, SamplingParams};
+use super::tools::ToolPlan;
+use hanzo_transformers::{FunctionCall, Message, SamplingParams, ToolCall};
 use serde::Deserialize;
 use std::collections::HashMap;
 
@@ -183,7 +184,24 @@ pub struct ContentPart {
 pub struct ChatMessage {
     pub role: String,
     pub content: Option<Content>,
-    pub tool_calls: Option<serde_json::Value>,
+    /// An assistant's earlier calls.
+    pub tool_calls: Option<Vec<InToolCall>>,
+    /// A tool result: the call it answers.
+    pub tool_call_id: Option<String>,
+}
+
+/// A call in the history: `{"id", "type": "function", "function": {"name", "arguments"}}`,
+/// the arguments a string of JSON.
+#[derive(Deserialize, Debug)]
+pub struct InToolCall {
+    pub id: String,
+    pub function: InFunctionCall,
+}
+
+#[derive(Deserialize, Debug)]
+pub struct InFunctionCall {
+    pub name: String,
+    pub arguments: String,
 }
 
 #[derive(Deserialize, Debug)]
@@ -200,6 +218,7 @@ pub struct ChatRequest {
     pub response_format: Option<serde_json::Value>,
     pub tools: Option<Vec<serde_json::Value>>,
     pub tool_choice: Option<serde_json::Value>,
+    pub parallel_tool_calls: Option<bool>,
 }
 
 impl ChatRequest {
@@ -225,12 +244,6 @@ impl ChatRequest {
                             "unknown role {:?}: use system, developer, user, assistant or tool",
                             m.role
                         ),
-                    ));
-                }
-                if m.tool_calls.as_ref().is_some_and(|t| !t.is_null()) {
-                    return Err(ApiError::invalid(
-                        &format!("messages[{i}].tool_calls"),
-                        "tool calls are not supported by this server yet",
                     ));
                 }
                 let text = match &m.content {
@@ -261,7 +274,29 @@ impl ChatRequest {
                 } else {
                     &m.role
                 };
-                Ok(Message::new(role, &text))
+                let mut msg = Message::new(role, &text);
+                msg.tool_call_id = m.tool_call_id.clone();
+                for (j, c) in m.tool_calls.iter().flatten().enumerate() {
+                    // Templates take the arguments as an object; a model that wrote
+                    // something else gets it back as the string it was.
+                    let arguments = serde_json::from_str(&c.function.arguments)
+                        .unwrap_or_else(|_| c.function.arguments.clone().into());
+                    if m.role != "assistant" {
+                        return Err(ApiError::invalid(
+                            &format!("messages[{i}].tool_calls[{j}]"),
+                            "only assistant messages carry tool calls",
+                        ));
+                    }
+                    msg.tool_calls.push(ToolCall {
+                        id: c.id.clone(),
+                        kind: "function".into(),
+                        function: FunctionCall {
+                            name: c.function.name.clone(),
+                            arguments,
+                        },
+                    });
+                }
+                Ok(msg)
             })
             .collect()
     }
@@ -289,17 +324,25 @@ impl ChatRequest {
         }
     }
 
-    /// Refuses what this server cannot enforce yet, rather than ignoring it.
-    pub fn check_unsupported(&self) -> ApiResult<()> {
-        let tools = self.tools.as_ref().is_some_and(|t| !t.is_empty());
-        let none = self.tool_choice.as_ref().is_none_or(|c| c == "none");
-        if tools && !none {
+    /// The functions the model may call, checked; `None` when it is not to call any.
+    pub fn tool_plan(&self) -> ApiResult<Option<ToolPlan>> {
+        let plan = ToolPlan::from_request(
+            self.tools.as_deref(),
+            self.tool_choice.as_ref(),
+            self.parallel_tool_calls,
+        )?;
+        if plan.is_some()
+            && self
+                .response_format
+                .as_ref()
+                .is_some_and(|f| f["type"] != "text")
+        {
             return Err(ApiError::invalid(
-                "tools",
-                "tool calling is not supported by this server yet (tool_choice \"none\" is)",
+                "response_format",
+                "`response_format` and tool calls cannot be combined; set `tool_choice` to \"none\"",
             ));
         }
-        Ok(())
+        Ok(plan)
     }
 
     /// `Some(k)` when log-probabilities are asked for, `k` alternatives each.

@@ -11,6 +11,7 @@ use axum::extract::State;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use hanzo_transformers::tools::{ToolCallParser, ToolDelta, TOOL_CALL_TAGS};
 use serde_json::{json, Value};
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -33,6 +34,8 @@ struct Job {
     n: usize,
     prompt_tokens: usize,
     logprobs: Option<usize>,
+    /// Whether the model may call tools (its text is read for calls).
+    tools: bool,
     events: UnboundedReceiver<Event>,
 }
 
@@ -73,14 +76,15 @@ impl Job {
 pub async fn chat(State(app): State<Arc<AppState>>, body: Bytes) -> ApiResult<Response> {
     let req: ChatRequest = api::parse(&body)?;
     let model = app.models.chat(&req.model)?;
-    req.check_unsupported()?;
-    let prompt = model.chat_prompt(&req.messages()?)?;
+    let tools = req.tool_plan()?;
+    let prompt = model.chat_prompt(&req.messages()?, tools.as_ref())?;
     let settings = req.gen.settings(model.vocab())?;
-    let constraints = match req.json_format()? {
-        None => Vec::new(),
-        Some(schema) => model.json_constraints(schema, settings.n)?,
+    let constraints = match (&tools, req.json_format()?) {
+        (Some(plan), _) => model.tool_constraints(plan, settings.n)?,
+        (None, None) => Vec::new(),
+        (None, Some(schema)) => model.json_constraints(schema, settings.n)?,
     };
-    let job = submit(
+    let mut job = submit(
         model,
         Kind::Chat,
         prompt,
@@ -88,6 +92,7 @@ pub async fn chat(State(app): State<Arc<AppState>>, body: Bytes) -> ApiResult<Re
         req.logprobs()?,
         constraints,
     )?;
+    job.tools = tools.is_some();
     let usage = req.stream_options.is_some_and(|o| o.include_usage);
     job.respond(req.stream, usage).await
 }
@@ -179,6 +184,7 @@ fn submit(
         n: s.n,
         prompt_tokens,
         logprobs,
+        tools: false,
         events,
     })
 }
@@ -198,6 +204,79 @@ struct ChoiceAcc {
     logprobs: Vec<TokenLogprob>,
     finish: Option<FinishReason>,
     tokens: usize,
+    /// Reads tool calls out of the text, when the request declared tools.
+    parser: Option<ToolCallParser>,
+    /// `(id, name, arguments)` of each call.
+    calls: Vec<(String, String, String)>,
+}
+
+impl ChoiceAcc {
+    fn new(tools: bool) -> Self {
+        Self {
+            parser: tools.then(|| ToolCallParser::new(TOOL_CALL_TAGS)),
+            ..Default::default()
+        }
+    }
+
+    /// Text as the model wrote it, split into reply text and tool calls where tools are on.
+    fn read(&mut self, text: &str, last: bool) -> Vec<ToolDelta> {
+        let deltas = match &mut self.parser {
+            None if text.is_empty() => Vec::new(),
+            None => vec![ToolDelta::Content(text.to_string())],
+            Some(p) => {
+                let mut deltas = p.push(text);
+                if last {
+                    deltas.extend(p.finish());
+                }
+                deltas
+            }
+        };
+        for d in &deltas {
+            match d {
+                ToolDelta::Content(t) => self.text.push_str(t),
+                ToolDelta::Call { name, .. } => {
+                    self.calls.push((call_id(), name.clone(), String::new()))
+                }
+                ToolDelta::Arguments { index, text } => self.calls[*index].2.push_str(text),
+            }
+        }
+        deltas
+    }
+
+    /// `finish_reason`: a turn that ended after calling tools ends for them.
+    fn finish_reason(&self) -> Option<&'static str> {
+        match self.finish {
+            Some(FinishReason::Stop) if !self.calls.is_empty() => Some("tool_calls"),
+            f => f.map(FinishReason::as_str),
+        }
+    }
+}
+
+/// A tool call's id, as OpenAI's look: `call_` and 24 random characters.
+fn call_id() -> String {
+    format!("call_{:024x}", rand::random::<u128>() >> 32)
+}
+
+/// The chat message of a finished choice: its text (null when it only called tools) and its
+/// tool calls.
+fn chat_message(c: &ChoiceAcc) -> Value {
+    if c.calls.is_empty() {
+        return json!({"role": "assistant", "content": c.text, "refusal": null});
+    }
+    let text = c.text.trim();
+    let calls: Vec<Value> = c
+        .calls
+        .iter()
+        .map(|(id, name, args)| {
+            json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}})
+        })
+        .collect();
+    json!({
+        "role": "assistant",
+        "content": (!text.is_empty()).then_some(text),
+        "refusal": null,
+        "tool_calls": calls,
+    })
 }
 
 /// Chat logprobs: `{"content": [{token, logprob, bytes, top_logprobs}], "refusal": null}`.
@@ -239,7 +318,7 @@ pub async fn chat_text(
     messages: &[hanzo_transformers::Message],
     settings: GenSettings,
 ) -> ApiResult<(String, &'static str, usize, usize)> {
-    let prompt = model.chat_prompt(messages)?;
+    let prompt = model.chat_prompt(messages, None)?;
     let mut job = submit(model, Kind::Chat, prompt, settings, None, Vec::new())?;
     let prompt_tokens = job.prompt_tokens;
     let c = gather(&mut job).await?.swap_remove(0);
@@ -249,7 +328,7 @@ pub async fn chat_text(
 
 /// Every choice of a job, once all have finished.
 async fn gather(job: &mut Job) -> ApiResult<Vec<ChoiceAcc>> {
-    let mut choices: Vec<ChoiceAcc> = (0..job.n).map(|_| ChoiceAcc::default()).collect();
+    let mut choices: Vec<ChoiceAcc> = (0..job.n).map(|_| ChoiceAcc::new(job.tools)).collect();
     let mut done = 0;
     while done < job.n {
         match job.events.recv().await {
@@ -258,7 +337,7 @@ async fn gather(job: &mut Job) -> ApiResult<Vec<ChoiceAcc>> {
                 text,
                 logprobs,
             }) => {
-                choices[choice].text.push_str(&text);
+                choices[choice].read(&text, false);
                 choices[choice].logprobs.extend(logprobs);
             }
             Some(Event::Finish {
@@ -266,6 +345,7 @@ async fn gather(job: &mut Job) -> ApiResult<Vec<ChoiceAcc>> {
                 reason,
                 tokens,
             }) => {
+                choices[choice].read("", true);
                 choices[choice].finish = Some(reason);
                 choices[choice].tokens = tokens;
                 done += 1;
@@ -285,11 +365,11 @@ async fn collect(mut job: Job) -> ApiResult<Response> {
         .iter()
         .enumerate()
         .map(|(i, c)| {
-            let finish = c.finish.map(FinishReason::as_str);
+            let finish = c.finish_reason();
             match job.kind {
                 Kind::Chat => json!({
                     "index": i,
-                    "message": {"role": "assistant", "content": c.text, "refusal": null},
+                    "message": chat_message(c),
                     "logprobs": job.logprobs.map(|_| chat_logprobs(&c.logprobs)),
                     "finish_reason": finish,
                 }),
@@ -315,6 +395,8 @@ struct Streaming {
     ready: std::collections::VecDeque<String>,
     done: usize,
     completion_tokens: usize,
+    /// Each choice so far (its tool calls, for their ids and the finish reason).
+    choices: Vec<ChoiceAcc>,
     /// Bytes of text sent per choice (the legacy logprobs' offsets).
     sent: Vec<usize>,
     ended: bool,
@@ -333,36 +415,70 @@ impl Streaming {
         c
     }
 
-    fn choice(
-        &self,
-        index: usize,
-        text: Option<&str>,
-        lps: &[TokenLogprob],
-        finish: Option<FinishReason>,
-    ) -> Value {
-        let logprobs = match (self.job.logprobs, lps.is_empty()) {
+    fn logprobs(&self, index: usize, lps: &[TokenLogprob]) -> Value {
+        match (self.job.logprobs, lps.is_empty()) {
             (Some(_), false) => match self.job.kind {
                 Kind::Chat => chat_logprobs(lps),
                 Kind::Text => text_logprobs(lps, self.sent[index]),
             },
             _ => Value::Null,
-        };
-        let finish = finish.map(FinishReason::as_str);
+        }
+    }
+
+    /// One choice's entry in a chunk: a chat `delta` (text, or a piece of a tool call) or a
+    /// completion's text.
+    fn choice(
+        &self,
+        index: usize,
+        delta: Option<&ToolDelta>,
+        lps: &[TokenLogprob],
+        finish: Option<&str>,
+    ) -> Value {
+        let logprobs = self.logprobs(index, lps);
         match self.job.kind {
             Kind::Chat => {
-                let delta = match text {
-                    Some(t) => json!({"content": t}),
+                let delta = match delta {
                     None => json!({}),
+                    Some(ToolDelta::Content(t)) => json!({"content": t}),
+                    // The first piece of a call names it; later ones add to its arguments.
+                    Some(ToolDelta::Call { index: k, name }) => json!({"tool_calls": [{
+                        "index": k,
+                        "id": self.choices[index].calls[*k].0,
+                        "type": "function",
+                        "function": {"name": name, "arguments": ""},
+                    }]}),
+                    Some(ToolDelta::Arguments { index: k, text }) => {
+                        json!({"tool_calls": [{"index": k, "function": {"arguments": text}}]})
+                    }
                 };
                 json!({"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish})
             }
             Kind::Text => json!({
                 "index": index,
-                "text": text.unwrap_or(""),
+                "text": match delta {
+                    Some(ToolDelta::Content(t)) => t.as_str(),
+                    _ => "",
+                },
                 "logprobs": logprobs,
                 "finish_reason": finish,
             }),
         }
+    }
+
+    /// Queues a chunk for each piece of a choice's new text, the log-probabilities on the
+    /// first.
+    fn queue(&mut self, index: usize, text: &str, last: bool, lps: &[TokenLogprob]) {
+        let mut deltas = self.choices[index].read(text, last);
+        if deltas.is_empty() && !lps.is_empty() {
+            deltas.push(ToolDelta::Content(String::new()));
+        }
+        let mut lps = lps;
+        for d in &deltas {
+            let chunk = self.chunk(json!([self.choice(index, Some(d), lps, None)]));
+            self.ready.push_back(chunk);
+            lps = &[];
+        }
+        self.sent[index] += text.len();
     }
 
     /// Waits for the next event and turns it into chunks; `false` at the end.
@@ -385,12 +501,7 @@ impl Streaming {
                 choice,
                 text,
                 logprobs,
-            }) => {
-                let c = self.choice(choice, Some(&text), &logprobs, None);
-                self.sent[choice] += text.len();
-                let chunk = self.chunk(json!([c]));
-                self.ready.push_back(chunk);
-            }
+            }) => self.queue(choice, &text, false, &logprobs),
             Some(Event::Finish {
                 choice,
                 reason,
@@ -398,7 +509,10 @@ impl Streaming {
             }) => {
                 self.done += 1;
                 self.completion_tokens += tokens;
-                let c = self.choice(choice, None, &[], Some(reason));
+                self.queue(choice, "", true, &[]);
+                self.choices[choice].finish = Some(reason);
+                let finish = self.choices[choice].finish_reason();
+                let c = self.choice(choice, None, &[], finish);
                 let chunk = self.chunk(json!([c]));
                 self.ready.push_back(chunk);
             }
@@ -419,13 +533,14 @@ impl Streaming {
 }
 
 fn stream(job: Job, include_usage: bool) -> Response {
-    let n = job.n;
+    let (n, tools) = (job.n, job.tools);
     let mut s = Streaming {
         job,
         include_usage,
         ready: Default::default(),
         done: 0,
         completion_tokens: 0,
+        choices: (0..n).map(|_| ChoiceAcc::new(tools)).collect(),
         sent: vec![0; n],
         ended: false,
     };

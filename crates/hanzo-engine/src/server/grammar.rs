@@ -129,3 +129,71 @@ impl Grammars {
             .collect()
     }
 }
+
+/// A tool call's body under its grammar: done as soon as the JSON object is complete (the
+/// end marker after it is written by the caller, `tools.rs`).
+struct CallBody {
+    matcher: Matcher,
+    complete: bool,
+}
+
+impl Constraint for CallBody {
+    fn mask(&mut self, logits: &mut [f32]) -> Result<(), String> {
+        self.matcher.mask(logits)
+    }
+
+    fn consume(&mut self, token: u32) -> Result<(), String> {
+        self.matcher.consume(token)?;
+        self.complete = self.matcher.is_accepting().map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    fn is_done(&self) -> bool {
+        self.complete
+    }
+}
+
+impl Grammars {
+    /// The grammar of one tool call's body, after its start marker and newline:
+    /// `{"name": "f", "arguments": {...}}` for one of `functions`, its arguments under that
+    /// function's parameter schema. Checked once here (an unsupported schema keyword is an
+    /// `Err`); the returned function makes a fresh matcher for each call.
+    pub fn tool_call(
+        &self,
+        p: &Arc<TextGeneration>,
+        functions: &[&(String, Value)],
+    ) -> Result<super::tools::ArgsGrammar, String> {
+        let f = self.factory.get_or_init(|| factory(p)).clone()?;
+        let calls: Vec<Value> = functions
+            .iter()
+            .map(|(name, params)| {
+                json!({
+                    "type": "object",
+                    "properties": {"name": {"const": name}, "arguments": params},
+                    "required": ["name", "arguments"],
+                    "additionalProperties": false,
+                })
+            })
+            .collect();
+        let schema = json!({
+            "anyOf": calls,
+            "x-guidance": {"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "},
+        });
+        let make = move || -> Result<Box<dyn Constraint>, String> {
+            let parser = f
+                .create_parser(TopLevelGrammar::from_json_schema(schema.clone()))
+                .map_err(|e| e.to_string())?;
+            let matcher = Matcher::new(Ok(parser));
+            match matcher.get_error() {
+                Some(e) => Err(e),
+                None => Ok(Box::new(CallBody {
+                    matcher,
+                    complete: false,
+                })),
+            }
+        };
+        let mut make: super::tools::ArgsGrammar = Box::new(make);
+        make()?;
+        Ok(make)
+    }
+}

@@ -19,6 +19,7 @@ mod metrics;
 mod models;
 mod rerank;
 mod scheduler;
+mod tools;
 
 use anyhow::{bail, Context, Result};
 use axum::extract::{MatchedPath, Request, State};

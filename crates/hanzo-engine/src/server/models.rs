@@ -4,6 +4,7 @@
 use super::error::{ApiError, ApiResult};
 use super::metrics::Metrics;
 use super::scheduler::{Limits, Scheduler};
+use super::tools::{TokenBytes, ToolGate, ToolPlan};
 use anyhow::{bail, Context, Result};
 use hanzo_ml::kv::{KvLayout, PagedKv};
 use hanzo_transformers::pipeline::PREFILL_CHUNK;
@@ -22,6 +23,8 @@ pub struct ChatModel {
     /// Constrained decoding (made on the first constrained request).
     #[cfg(feature = "structured-output")]
     pub grammars: super::grammar::Grammars,
+    /// Token texts for tool calls (made on the first request with tools).
+    pub token_bytes: std::sync::OnceLock<Arc<TokenBytes>>,
 }
 
 impl ChatModel {
@@ -31,10 +34,48 @@ impl ChatModel {
 
     /// The prompt of a chat: the template applied and tokenized; a template's complaint
     /// (roles out of order, say) is a 400.
-    pub fn chat_prompt(&self, messages: &[hanzo_transformers::Message]) -> ApiResult<Vec<u32>> {
+    pub fn chat_prompt(
+        &self,
+        messages: &[hanzo_transformers::Message],
+        tools: Option<&ToolPlan>,
+    ) -> ApiResult<Vec<u32>> {
+        let tools = tools.map_or(&[][..], |t| &t.tools[..]);
         self.pipeline
-            .chat_tokens(messages)
+            .chat_tokens_with_tools(messages, tools)
             .map_err(|e| ApiError::invalid("messages", e.to_string()))
+    }
+
+    /// One tool-call constraint per choice: the call forced when the plan requires one, its
+    /// body under the functions' schemas where this build has the grammar engine. A schema
+    /// that cannot be enforced is a 400.
+    pub fn tool_constraints(
+        &self,
+        plan: &ToolPlan,
+        n: usize,
+    ) -> ApiResult<Vec<Box<dyn super::scheduler::Constraint>>> {
+        let tokens = self
+            .token_bytes
+            .get_or_init(|| Arc::new(TokenBytes::new(&self.pipeline)))
+            .clone();
+        (0..n)
+            .map(|_| {
+                #[cfg(feature = "structured-output")]
+                let grammar = Some(
+                    self.grammars
+                        .tool_call(&self.pipeline, &plan.callable())
+                        .map_err(|e| {
+                            ApiError::invalid(
+                                "tools",
+                                format!("the parameter schemas cannot be enforced: {e}"),
+                            )
+                        })?,
+                );
+                #[cfg(not(feature = "structured-output"))]
+                let grammar = None;
+                Ok(Box::new(ToolGate::new(plan, tokens.clone(), grammar))
+                    as Box<dyn super::scheduler::Constraint>)
+            })
+            .collect()
     }
 
     /// One grammar per choice for a JSON schema (`None`: any JSON object); a schema that
@@ -236,6 +277,7 @@ fn load_language_model(
         created,
         #[cfg(feature = "structured-output")]
         grammars: Default::default(),
+        token_bytes: Default::default(),
     })
 }
 

@@ -135,6 +135,17 @@ enum State {
     Whole,
 }
 
+/// How the current call was opened, which says how it closes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Opening {
+    /// The start marker: closed by the end marker.
+    Tagged,
+    /// A bare `{"name": ...}` object at the start of the reply: closed by its `}`.
+    Bare,
+    /// The same in a Markdown code block: closed by the fence.
+    Fenced,
+}
+
 /// Reads calls out of streamed text (see the module docs).
 #[derive(Debug)]
 pub struct ToolCallParser {
@@ -143,6 +154,10 @@ pub struct ToolCallParser {
     /// Text not yet accounted for.
     buf: String,
     calls: usize,
+    opening: Opening,
+    /// Nothing but whitespace and calls so far: a bare or fenced call may still open here
+    /// (small models often leave the markers out).
+    at_start: bool,
 }
 
 impl ToolCallParser {
@@ -152,6 +167,8 @@ impl ToolCallParser {
             state: State::Text,
             buf: String::new(),
             calls: 0,
+            opening: Opening::Tagged,
+            at_start: true,
         }
     }
 
@@ -179,10 +196,33 @@ impl ToolCallParser {
     fn step(&mut self, out: &mut Vec<ToolDelta>, end: bool) -> bool {
         let ToolSyntax { start, end: stop } = self.syntax;
         match &mut self.state {
+            State::Text if self.at_start => {
+                let text = self.buf.trim_start();
+                let ws = self.buf.len() - text.len();
+                match opening(text) {
+                    Open::Call { skip, fenced } => {
+                        self.buf.drain(..ws + skip);
+                        self.opening = if fenced {
+                            Opening::Fenced
+                        } else {
+                            Opening::Bare
+                        };
+                        self.at_start = false;
+                        self.state = State::Head;
+                        true
+                    }
+                    Open::Maybe if !end => false,
+                    _ => {
+                        self.at_start = false;
+                        true
+                    }
+                }
+            }
             State::Text => {
                 if let Some(at) = self.buf.find(start) {
                     push_content(out, &self.buf[..at]);
                     self.buf.drain(..at + start.len());
+                    self.opening = Opening::Tagged;
                     self.state = State::Head;
                     return true;
                 }
@@ -235,8 +275,15 @@ impl ToolCallParser {
                 false
             }
             State::Tail => {
-                if let Some(at) = self.buf.find(stop) {
-                    self.buf.drain(..at + stop.len());
+                let close = match self.opening {
+                    Opening::Tagged => stop,
+                    Opening::Bare => "}",
+                    Opening::Fenced => "```",
+                };
+                if let Some(at) = self.buf.find(close) {
+                    self.buf.drain(..at + close.len());
+                    // After a call written without markers, another may follow the same way.
+                    self.at_start = self.opening != Opening::Tagged;
                     self.state = State::Text;
                     return true;
                 }
@@ -301,6 +348,44 @@ fn partial_suffix(text: &str, marker: &str) -> usize {
             text.is_char_boundary(text.len() - n) && marker.starts_with(&text[text.len() - n..])
         })
         .unwrap_or(0)
+}
+
+enum Open {
+    /// A call begins `skip` bytes in (after a code fence).
+    Call { skip: usize, fenced: bool },
+    /// Could still become one.
+    Maybe,
+    /// Is not one.
+    No,
+}
+
+/// Whether text at the start of a reply opens a call without markers: `{"name": "f",
+/// "arguments": ` bare or after a ```` ```json ```` fence.
+fn opening(text: &str) -> Open {
+    let (skip, fenced) = match text.strip_prefix("```") {
+        Some(after) => {
+            let after_lang = after.strip_prefix("json").unwrap_or(after);
+            if after.len() < 4 && "json".starts_with(after) {
+                return Open::Maybe;
+            }
+            let body = after_lang.trim_start();
+            (text.len() - body.len(), true)
+        }
+        None if "```".starts_with(text) => return Open::Maybe,
+        None => (0, false),
+    };
+    let body = &text[skip..];
+    if body.is_empty() {
+        return Open::Maybe;
+    }
+    if !body.starts_with('{') {
+        return Open::No;
+    }
+    match parse_head(body) {
+        Head::Done { .. } => Open::Call { skip, fenced },
+        Head::More => Open::Maybe,
+        Head::Other => Open::No,
+    }
 }
 
 enum Head {
@@ -555,6 +640,37 @@ mod tests {
         // A "<" that is not a marker is released at the end.
         let (text, _) = assembled(run(&["1 <", " 2 <tool"]));
         assert_eq!(text, "1 < 2 <tool");
+    }
+
+    #[test]
+    fn calls_without_markers_at_the_start_of_the_reply() {
+        let bare =
+            "{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n{\"name\": \"g\", \"arguments\": {}}";
+        let fenced =
+            "\n```json\n{\n  \"name\": \"f\",\n  \"arguments\": {\n    \"a\": 1\n  }\n}\n```";
+        for reply in [bare, fenced] {
+            let chars: Vec<String> = reply.chars().map(String::from).collect();
+            for pieces in [vec![reply.to_string()], chars] {
+                let pieces: Vec<&str> = pieces.iter().map(String::as_str).collect();
+                let (text, calls) = assembled(run(&pieces));
+                assert_eq!(text.trim(), "", "{reply:?}");
+                assert_eq!(calls[0].0, "f");
+                let args: Value = serde_json::from_str(&calls[0].1).unwrap();
+                assert_eq!(args, serde_json::json!({"a": 1}));
+            }
+        }
+        assert_eq!(assembled(run(&[bare])).1.len(), 2);
+        // JSON that is not a call, code, and calls after other text stay text.
+        for reply in [
+            "{\"city\": \"Paris\"}",
+            "```python\nprint(1)\n```",
+            "Sure: {\"name\": \"f\", \"arguments\": {}}",
+            "`x` is",
+        ] {
+            let (text, calls) = assembled(run(&[reply]));
+            assert_eq!(text, reply);
+            assert!(calls.is_empty());
+        }
     }
 
     #[test]

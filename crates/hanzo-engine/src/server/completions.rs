@@ -34,8 +34,9 @@ struct Job {
     n: usize,
     prompt_tokens: usize,
     logprobs: Option<usize>,
-    /// Whether the model may call tools (its text is read for calls).
-    tools: bool,
+    /// Whether the model may call tools (its text is read for calls), and how many calls
+    /// one choice may make.
+    tools: Option<usize>,
     events: UnboundedReceiver<Event>,
 }
 
@@ -92,7 +93,7 @@ pub async fn chat(State(app): State<Arc<AppState>>, body: Bytes) -> ApiResult<Re
         req.logprobs()?,
         constraints,
     )?;
-    job.tools = tools.is_some();
+    job.tools = tools.map(|t| if t.parallel { usize::MAX } else { 1 });
     let usage = req.stream_options.is_some_and(|o| o.include_usage);
     job.respond(req.stream, usage).await
 }
@@ -184,7 +185,7 @@ fn submit(
         n: s.n,
         prompt_tokens,
         logprobs,
-        tools: false,
+        tools: None,
         events,
     })
 }
@@ -208,19 +209,24 @@ struct ChoiceAcc {
     parser: Option<ToolCallParser>,
     /// `(id, name, arguments)` of each call.
     calls: Vec<(String, String, String)>,
+    /// Calls past this many are dropped (`parallel_tool_calls: false` allows one; the
+    /// grammar, where there is one, already ends the turn after it).
+    max_calls: usize,
 }
 
 impl ChoiceAcc {
-    fn new(tools: bool) -> Self {
+    /// `tools`: the most calls the choice may make, when it may make any.
+    fn new(tools: Option<usize>) -> Self {
         Self {
-            parser: tools.then(|| ToolCallParser::new(TOOL_CALL_TAGS)),
+            parser: tools.map(|_| ToolCallParser::new(TOOL_CALL_TAGS)),
+            max_calls: tools.unwrap_or(0),
             ..Default::default()
         }
     }
 
     /// Text as the model wrote it, split into reply text and tool calls where tools are on.
     fn read(&mut self, text: &str, last: bool) -> Vec<ToolDelta> {
-        let deltas = match &mut self.parser {
+        let mut deltas = match &mut self.parser {
             None if text.is_empty() => Vec::new(),
             None => vec![ToolDelta::Content(text.to_string())],
             Some(p) => {
@@ -231,6 +237,12 @@ impl ChoiceAcc {
                 deltas
             }
         };
+        deltas.retain(|d| match d {
+            ToolDelta::Call { index, .. } | ToolDelta::Arguments { index, .. } => {
+                *index < self.max_calls
+            }
+            ToolDelta::Content(_) => true,
+        });
         for d in &deltas {
             match d {
                 ToolDelta::Content(t) => self.text.push_str(t),

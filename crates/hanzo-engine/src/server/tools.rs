@@ -182,8 +182,12 @@ enum Gate {
     Free,
     /// Only tokens that spell out these bytes; then `then`.
     Force(Vec<u8>, After),
-    /// Inside a call, under its grammar.
-    Call(Box<dyn Constraint>),
+    /// Inside a call, under its grammar; `bare` when it opened without the start marker
+    /// (then its `}` closes it, no end marker follows).
+    Call {
+        body: Box<dyn Constraint>,
+        bare: bool,
+    },
     /// Only the end of the turn.
     EndOnly,
 }
@@ -206,7 +210,13 @@ pub struct ToolGate {
     parallel: bool,
     /// The last bytes generated, to see a marker written token by token.
     recent: Vec<u8>,
+    /// The reply's text and tokens while it may still open a call without the marker, as
+    /// a bare `{"name": ...` (small models often leave the markers out); `None` after.
+    opening: Option<(Vec<u8>, Vec<u32>)>,
 }
+
+/// How a call without markers starts.
+const BARE_CALL: &[u8] = b"{\"name\"";
 
 impl ToolGate {
     pub fn new(plan: &ToolPlan, tokens: Arc<TokenBytes>, grammar: Option<ArgsGrammar>) -> Self {
@@ -231,19 +241,76 @@ impl ToolGate {
             gate,
             parallel: plan.parallel,
             recent: Vec::new(),
+            opening: Some(Default::default()),
         }
+    }
+
+    /// Follows the start of the reply: once it reads `{"name"` (after whitespace), the
+    /// grammar takes over, replaying the reply's tokens; when it cannot be such a call,
+    /// watching stops.
+    fn watch_opening(&mut self, token: u32, bytes: &[u8]) -> Result<(), String> {
+        let Some((text, tokens)) = &mut self.opening else {
+            return Ok(());
+        };
+        text.extend_from_slice(bytes);
+        tokens.push(token);
+        let lead = text.iter().take_while(|b| b.is_ascii_whitespace()).count();
+        let body = &text[lead..];
+        if BARE_CALL.starts_with(body) {
+            return Ok(());
+        }
+        let (text, tokens) = self.opening.take().expect("watching");
+        let Some(make) = self
+            .grammar
+            .as_mut()
+            .filter(|_| text[lead..].starts_with(BARE_CALL))
+        else {
+            return Ok(());
+        };
+        // The grammar reads the object from its `{`: replay the tokens after the leading
+        // whitespace (a token that mixes the two leaves the call unconstrained).
+        let mut body = make()?;
+        let mut skipped = 0;
+        for &t in &tokens {
+            let b = self
+                .tokens
+                .bytes
+                .get(t as usize)
+                .map_or(&[][..], |b| &b[..]);
+            if skipped < lead {
+                skipped += b.len();
+                if skipped > lead {
+                    return Ok(());
+                }
+                continue;
+            }
+            if body.consume(t).is_err() {
+                return Ok(());
+            }
+        }
+        self.gate = Gate::Call { body, bare: true };
+        Ok(())
     }
 
     fn after(&mut self, what: After) -> Result<(), String> {
         self.recent.clear();
+        if !matches!(what, After::Closed) {
+            self.opening = None;
+        }
         self.gate = match what {
             After::Opened if self.grammar.is_some() => Gate::Force(b"\n".to_vec(), After::Body),
             After::Opened => Gate::Free,
             After::Body => match &mut self.grammar {
-                Some(make) => Gate::Call(make()?),
+                Some(make) => Gate::Call {
+                    body: make()?,
+                    bare: false,
+                },
                 None => Gate::Free,
             },
-            After::Closed if self.parallel => Gate::Free,
+            After::Closed if self.parallel => {
+                self.opening = Some(Default::default());
+                Gate::Free
+            }
             After::Closed => Gate::EndOnly,
         };
         Ok(())
@@ -254,7 +321,7 @@ impl Constraint for ToolGate {
     fn mask(&mut self, logits: &mut [f32]) -> Result<(), String> {
         match &mut self.gate {
             Gate::Free => Ok(()),
-            Gate::Call(c) => c.mask(logits),
+            Gate::Call { body, .. } => body.mask(logits),
             Gate::EndOnly => {
                 let ends = &self.tokens.ends;
                 for (id, l) in logits.iter_mut().enumerate() {
@@ -281,13 +348,14 @@ impl Constraint for ToolGate {
     }
 
     fn consume(&mut self, token: u32) -> Result<(), String> {
-        let bytes = self
-            .tokens
-            .bytes
-            .get(token as usize)
-            .map_or(&[][..], |b| &b[..]);
+        let tokens = self.tokens.clone();
+        let bytes = tokens.bytes.get(token as usize).map_or(&[][..], |b| &b[..]);
         match &mut self.gate {
             Gate::Free => {
+                self.watch_opening(token, bytes)?;
+                if !matches!(self.gate, Gate::Free) {
+                    return Ok(());
+                }
                 self.recent.extend_from_slice(bytes);
                 let (start, end) = (
                     TOOL_CALL_TAGS.start.as_bytes(),
@@ -312,11 +380,15 @@ impl Constraint for ToolGate {
                 }
                 Ok(())
             }
-            Gate::Call(c) => {
-                c.consume(token)?;
-                if c.is_done() {
-                    let close = format!("\n{}", TOOL_CALL_TAGS.end).into_bytes();
-                    self.gate = Gate::Force(close, After::Closed);
+            Gate::Call { body, bare } => {
+                body.consume(token)?;
+                match (body.is_done(), *bare) {
+                    (false, _) => {}
+                    (true, true) => self.after(After::Closed)?,
+                    (true, false) => {
+                        let close = format!("\n{}", TOOL_CALL_TAGS.end).into_bytes();
+                        self.gate = Gate::Force(close, After::Closed);
+                    }
                 }
                 Ok(())
             }

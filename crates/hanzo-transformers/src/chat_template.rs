@@ -169,11 +169,7 @@ impl serde_json::ser::Formatter for PythonFormatter {
         w: &mut W,
         first: bool,
     ) -> std::io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            w.write_all(b", ")
-        }
+        python_separator(w, first)
     }
 
     fn begin_object_key<W: ?Sized + std::io::Write>(
@@ -181,15 +177,20 @@ impl serde_json::ser::Formatter for PythonFormatter {
         w: &mut W,
         first: bool,
     ) -> std::io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            w.write_all(b", ")
-        }
+        python_separator(w, first)
     }
 
     fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
         w.write_all(b": ")
+    }
+}
+
+/// `, ` before every item but the first.
+fn python_separator<W: ?Sized + std::io::Write>(w: &mut W, first: bool) -> std::io::Result<()> {
+    if first {
+        Ok(())
+    } else {
+        w.write_all(b", ")
     }
 }
 

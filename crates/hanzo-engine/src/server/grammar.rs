@@ -111,22 +111,27 @@ impl Grammars {
         let Some(obj) = schema.as_object_mut() else {
             return Err("the schema must be a JSON object".into());
         };
-        obj.insert(
-            "x-guidance".into(),
-            json!({"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "}),
-        );
+        obj.insert("x-guidance".into(), json_layout());
         (0..n)
-            .map(|_| {
-                let parser = f
-                    .create_parser(TopLevelGrammar::from_json_schema(schema.clone()))
-                    .map_err(|e| e.to_string())?;
-                let m = Matcher::new(Ok(parser));
-                match m.get_error() {
-                    Some(e) => Err(e),
-                    None => Ok(Box::new(m) as Box<dyn Constraint>),
-                }
-            })
+            .map(|_| Ok(Box::new(matcher(&f, &schema)?) as Box<dyn Constraint>))
             .collect()
+    }
+}
+
+/// JSON as the grammars write it: `{"a": 1, "b": [1, 2]}`, no other whitespace.
+fn json_layout() -> Value {
+    json!({"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "})
+}
+
+/// A fresh matcher for a JSON schema; an unsupported schema is an `Err`.
+fn matcher(f: &ParserFactory, schema: &Value) -> Result<Matcher, String> {
+    let parser = f
+        .create_parser(TopLevelGrammar::from_json_schema(schema.clone()))
+        .map_err(|e| e.to_string())?;
+    let m = Matcher::new(Ok(parser));
+    match m.get_error() {
+        Some(e) => Err(e),
+        None => Ok(m),
     }
 }
 
@@ -175,22 +180,12 @@ impl Grammars {
                 })
             })
             .collect();
-        let schema = json!({
-            "anyOf": calls,
-            "x-guidance": {"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "},
-        });
+        let schema = json!({"anyOf": calls, "x-guidance": json_layout()});
         let make = move || -> Result<Box<dyn Constraint>, String> {
-            let parser = f
-                .create_parser(TopLevelGrammar::from_json_schema(schema.clone()))
-                .map_err(|e| e.to_string())?;
-            let matcher = Matcher::new(Ok(parser));
-            match matcher.get_error() {
-                Some(e) => Err(e),
-                None => Ok(Box::new(CallBody {
-                    matcher,
-                    complete: false,
-                })),
-            }
+            Ok(Box::new(CallBody {
+                matcher: matcher(&f, &schema)?,
+                complete: false,
+            }))
         };
         let mut make: super::tools::ArgsGrammar = Box::new(make);
         make()?;

@@ -29,7 +29,8 @@ pub enum ToolChoice {
 pub struct ToolPlan {
     /// The `tools` entries as the chat template takes them.
     pub tools: Vec<Value>,
-    /// Each function's name and parameter schema, in order.
+    /// Each function's name and parameter schema, in order (what the grammar holds calls to).
+    #[cfg_attr(not(feature = "structured-output"), allow(dead_code))]
     pub functions: Vec<(String, Value)>,
     pub choice: ToolChoice,
     pub parallel: bool,
@@ -144,6 +145,7 @@ impl ToolPlan {
     }
 
     /// The functions a call may name: all, or the one `tool_choice` names.
+    #[cfg_attr(not(feature = "structured-output"), allow(dead_code))]
     pub fn callable(&self) -> Vec<&(String, Value)> {
         match &self.choice {
             ToolChoice::Named(n) => self.functions.iter().filter(|(f, _)| f == n).collect(),

@@ -225,10 +225,15 @@ impl ToolGate {
         let start = TOOL_CALL_TAGS.start.as_bytes().to_vec();
         let gate = match (&plan.choice, grammar.is_some()) {
             (ToolChoice::Auto, _) => Gate::Free,
-            (ToolChoice::Required, _) | (ToolChoice::Named(_), true) => {
+            (ToolChoice::Required, true) | (ToolChoice::Named(_), true) => {
                 Gate::Force(start, After::Opened)
             }
-            // No grammar to pick the function: write its name too.
+            // No grammar to hold the body: write as much of the call as is known, so that
+            // the model only has to fill in the name (and arguments).
+            (ToolChoice::Required, false) => {
+                let head = format!("{}\n{{\"name\": \"", TOOL_CALL_TAGS.start);
+                Gate::Force(head.into_bytes(), After::Opened)
+            }
             (ToolChoice::Named(name), false) => {
                 let head = format!(
                     "{}\n{{\"name\": \"{name}\", \"arguments\":",
@@ -467,14 +472,14 @@ mod tests {
     }
 
     #[test]
-    fn required_forces_the_opening_then_frees_the_body() {
+    fn required_forces_the_opening_then_frees_the_name() {
         let p = plan(weather(), Some(json!("required"))).unwrap().unwrap();
         let mut g = ToolGate::new(&p, tokens(), None);
         // "<" alone, "<tool" or the whole marker.
         assert_eq!(allowed(&mut g), vec![b'<' as usize, 256, 258]);
         g.consume(258).unwrap();
         assert_eq!(allowed(&mut g), vec![b'_' as usize]);
-        for b in b"_call>" {
+        for b in b"_call>\n{\"name\": \"" {
             g.consume(*b as u32).unwrap();
         }
         assert_eq!(allowed(&mut g).len(), 259);

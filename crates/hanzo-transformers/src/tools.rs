@@ -49,12 +49,10 @@ pub fn describe(tools: &[Value]) -> String {
 
 /// The call as the model writes it: `{"name": "f", "arguments": {...}}`.
 fn call_text(c: &ToolCall) -> String {
-    let v = serde_json::json!({"name": c.function.name, "arguments": c.function.arguments});
-    // `json!` sorts keys; the model writes the name first.
     format!(
         "{{\"name\": {}, \"arguments\": {}}}",
-        to_python_json(&v["name"]),
-        to_python_json(&v["arguments"])
+        to_python_json(&Value::from(c.function.name.as_str())),
+        to_python_json(&c.function.arguments)
     )
 }
 

@@ -276,17 +276,18 @@ impl ChatRequest {
                 };
                 let mut msg = Message::new(role, &text);
                 msg.tool_call_id = m.tool_call_id.clone();
-                for (j, c) in m.tool_calls.iter().flatten().enumerate() {
+                let calls = m.tool_calls.as_deref().unwrap_or_default();
+                if !calls.is_empty() && m.role != "assistant" {
+                    return Err(ApiError::invalid(
+                        &format!("messages[{i}].tool_calls[0]"),
+                        "only assistant messages carry tool calls",
+                    ));
+                }
+                for c in calls {
                     // Templates take the arguments as an object; a model that wrote
                     // something else gets it back as the string it was.
                     let arguments = serde_json::from_str(&c.function.arguments)
                         .unwrap_or_else(|_| c.function.arguments.clone().into());
-                    if m.role != "assistant" {
-                        return Err(ApiError::invalid(
-                            &format!("messages[{i}].tool_calls[{j}]"),
-                            "only assistant messages carry tool calls",
-                        ));
-                    }
                     msg.tool_calls.push(ToolCall {
                         id: c.id.clone(),
                         kind: "function".into(),

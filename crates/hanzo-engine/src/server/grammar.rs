@@ -181,13 +181,12 @@ impl Grammars {
             })
             .collect();
         let schema = json!({"anyOf": calls, "x-guidance": json_layout()});
-        let make = move || -> Result<Box<dyn Constraint>, String> {
+        let make: super::tools::ArgsGrammar = Arc::new(move || {
             Ok(Box::new(CallBody {
                 matcher: matcher(&f, &schema)?,
                 complete: false,
-            }))
-        };
-        let mut make: super::tools::ArgsGrammar = Box::new(make);
+            }) as Box<dyn Constraint>)
+        });
         make()?;
         Ok(make)
     }

@@ -57,25 +57,25 @@ impl ChatModel {
             .token_bytes
             .get_or_init(|| Arc::new(TokenBytes::new(&self.pipeline)))
             .clone();
-        (0..n)
+        #[cfg(feature = "structured-output")]
+        let grammar = Some(
+            self.grammars
+                .tool_call(&self.pipeline, &plan.callable())
+                .map_err(|e| {
+                    ApiError::invalid(
+                        "tools",
+                        format!("the parameter schemas cannot be enforced: {e}"),
+                    )
+                })?,
+        );
+        #[cfg(not(feature = "structured-output"))]
+        let grammar = None;
+        Ok((0..n)
             .map(|_| {
-                #[cfg(feature = "structured-output")]
-                let grammar = Some(
-                    self.grammars
-                        .tool_call(&self.pipeline, &plan.callable())
-                        .map_err(|e| {
-                            ApiError::invalid(
-                                "tools",
-                                format!("the parameter schemas cannot be enforced: {e}"),
-                            )
-                        })?,
-                );
-                #[cfg(not(feature = "structured-output"))]
-                let grammar = None;
-                Ok(Box::new(ToolGate::new(plan, tokens.clone(), grammar))
-                    as Box<dyn super::scheduler::Constraint>)
+                Box::new(ToolGate::new(plan, tokens.clone(), grammar.clone()))
+                    as Box<dyn super::scheduler::Constraint>
             })
-            .collect()
+            .collect())
     }
 
     /// One grammar per choice for a JSON schema (`None`: any JSON object); a schema that

@@ -176,8 +176,9 @@ impl TokenBytes {
     }
 }
 
-/// Makes the grammar of one call's body (after the start marker).
-pub type ArgsGrammar = Box<dyn FnMut() -> Result<Box<dyn Constraint>, String> + Send>;
+/// Makes the grammar of one call's body (after the start marker): compiled once per request,
+/// shared by its choices, a fresh matcher for each call.
+pub type ArgsGrammar = Arc<dyn Fn() -> Result<Box<dyn Constraint>, String> + Send + Sync>;
 
 enum Gate {
     /// Anything goes; watching for a call to open.
@@ -269,7 +270,7 @@ impl ToolGate {
         let (text, tokens) = self.opening.take().expect("watching");
         let Some(make) = self
             .grammar
-            .as_mut()
+            .as_ref()
             .filter(|_| text[lead..].starts_with(BARE_CALL))
         else {
             return Ok(());
@@ -307,7 +308,7 @@ impl ToolGate {
         self.gate = match what {
             After::Opened if self.grammar.is_some() => Gate::Force(b"\n".to_vec(), After::Body),
             After::Opened => Gate::Free,
-            After::Body => match &mut self.grammar {
+            After::Body => match &self.grammar {
                 Some(make) => Gate::Call {
                     body: make()?,
                     bare: false,

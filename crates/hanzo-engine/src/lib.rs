@@ -4,3 +4,4 @@
 pub mod commands;
 pub mod quantize;
 pub mod server;
+pub mod store;

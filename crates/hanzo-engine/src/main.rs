@@ -1,7 +1,7 @@
 //! `hanzo-engine`: the command-line entry point.
 
 use clap::{Parser, Subcommand};
-use hanzo_engine::{commands, quantize, server};
+use hanzo_engine::{commands, quantize, server, store};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -37,15 +37,37 @@ enum Command {
     Bench(commands::bench::Args),
     /// Quantize a GGUF or safetensors model into a GGUF file.
     Quantize(quantize::Args),
+    /// Download a model into the store (a URL, hf://ORG/REPO, ORG/REPO[:QUANT],
+    /// ollama://NAME[:TAG] or a local path); resumes an interrupted download.
+    Pull(store::PullArgs),
+    /// List the models in the store.
+    List(commands::store::ListArgs),
+    /// Show a model's architecture, parameters, tensors, tokenizer and chat template.
+    Show(commands::store::ShowArgs),
+    /// Remove models from the store.
+    Rm(commands::store::RmArgs),
 }
 
+/// Logs to stderr. `HANZO_LOG` takes a level (`debug`) or comma-separated `target=level`
+/// directives (`info,tower_http=debug`); the default is `info`.
 fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("HANZO_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::prelude::*;
+    let default = Targets::new().with_default(LevelFilter::INFO);
+    let filter = match std::env::var("HANZO_LOG") {
+        Ok(spec) if !spec.trim().is_empty() => spec.parse::<Targets>().unwrap_or_else(|e| {
+            eprintln!("warning: HANZO_LOG={spec:?} is not a log filter ({e}); logging at info");
+            default
+        }),
+        _ => default,
+    };
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_target(false),
+        )
+        .with(filter)
         .init();
 }
 
@@ -72,6 +94,10 @@ fn main() -> ExitCode {
         Command::Perplexity(args) => commands::perplexity::run(args),
         Command::Bench(args) => commands::bench::run(args),
         Command::Quantize(args) => quantize::run(args),
+        Command::Pull(args) => store::pull(args),
+        Command::List(args) => commands::store::list(args),
+        Command::Show(args) => commands::store::show(args),
+        Command::Rm(args) => commands::store::rm(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -83,7 +83,8 @@ fn tg(model: &dyn LanguageModel, toks: &[u32]) -> Result<f64> {
     Ok(toks.len() as f64 / t0.elapsed().as_secs_f64())
 }
 
-pub fn run(a: Args) -> Result<()> {
+pub fn run(mut a: Args) -> Result<()> {
+    a.model.model = crate::store::resolve_model(&a.model.model)?;
     if a.reps == 0 {
         bail!("--repetitions must be at least 1");
     }

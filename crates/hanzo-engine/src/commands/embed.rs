@@ -8,7 +8,7 @@ use std::time::Instant;
 
 #[derive(ClapArgs, Debug)]
 pub struct Args {
-    /// Model directory (config.json, model.safetensors, tokenizer.json; sentence-transformers
+    /// A model in the store, or a directory (config.json, model.safetensors, tokenizer.json; sentence-transformers
     /// pooling and normalisation configs when present).
     #[arg(short, long)]
     pub model: PathBuf,
@@ -20,7 +20,8 @@ pub struct Args {
     pub texts: Vec<String>,
 }
 
-pub fn run(a: Args) -> Result<()> {
+pub fn run(mut a: Args) -> Result<()> {
+    a.model = crate::store::resolve_model(&a.model)?;
     if !a.model.is_dir() {
         bail!(
             "{}: embeddings need a model directory (safetensors + config.json + tokenizer.json)",

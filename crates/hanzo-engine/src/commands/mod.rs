@@ -1,10 +1,12 @@
-//! The model subcommands of `hanzo-engine`: run, tokenize, perplexity, bench.
+//! The model subcommands of `hanzo-engine`: run, tokenize, embed, perplexity, bench, and the
+//! store's list / show / rm.
 
 pub mod bench;
 pub mod bench_parallel;
 pub mod embed;
 pub mod perplexity;
 pub mod run;
+pub mod store;
 pub mod tokenize;
 
 use anyhow::{Context, Result};
@@ -16,7 +18,8 @@ use std::time::Instant;
 /// Which model to load and how to hold its weights (shared by run, bench, perplexity).
 #[derive(clap::Args, Debug)]
 pub struct ModelArgs {
-    /// GGUF file, or a model directory (config.json, *.safetensors, tokenizer.json).
+    /// A model in the store (see `list`), a GGUF file, or a model directory (config.json,
+    /// *.safetensors, tokenizer.json).
     #[arg(short, long)]
     pub model: PathBuf,
     /// Quantize float weights to this type while loading (ISQ), e.g. q8_0, q4_k.
@@ -48,7 +51,7 @@ pub fn weight_mode(isq: Option<&str>, f32: bool) -> Result<WeightMode> {
 pub fn load(m: &ModelArgs) -> Result<TextGeneration> {
     let t0 = Instant::now();
     let mode = m.mode()?;
-    let path = &m.model;
+    let path = &crate::store::resolve_model(&m.model)?;
     let spinner = progress::spinner(&format!("loading {}", path.display()));
     let p = TextGeneration::load(path, mode)
         .with_context(|| format!("cannot load {}", path.display()))?;

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 #[derive(ClapArgs, Debug)]
 pub struct Args {
-    /// GGUF model file, or a model directory with tokenizer.json.
+    /// A model in the store, a GGUF file, or a model directory with tokenizer.json.
     #[arg(short, long)]
     pub model: PathBuf,
     /// Do not add BOS even if the model asks for it.
@@ -23,7 +23,8 @@ pub struct Args {
     pub text: String,
 }
 
-pub fn run(a: Args) -> Result<()> {
+pub fn run(mut a: Args) -> Result<()> {
+    a.model = crate::store::resolve_model(&a.model)?;
     let tok = if a.model.is_dir() {
         Tokenizer::from_hf_dir(&a.model)?
     } else {

@@ -20,7 +20,8 @@ use std::time::Instant;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Input model: a .gguf file, a .safetensors file, or a directory of safetensors shards.
+    /// Input model: a .gguf file, a .safetensors file, a directory of safetensors shards, or
+    /// a model in the store.
     pub input: PathBuf,
     /// Output GGUF file.
     pub output: PathBuf,
@@ -33,7 +34,8 @@ pub struct Args {
     pub pure: bool,
 }
 
-pub fn run(args: Args) -> Result<()> {
+pub fn run(mut args: Args) -> Result<()> {
+    args.input = crate::store::resolve_model(&args.input)?;
     let recipe = Recipe::parse(&args.qtype)?;
     if args.input.canonicalize().ok() == args.output.canonicalize().ok() && args.output.exists() {
         bail!(

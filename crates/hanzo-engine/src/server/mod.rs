@@ -59,9 +59,10 @@ pub struct Args {
 /// The models to load and how to size them (serve and mcp).
 #[derive(ClapArgs, Debug)]
 pub struct ModelSet {
-    /// A model to serve: a GGUF file or a model directory, optionally named `NAME=PATH`
-    /// (default name: the file name without its extension). Repeat for several models;
-    /// BERT-family directories serve /v1/embeddings.
+    /// A model to serve: a store name (see `list`), a GGUF file or a model directory,
+    /// optionally named `NAME=PATH` (default name: the store name, or the file name without
+    /// its extension). Repeat for several models; BERT-family directories serve
+    /// /v1/embeddings.
     #[arg(short, long = "model", required = true, value_name = "[NAME=]PATH")]
     pub models: Vec<String>,
     /// Sequences one model runs together at most.

@@ -193,7 +193,12 @@ impl Models {
     /// Loads one model: a BERT-family directory becomes an embedder, anything else a
     /// language model with a scheduler of its own.
     pub fn load(&mut self, spec: &str, sizing: Sizing, metrics: &Arc<Metrics>) -> Result<()> {
-        let (name, path) = parse_spec(spec);
+        let (mut name, path) = parse_spec(spec);
+        let stored = crate::store::resolve_model(&path)?;
+        if stored != path && !spec.contains('=') {
+            name = spec.to_string(); // a store name serves under that name
+        }
+        let path = stored;
         if self.names().contains(&name) {
             bail!("two models are named {name:?}; name one with --model NAME=PATH");
         }

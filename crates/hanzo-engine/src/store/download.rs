@@ -1,0 +1,336 @@
+//! Resumable, verified transfers into the store's blobs: bytes go to `partial/KEY.partial`,
+//! an interrupted transfer continues from where it stopped (an HTTP `Range` request), the
+//! sha256 is computed on the way and checked against the published one, and only a
+//! complete, verified file is renamed into `blobs/`.
+
+use super::{http, Blob, Store};
+use anyhow::{bail, Context, Result};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use sha2::{Digest, Sha256};
+use std::fs::{File, OpenOptions};
+use std::io::{IsTerminal, Read, Seek, SeekFrom, Write};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// One file to fetch.
+pub struct Remote {
+    /// Its name inside the model folder.
+    pub name: String,
+    pub url: String,
+    /// The sha256 the source publishes, when it publishes one before the transfer.
+    pub sha256: Option<String>,
+    pub size: Option<u64>,
+    /// Read the sha256 from the response headers (Hugging Face's `X-Linked-Etag`).
+    pub digest_in_headers: bool,
+    /// A bearer token for the source's own host.
+    pub auth: Option<String>,
+}
+
+/// Fetches `r` into the store's blobs (nothing to do when a blob with its published digest
+/// is there already).
+pub async fn fetch(store: &Store, r: &Remote) -> Result<Blob> {
+    if let Some(blob) = r.sha256.as_deref().and_then(|d| store.blob(d)) {
+        eprintln!("{}: already in the store", r.name);
+        return Ok(blob);
+    }
+    let key = match &r.sha256 {
+        Some(d) => format!("sha256-{d}"),
+        None => format!("url-{}", &hex(&Sha256::digest(r.url.as_bytes()))[..32]),
+    };
+    let partial = store.partial_dir()?.join(format!("{key}.partial"));
+    let mut file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&partial)
+        .with_context(|| format!("cannot write {}", partial.display()))?;
+    // Two pulls appending to one partial file would corrupt it; the lock ends with the process.
+    if file.try_lock().is_err() {
+        bail!(
+            "{}: another pull is downloading this file right now ({})",
+            r.name,
+            partial.display()
+        );
+    }
+    let mut have = file.metadata()?.len();
+    let mut hasher = Sha256::new();
+    if have > 0 {
+        hash_prefix(&mut file, have, &mut hasher)?;
+    }
+    let mut headers = vec![("accept", "*/*".to_string())];
+    if have > 0 {
+        headers.push(("range", format!("bytes={have}-")));
+    }
+    let mut resp = http::get(&r.url, &headers, r.auth.as_deref()).await?;
+    let status = resp.status.as_u16();
+    if status == 416 && r.size == Some(have) {
+        // The partial file is already complete; fall through to the check.
+    } else {
+        resp = resp.ok().await?;
+        if have > 0 && status == 206 {
+            let start = content_range_start(&resp.headers);
+            if start != Some(have) {
+                bail!(
+                    "{}: asked for bytes from {have}, the server sent a range starting at {}",
+                    r.url,
+                    start.map_or("an unknown offset".into(), |s| s.to_string())
+                );
+            }
+            eprintln!("{}: resuming at {}", r.name, human_bytes(have));
+        } else if have > 0 {
+            // The server ignored the range: start over.
+            file.set_len(0)?;
+            have = 0;
+            hasher = Sha256::new();
+        }
+        file.seek(SeekFrom::Start(have))?;
+        let expected = published_digest(r, &resp);
+        if let Some(blob) = expected.as_deref().and_then(|d| store.blob(d)) {
+            drop(file);
+            let _ = std::fs::remove_file(&partial);
+            eprintln!("{}: already in the store", r.name);
+            return Ok(blob);
+        }
+        let total = resp
+            .headers
+            .get("content-length")
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+            .map(|n| n + have)
+            .or(r.size);
+        let mut progress = Progress::new(&r.name, total, have);
+        while let Some(chunk) = resp.chunk().await.map_err(|e| {
+            progress.abandon();
+            e.context(format!(
+                "the transfer of {} stopped after {} of {}; run the same pull again to resume",
+                r.name,
+                human_bytes(progress.done),
+                total.map_or("?".into(), human_bytes)
+            ))
+        })? {
+            file.write_all(&chunk)
+                .with_context(|| format!("cannot write {}", partial.display()))?;
+            hasher.update(&chunk);
+            progress.add(chunk.len() as u64);
+        }
+        progress.finish();
+        if let Some(t) = total {
+            if progress.done != t {
+                bail!(
+                    "the transfer of {} ended after {} of {} bytes; run the same pull again to resume",
+                    r.name,
+                    progress.done,
+                    t
+                );
+            }
+        }
+        return finish(store, r, file, &partial, hasher, expected);
+    }
+    let expected = r.sha256.clone();
+    finish(store, r, file, &partial, hasher, expected)
+}
+
+/// Checks the digest and moves the finished partial file into `blobs/`.
+fn finish(
+    store: &Store,
+    r: &Remote,
+    file: File,
+    partial: &Path,
+    hasher: Sha256,
+    expected: Option<String>,
+) -> Result<Blob> {
+    file.sync_all()
+        .with_context(|| format!("cannot write {}", partial.display()))?;
+    let size = file.metadata()?.len();
+    drop(file);
+    let digest = hex(&hasher.finalize());
+    if let Some(want) = &expected {
+        if !want.eq_ignore_ascii_case(&digest) {
+            let _ = std::fs::remove_file(partial);
+            bail!(
+                "{}: checksum mismatch: the source publishes sha256 {want}, the {} downloaded hash to {digest}; nothing was stored",
+                r.name,
+                human_bytes(size)
+            );
+        }
+    }
+    let blob = store.adopt(partial, &digest, size, expected.is_some())?;
+    Ok(blob)
+}
+
+/// A copy of a local file into the blobs, hashed on the way (same checks as a download).
+pub fn copy_local(store: &Store, name: &str, path: &Path) -> Result<Blob> {
+    let mut src = File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let total = src.metadata()?.len();
+    let tmp = store.partial_dir()?.join(format!(
+        "copy-{}-{}.partial",
+        std::process::id(),
+        name.replace('/', "_")
+    ));
+    let result = (|| -> Result<Blob> {
+        let mut dst =
+            File::create(&tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
+        let mut hasher = Sha256::new();
+        let mut progress = Progress::new(name, Some(total), 0);
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = src
+                .read(&mut buf)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            if n == 0 {
+                break;
+            }
+            dst.write_all(&buf[..n])
+                .with_context(|| format!("cannot write {}", tmp.display()))?;
+            hasher.update(&buf[..n]);
+            progress.add(n as u64);
+        }
+        progress.finish();
+        dst.sync_all()?;
+        let digest = hex(&hasher.finalize());
+        store.adopt(&tmp, &digest, progress.done, false)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// The sha256 the source publishes for this response, if any.
+fn published_digest(r: &Remote, resp: &http::Response) -> Option<String> {
+    if r.sha256.is_some() || !r.digest_in_headers {
+        return r.sha256.clone();
+    }
+    ["x-linked-etag", "etag"].iter().find_map(|h| {
+        let v = resp.header_anywhere(h)?;
+        let v = v
+            .trim_start_matches("W/")
+            .trim_matches('"')
+            .to_ascii_lowercase();
+        (v.len() == 64 && v.bytes().all(|b| b.is_ascii_hexdigit())).then_some(v)
+    })
+}
+
+fn content_range_start(h: &hyper::header::HeaderMap) -> Option<u64> {
+    let v = h.get("content-range")?.to_str().ok()?;
+    let range = v.strip_prefix("bytes ")?;
+    range.split('-').next()?.trim().parse().ok()
+}
+
+fn hash_prefix(file: &mut File, len: u64, hasher: &mut Sha256) -> Result<()> {
+    file.seek(SeekFrom::Start(0))?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut left = len;
+    while left > 0 {
+        let n = file.read(&mut buf[..left.min(1 << 20) as usize])?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        left -= n as u64;
+    }
+    Ok(())
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// A byte progress bar on a terminal (bytes, speed, ETA); a log line every few seconds
+/// otherwise.
+struct Progress {
+    bar: Option<ProgressBar>,
+    name: String,
+    total: Option<u64>,
+    done: u64,
+    start: Instant,
+    start_bytes: u64,
+    last_line: Instant,
+}
+
+impl Progress {
+    fn new(name: &str, total: Option<u64>, done: u64) -> Self {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = ProgressBar::with_draw_target(total, ProgressDrawTarget::stderr());
+            let style = ProgressStyle::with_template(
+                "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}",
+            )
+            .expect("valid template")
+            .progress_chars("=> ");
+            bar.set_style(style);
+            bar.set_message(name.to_string());
+            bar.set_position(done);
+            bar
+        });
+        if bar.is_none() {
+            eprintln!(
+                "pulling {name}: {}",
+                total.map_or("size unknown".into(), human_bytes)
+            );
+        }
+        let now = Instant::now();
+        Progress {
+            bar,
+            name: name.to_string(),
+            total,
+            done,
+            start: now,
+            start_bytes: done,
+            last_line: now,
+        }
+    }
+
+    fn add(&mut self, n: u64) {
+        self.done += n;
+        match &self.bar {
+            Some(b) => b.set_position(self.done),
+            None if self.last_line.elapsed() >= Duration::from_secs(5) => {
+                self.last_line = Instant::now();
+                eprintln!("{}", self.line());
+            }
+            None => {}
+        }
+    }
+
+    fn line(&self) -> String {
+        let secs = self.start.elapsed().as_secs_f64().max(1e-3);
+        let speed = (self.done - self.start_bytes) as f64 / secs;
+        let pct = self.total.filter(|&t| t > 0).map_or(String::new(), |t| {
+            format!("{:.0}% ", 100.0 * self.done as f64 / t as f64)
+        });
+        format!(
+            "pulling {}: {pct}{} at {}/s",
+            self.name,
+            human_bytes(self.done),
+            human_bytes(speed as u64)
+        )
+    }
+
+    fn finish(&mut self) {
+        match self.bar.take() {
+            Some(b) => b.finish_and_clear(),
+            None => eprintln!("{}", self.line()),
+        }
+    }
+
+    fn abandon(&mut self) {
+        if let Some(b) = self.bar.take() {
+            b.abandon();
+        }
+    }
+}

@@ -58,13 +58,26 @@ pub async fn fetch(store: &Store, r: &Remote) -> Result<Blob> {
     if have > 0 {
         hash_prefix(&mut file, have, &mut hasher)?;
     }
+    // The first response's ETag (or Last-Modified), sent back as `If-Range` on a resume: a
+    // file that changed on the server in between comes back whole instead of spliced.
+    let validator_path = partial.with_extension("validator");
     let mut headers = vec![("accept", "*/*".to_string())];
     if have > 0 {
         headers.push(("range", format!("bytes={have}-")));
+        if let Ok(v) = std::fs::read_to_string(&validator_path) {
+            headers.push(("if-range", v));
+        }
     }
     let mut resp = http::get(&r.url, &headers, r.auth.as_deref()).await?;
     let status = resp.status.as_u16();
-    if status == 416 && r.size == Some(have) {
+    if let Some(v) = ["etag", "last-modified"]
+        .iter()
+        .find_map(|h| resp.headers.get(*h)?.to_str().ok())
+    {
+        let _ = std::fs::write(&validator_path, v);
+    }
+    let complete = r.size.or_else(|| range_total(&resp.headers)) == Some(have);
+    if status == 416 && complete {
         // The partial file is already complete; fall through to the check.
     } else {
         resp = resp.ok().await?;
@@ -143,6 +156,7 @@ fn finish(
         .with_context(|| format!("cannot write {}", partial.display()))?;
     let size = file.metadata()?.len();
     drop(file);
+    let _ = std::fs::remove_file(partial.with_extension("validator"));
     let digest = hex(&hasher.finalize());
     if let Some(want) = &expected {
         if !want.eq_ignore_ascii_case(&digest) {
@@ -209,6 +223,12 @@ fn published_digest(r: &Remote, resp: &http::Response) -> Option<String> {
             .to_ascii_lowercase();
         (v.len() == 64 && v.bytes().all(|b| b.is_ascii_hexdigit())).then_some(v)
     })
+}
+
+/// `N` of `Content-Range: bytes */N` (the answer to a range past the end).
+fn range_total(h: &hyper::header::HeaderMap) -> Option<u64> {
+    let v = h.get("content-range")?.to_str().ok()?;
+    v.strip_prefix("bytes */")?.trim().parse().ok()
 }
 
 fn content_range_start(h: &hyper::header::HeaderMap) -> Option<u64> {

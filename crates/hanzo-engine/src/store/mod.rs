@@ -265,9 +265,6 @@ impl Store {
     /// Removes a model, then the blobs no other model uses.
     pub fn remove(&self, name: &str) -> Result<Entry> {
         let entry = self.find(name)?;
-        if entry.manifest.name != name && entry.manifest.name != format!("{name}:latest") {
-            bail!("no model named `{name}`");
-        }
         let doomed = entry.dir.with_file_name(format!(
             ".rm-{}-{}",
             std::process::id(),

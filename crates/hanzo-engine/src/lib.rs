@@ -2,6 +2,7 @@
 //! other front ends can call them; `main.rs` is the command line.
 
 pub mod commands;
+pub mod progress;
 pub mod quantize;
 pub mod server;
 pub mod store;

@@ -26,8 +26,18 @@ fn openai_clients_get_what_the_api_promises() {
         "the server tests need Python's openai and pytest packages: \
          python3 -m pip install openai pytest (scripts/test.sh installs them)"
     );
+    // HANZO_SERVER_TESTS narrows the run to some of the files (scripts/test.sh runs the whole
+    // suite on the default build and only the features' own files on the --features build).
+    let files: Vec<String> = match std::env::var("HANZO_SERVER_TESTS") {
+        Ok(list) if !list.trim().is_empty() => list
+            .split_whitespace()
+            .map(|f| format!("{dir}/{f}"))
+            .collect(),
+        _ => vec![dir.to_string()],
+    };
     let status = Command::new("python3")
-        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", dir])
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+        .args(&files)
         .env("HANZO_ENGINE_BIN", env!("CARGO_BIN_EXE_hanzo-engine"))
         .env("HANZO_QWEN", fixture("qwen2"))
         .env("HANZO_MINILM", fixture("minilm"))

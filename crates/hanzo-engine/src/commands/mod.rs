@@ -52,7 +52,7 @@ pub fn load(m: &ModelArgs) -> Result<TextGeneration> {
     let t0 = Instant::now();
     let mode = m.mode()?;
     let path = &crate::store::resolve_model(&m.model)?;
-    let spinner = progress::spinner(&format!("loading {}", path.display()));
+    let spinner = crate::progress::spinner(&format!("loading {}", path.display()));
     let p = TextGeneration::load(path, mode)
         .with_context(|| format!("cannot load {}", path.display()))?;
     spinner.finish_and_clear();
@@ -98,38 +98,4 @@ pub fn settle_weights(p: &TextGeneration) -> Result<()> {
         Ok(Err(e)) => eprintln!("weights stay partly on 4 KiB pages: {e}"),
     }
     Ok(())
-}
-
-pub mod progress {
-    use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-    use std::io::IsTerminal;
-
-    /// A spinner on stderr when it is a terminal; hidden otherwise.
-    pub fn spinner(msg: &str) -> ProgressBar {
-        let bar = if std::io::stderr().is_terminal() {
-            ProgressBar::new_spinner()
-        } else {
-            ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden())
-        };
-        bar.set_style(ProgressStyle::with_template("{spinner} {msg} {elapsed}").expect("valid"));
-        bar.set_message(msg.to_string());
-        bar.enable_steady_tick(std::time::Duration::from_millis(80));
-        bar
-    }
-
-    /// A bar over `total` steps on stderr when it is a terminal.
-    pub fn bar(total: u64, msg: &str) -> ProgressBar {
-        let bar = if std::io::stderr().is_terminal() {
-            ProgressBar::new(total)
-        } else {
-            ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::hidden())
-        };
-        bar.set_style(
-            ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} {eta}")
-                .expect("valid")
-                .progress_chars("=> "),
-        );
-        bar.set_message(msg.to_string());
-        bar
-    }
 }

@@ -99,7 +99,7 @@ pub fn run(a: Args) -> Result<()> {
     // Many forward passes follow, each reading every weight: move them first.
     super::settle_weights(&p)?;
     let t0 = std::time::Instant::now();
-    let bar = super::progress::bar(0, "perplexity");
+    let bar = crate::progress::bar(0, "perplexity");
     let r = compute(&p, &text, a.ctx, |c, running| {
         bar.inc(1);
         eprintln!("[{}] {running:.4}", c + 1);

@@ -110,6 +110,14 @@ const RECIPES: &[Recipe] = &[
 ];
 
 impl Recipe {
+    /// The recipe a GGUF's `general.file_type` names, if we can write it.
+    pub fn by_file_type(id: u64) -> Option<Self> {
+        RECIPES
+            .iter()
+            .find(|r| u64::from(r.file_type) == id)
+            .copied()
+    }
+
     /// Parses a `--type` value (case-insensitive; `Q3_K`, `Q4_K`, `Q5_K` mean their `_M` mix,
     /// as in llama-quantize).
     pub fn parse(s: &str) -> Result<Self> {

@@ -5,10 +5,10 @@
 
 use super::{http, Blob, Store};
 use anyhow::{bail, Context, Result};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use sha2::{Digest, Sha256};
+use indicatif::ProgressBar;
+use ring::digest::{digest, Context as Sha256, SHA256};
 use std::fs::{File, OpenOptions};
-use std::io::{IsTerminal, Read, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -35,7 +35,10 @@ pub async fn fetch(store: &Store, r: &Remote) -> Result<Blob> {
     }
     let key = match &r.sha256 {
         Some(d) => format!("sha256-{d}"),
-        None => format!("url-{}", &hex(&Sha256::digest(r.url.as_bytes()))[..32]),
+        None => format!(
+            "url-{}",
+            &hex(digest(&SHA256, r.url.as_bytes()).as_ref())[..32]
+        ),
     };
     let partial = store.partial_dir()?.join(format!("{key}.partial"));
     let mut file = OpenOptions::new()
@@ -54,7 +57,7 @@ pub async fn fetch(store: &Store, r: &Remote) -> Result<Blob> {
         );
     }
     let mut have = file.metadata()?.len();
-    let mut hasher = Sha256::new();
+    let mut hasher = Sha256::new(&SHA256);
     if have > 0 {
         hash_prefix(&mut file, have, &mut hasher)?;
     }
@@ -95,7 +98,7 @@ pub async fn fetch(store: &Store, r: &Remote) -> Result<Blob> {
             // The server ignored the range: start over.
             file.set_len(0)?;
             have = 0;
-            hasher = Sha256::new();
+            hasher = Sha256::new(&SHA256);
         }
         file.seek(SeekFrom::Start(have))?;
         let expected = published_digest(r, &resp);
@@ -157,7 +160,7 @@ fn finish(
     let size = file.metadata()?.len();
     drop(file);
     let _ = std::fs::remove_file(partial.with_extension("validator"));
-    let digest = hex(&hasher.finalize());
+    let digest = hex(hasher.finish().as_ref());
     if let Some(want) = &expected {
         if !want.eq_ignore_ascii_case(&digest) {
             let _ = std::fs::remove_file(partial);
@@ -184,7 +187,7 @@ pub fn copy_local(store: &Store, name: &str, path: &Path) -> Result<Blob> {
     let result = (|| -> Result<Blob> {
         let mut dst =
             File::create(&tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
-        let mut hasher = Sha256::new();
+        let mut hasher = Sha256::new(&SHA256);
         let mut progress = Progress::new(name, Some(total), 0);
         let mut buf = vec![0u8; 1 << 20];
         loop {
@@ -201,7 +204,7 @@ pub fn copy_local(store: &Store, name: &str, path: &Path) -> Result<Blob> {
         }
         progress.finish();
         dst.sync_all()?;
-        let digest = hex(&hasher.finalize());
+        let digest = hex(hasher.finish().as_ref());
         store.adopt(&tmp, &digest, progress.done, false)
     })();
     if result.is_err() {
@@ -285,23 +288,13 @@ struct Progress {
 
 impl Progress {
     fn new(name: &str, total: Option<u64>, done: u64) -> Self {
-        let bar = std::io::stderr().is_terminal().then(|| {
-            let bar = ProgressBar::with_draw_target(total, ProgressDrawTarget::stderr());
-            let style = ProgressStyle::with_template(
-                "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}",
-            )
-            .expect("valid template")
-            .progress_chars("=> ");
-            bar.set_style(style);
-            bar.set_message(name.to_string());
-            bar.set_position(done);
-            bar
-        });
-        if bar.is_none() {
-            eprintln!(
+        let bar = crate::progress::bytes(total, name);
+        match &bar {
+            Some(b) => b.set_position(done),
+            None => eprintln!(
                 "pulling {name}: {}",
                 total.map_or("size unknown".into(), human_bytes)
-            );
+            ),
         }
         let now = Instant::now();
         Progress {

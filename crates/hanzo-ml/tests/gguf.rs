@@ -56,10 +56,9 @@ fn sample_tensors() -> Vec<(String, QTensor)> {
         .enumerate()
         .map(|(i, &dt)| {
             let cols = dt.block_size().max(32) * 2;
-            let x = common::synthetic_weights(3, cols, i as u64 + 1);
             (
                 format!("blk.{i}.{}", dt.name().to_lowercase()),
-                QTensor::quantize_f32(&x, (3, cols), dt).unwrap(),
+                common::weight_tensor(dt, 3, cols, i as u64 + 1),
             )
         })
         .collect()

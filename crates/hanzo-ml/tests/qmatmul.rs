@@ -16,7 +16,7 @@ use hanzo_ml::quantized::kernels::Kernels;
 use hanzo_ml::quantized::{GgmlDType, QMatMul, QTensor};
 use hanzo_ml::{Device, Tensor};
 
-const QUANT_TYPES: [GgmlDType; 12] = [
+const QUANT_TYPES: [GgmlDType; 23] = [
     GgmlDType::Q4_0,
     GgmlDType::Q4_1,
     GgmlDType::Q5_0,
@@ -29,6 +29,17 @@ const QUANT_TYPES: [GgmlDType; 12] = [
     GgmlDType::Q5K,
     GgmlDType::Q6K,
     GgmlDType::IQ4NL,
+    GgmlDType::IQ2XXS,
+    GgmlDType::IQ2XS,
+    GgmlDType::IQ2S,
+    GgmlDType::IQ3XXS,
+    GgmlDType::IQ3S,
+    GgmlDType::IQ1S,
+    GgmlDType::IQ1M,
+    GgmlDType::IQ4XS,
+    GgmlDType::TQ1_0,
+    GgmlDType::TQ2_0,
+    GgmlDType::MXFP4,
 ];
 
 /// The activation row exactly as QMatMul sees it after quantization to `act`.
@@ -82,9 +93,8 @@ fn check(dt: GgmlDType, n: usize, k: usize, m: usize) {
 }
 
 fn check_with(dt: GgmlDType, n: usize, k: usize, m: usize, make: fn(QTensor) -> QMatMul) {
-    let w = common::synthetic_weights(n, k, 5 + n as u64);
     let x = common::synthetic_weights(m, k, 99 + m as u64);
-    let qw = QTensor::quantize_f32(&w, (n, k), dt).unwrap();
+    let qw = common::weight_tensor(dt, n, k, 5 + n as u64);
     let wd = qw.dequantize_f32().unwrap();
     let qw_blocks = qw.clone();
     let mm = make(qw);
@@ -160,8 +170,7 @@ fn rows_alone_equal_one_row_products_bit_for_bit() {
     let (n, k, m) = (40, 512, QMatMul::PANELS_FROM + 4);
     let x = Tensor::from_vec(common::synthetic_weights(m, k, 5), (m, k), &Device::Cpu).unwrap();
     for dt in QUANT_TYPES {
-        let q = QTensor::quantize_f32(&common::synthetic_weights(n, k, 9), (n, k), dt).unwrap();
-        let q = std::sync::Arc::new(q);
+        let q = std::sync::Arc::new(common::weight_tensor(dt, n, k, 9));
         let stored = QMatMul::from_arc_as_stored(q.clone()).unwrap();
         let chosen = QMatMul::from_arc(q).unwrap();
         for w in [stored, chosen] {
@@ -286,19 +295,18 @@ fn repacked_weights_give_back_their_rows() {
 
 #[test]
 fn simd_kernels_agree_with_scalar_reference() {
-    fn go<B: Kernels>(k: usize) -> (f32, f32) {
-        let w = common::synthetic_weights(1, k, 1234);
+    fn go<B: Kernels>(dt: GgmlDType, k: usize) -> (f32, f32) {
+        let w = common::weight_tensor(dt, 1, k, 1234);
+        let wq = w.blocks::<B>().unwrap();
         let x = common::synthetic_weights(1, k, 4321);
-        let mut wq = vec![<B as bytemuck::Zeroable>::zeroed(); k / B::BLOCK_SIZE];
-        B::quantize(&w, &mut wq);
         let mut xq =
             vec![<B::Dot as bytemuck::Zeroable>::zeroed(); k / <B::Dot as GgmlBlock>::BLOCK_SIZE];
         <B::Dot as GgmlBlock>::quantize(&x, &mut xq);
-        (B::vec_dot()(&wq, &xq), B::vec_dot_scalar(&wq, &xq))
+        (B::vec_dot()(wq, &xq), B::vec_dot_scalar(wq, &xq))
     }
     eprintln!("kernels in use: {}", hanzo_ml::cpu::features::isa().name());
     for dt in QUANT_TYPES {
-        let (fast, scalar) = hanzo_ml::with_block_type!(dt, B => go::<B>(4096));
+        let (fast, scalar) = hanzo_ml::with_block_type!(dt, B => go::<B>(dt, 4096));
         assert!(
             (fast - scalar).abs() <= 1e-5 * scalar.abs().max(1e-3),
             "{dt}: {fast} vs {scalar}"

@@ -33,7 +33,8 @@ fn dequantization_matches_gguf_package_bit_for_bit() {
     let r = reference();
     let types = [
         "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL",
-        "F16", "BF16",
+        "F16", "BF16", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M",
+        "IQ4_XS", "TQ1_0", "TQ2_0", "MXFP4",
     ];
     for name in types {
         let dt = GgmlDType::from_name(name).unwrap();
@@ -62,7 +63,10 @@ fn dequantization_matches_gguf_package_bit_for_bit() {
 fn quantization_matches_gguf_package_byte_for_byte() {
     let r = reference();
     let x = floats(&r["quant_input"]);
-    for name in ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "F16", "BF16"] {
+    let types = [
+        "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "F16", "BF16", "TQ1_0", "TQ2_0", "MXFP4",
+    ];
+    for name in types {
         let dt = GgmlDType::from_name(name).unwrap();
         let want = bytes(&r[&format!("{name}_quant")]);
         let got = QTensor::quantize_f32(&x, (8, 256), dt).unwrap();
@@ -174,10 +178,13 @@ fn misshapen_input_is_an_error_not_a_panic() {
     assert!(QTensor::quantize_f32(&x, (2, 256), GgmlDType::Q4K).is_err());
     assert!(QTensor::from_bytes(GgmlDType::Q4_0, 32, &[0u8; 17]).is_err());
     assert!(GgmlDType::from_u32(4).is_err());
-    assert!(GgmlDType::from_u32(16)
+    assert!(GgmlDType::from_u32(28)
         .unwrap_err()
         .to_string()
-        .contains("IQ2_XXS"));
+        .contains("F64"));
+    // Types we read but cannot write say so instead of writing something else.
+    let err = QTensor::quantize_f32(&[0.5; 256], (1, 256), GgmlDType::IQ2XXS).unwrap_err();
+    assert!(err.to_string().contains("importance matrix"), "{err}");
 }
 
 /// Writes the synthetic inputs above as raw little-endian f32 for the C reference harness:

@@ -107,6 +107,23 @@ const RECIPES: &[Recipe] = &[
         base: GgmlDType::IQ4NL,
         file_type: 25,
     },
+    // Ternary weights, for models trained ternary (BitNet b1.58); anything else turns to
+    // noise.
+    Recipe {
+        name: "TQ1_0",
+        base: GgmlDType::TQ1_0,
+        file_type: 36,
+    },
+    Recipe {
+        name: "TQ2_0",
+        base: GgmlDType::TQ2_0,
+        file_type: 37,
+    },
+    Recipe {
+        name: "MXFP4_MOE",
+        base: GgmlDType::MXFP4,
+        file_type: 38,
+    },
 ];
 
 impl Recipe {
@@ -119,11 +136,12 @@ impl Recipe {
     }
 
     /// Parses a `--type` value (case-insensitive; `Q3_K`, `Q4_K`, `Q5_K` mean their `_M` mix,
-    /// as in llama-quantize).
+    /// as in llama-quantize, and `MXFP4` means `MXFP4_MOE`).
     pub fn parse(s: &str) -> Result<Self> {
         let up = s.to_ascii_uppercase();
         let up = match up.as_str() {
             "Q3_K" | "Q4_K" | "Q5_K" => format!("{up}_M"),
+            "MXFP4" => "MXFP4_MOE".into(),
             _ => up,
         };
         match RECIPES.iter().find(|r| r.name == up) {

@@ -200,9 +200,6 @@ fn file_type_name(id: u64) -> Option<&'static str> {
         29 => "IQ2_M",
         30 => "IQ4_XS",
         31 => "IQ1_M",
-        36 => "TQ1_0",
-        37 => "TQ2_0",
-        38 => "MXFP4_MOE",
         _ => return None,
     })
 }

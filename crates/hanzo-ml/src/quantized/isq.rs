@@ -14,7 +14,8 @@ pub fn fallback_type(wanted: GgmlDType, ncols: usize) -> GgmlDType {
         return wanted;
     }
     let next = match wanted {
-        GgmlDType::Q2K | GgmlDType::Q3K => GgmlDType::Q4_0,
+        GgmlDType::Q2K | GgmlDType::Q3K | GgmlDType::TQ1_0 | GgmlDType::TQ2_0 => GgmlDType::Q4_0,
+        GgmlDType::IQ4XS => GgmlDType::IQ4NL,
         GgmlDType::Q4K => GgmlDType::Q5_0,
         GgmlDType::Q5K => GgmlDType::Q5_1,
         GgmlDType::Q6K | GgmlDType::Q8K => GgmlDType::Q8_0,

@@ -142,6 +142,9 @@ impl QTensor {
                 format!("{} values for shape {:?}", xs.len(), shape.dims()),
             ));
         }
+        if let Some(why) = dtype.quantize_unsupported() {
+            return Err(Error::invalid("QTensor::quantize", why));
+        }
         let nbytes = dtype.bytes_for(xs.len())?;
         let mut words = vec![0u32; nbytes.div_ceil(4)];
         {

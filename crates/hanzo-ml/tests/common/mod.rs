@@ -74,3 +74,43 @@ pub fn rmse(a: &[f32], b: &[f32]) -> f64 {
         .sum();
     (s / a.len() as f64).sqrt()
 }
+
+/// A weight matrix of type `dt`: `synthetic_weights` quantized, or, for the types we read but
+/// cannot write (the IQ1/IQ2/IQ3 lattices, IQ4_XS), random blocks with a finite f16 scale of
+/// weight-like size.
+pub fn weight_tensor(
+    dt: hanzo_ml::quantized::GgmlDType,
+    rows: usize,
+    cols: usize,
+    seed: u64,
+) -> hanzo_ml::quantized::QTensor {
+    use hanzo_ml::quantized::{GgmlDType, QTensor};
+    if dt.quantize_unsupported().is_none() {
+        let w = synthetic_weights(rows, cols, seed);
+        return QTensor::quantize_f32(&w, (rows, cols), dt).unwrap();
+    }
+    let (bs, ts) = (dt.block_size(), dt.type_size());
+    let mut s = seed.max(1);
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let mut bytes: Vec<u8> = (0..rows * cols / bs * ts).map(|_| next() as u8).collect();
+    for block in bytes.chunks_exact_mut(ts) {
+        let d = half::f16::from_f32(0.002 + (next() % 1000) as f32 * 1e-5).to_bits();
+        if dt == GgmlDType::IQ1M {
+            // The scale's four nibbles sit in the top bits of the last four words.
+            for k in 0..4 {
+                let at = ts - 8 + 2 * k;
+                let w = u16::from_le_bytes([block[at], block[at + 1]]) & 0x0FFF;
+                let w = w | (d >> (4 * k) & 15) << 12;
+                block[at..at + 2].copy_from_slice(&w.to_le_bytes());
+            }
+        } else {
+            block[..2].copy_from_slice(&d.to_le_bytes());
+        }
+    }
+    QTensor::from_bytes(dt, (rows, cols), &bytes).unwrap()
+}

@@ -23,9 +23,14 @@ from gguf.constants import GGML_QUANT_SIZES
 SCALE_OFFSETS = {
     T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2], T.Q8_0: [0],
     T.Q2_K: [80, 82], T.Q3_K: [108], T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208],
-    T.IQ4_NL: [0],
+    T.IQ4_NL: [0], T.IQ2_XXS: [0], T.IQ2_XS: [0], T.IQ2_S: [0], T.IQ3_XXS: [0], T.IQ3_S: [0],
+    T.IQ1_S: [0], T.IQ4_XS: [0], T.TQ1_0: [52], T.TQ2_0: [64],
+    # IQ1_M spreads its f16 scale over the top nibbles of four words; MXFP4's scale is an
+    # exponent byte (see `blocks`).
+    T.IQ1_M: [], T.MXFP4: [],
 }
-QUANTIZED_BY_GGUF = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.BF16, T.F16]
+QUANTIZED_BY_GGUF = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.BF16, T.F16, T.TQ1_0, T.TQ2_0,
+                     T.MXFP4]
 
 
 def blocks(out):
@@ -39,6 +44,15 @@ def blocks(out):
         for off in offsets:
             d = rng.normal(0, 0.05, size=n_blocks).astype(np.float16)
             raw[:, off:off + 2] = d.view(np.uint8).reshape(n_blocks, 2)
+        if t == T.IQ1_M:
+            d = rng.normal(0, 0.05, size=n_blocks).astype(np.float16).view(np.uint16)
+            words = raw[:, 48:56].copy().view(np.uint16)
+            for k in range(4):
+                words[:, k] = (words[:, k] & 0x0FFF) | (((d >> (4 * k)) & 0xF) << 12)
+            raw[:, 48:56] = words.view(np.uint8)
+        if t == T.MXFP4:
+            raw[:, 0] = rng.integers(100, 140, size=n_blocks, dtype=np.uint8)
+            raw[:3, 0] = [0, 1, 2]  # the subnormal scales
         rows = raw.reshape(4, -1)
         arrays[f"{t.name}_blocks"] = rows.reshape(-1)
         arrays[f"{t.name}_deq"] = quants.dequantize(rows, t).astype(np.float32).reshape(-1)

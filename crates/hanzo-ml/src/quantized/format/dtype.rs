@@ -21,8 +21,19 @@ pub enum GgmlDType {
     Q5K = 13,
     Q6K = 14,
     Q8K = 15,
+    IQ2XXS = 16,
+    IQ2XS = 17,
+    IQ3XXS = 18,
+    IQ1S = 19,
     IQ4NL = 20,
+    IQ3S = 21,
+    IQ2S = 22,
+    IQ4XS = 23,
+    IQ1M = 29,
     BF16 = 30,
+    TQ1_0 = 34,
+    TQ2_0 = 35,
+    MXFP4 = 39,
 }
 
 /// (type, name, elements per block, bytes per block)
@@ -41,33 +52,35 @@ const TABLE: &[(GgmlDType, &str, usize, usize)] = &[
     (GgmlDType::Q5K, "Q5_K", 256, 176),
     (GgmlDType::Q6K, "Q6_K", 256, 210),
     (GgmlDType::Q8K, "Q8_K", 256, 292),
+    (GgmlDType::IQ2XXS, "IQ2_XXS", 256, 66),
+    (GgmlDType::IQ2XS, "IQ2_XS", 256, 74),
+    (GgmlDType::IQ3XXS, "IQ3_XXS", 256, 98),
+    (GgmlDType::IQ1S, "IQ1_S", 256, 50),
     (GgmlDType::IQ4NL, "IQ4_NL", 32, 18),
+    (GgmlDType::IQ3S, "IQ3_S", 256, 110),
+    (GgmlDType::IQ2S, "IQ2_S", 256, 82),
+    (GgmlDType::IQ4XS, "IQ4_XS", 256, 136),
+    (GgmlDType::IQ1M, "IQ1_M", 256, 56),
     (GgmlDType::BF16, "BF16", 1, 2),
+    (GgmlDType::TQ1_0, "TQ1_0", 256, 54),
+    (GgmlDType::TQ2_0, "TQ2_0", 256, 66),
+    (GgmlDType::MXFP4, "MXFP4", 32, 17),
 ];
 
-/// Ids ggml knows but we do not decode (IQ2/IQ3/IQ1, TQ, MXFP4, integer types), named so an
-/// unsupported file gets a useful message.
+/// Ids ggml knows but we do not decode as weights (its integer and f64 tensors, its newest
+/// NVFP4 and Q1_0), named so an unsupported file gets a useful message.
 const KNOWN_UNSUPPORTED: &[(u32, &str)] = &[
-    (16, "IQ2_XXS"),
-    (17, "IQ2_XS"),
-    (18, "IQ3_XXS"),
-    (19, "IQ1_S"),
-    (21, "IQ3_S"),
-    (22, "IQ2_S"),
-    (23, "IQ4_XS"),
     (24, "I8"),
     (25, "I16"),
     (26, "I32"),
     (27, "I64"),
     (28, "F64"),
-    (29, "IQ1_M"),
-    (34, "TQ1_0"),
-    (35, "TQ2_0"),
-    (39, "MXFP4"),
+    (40, "NVFP4"),
+    (41, "Q1_0"),
 ];
 
 impl GgmlDType {
-    pub const ALL: [GgmlDType; 16] = [
+    pub const ALL: [GgmlDType; 27] = [
         GgmlDType::F32,
         GgmlDType::F16,
         GgmlDType::Q4_0,
@@ -84,6 +97,17 @@ impl GgmlDType {
         GgmlDType::Q8K,
         GgmlDType::IQ4NL,
         GgmlDType::BF16,
+        GgmlDType::IQ2XXS,
+        GgmlDType::IQ2XS,
+        GgmlDType::IQ2S,
+        GgmlDType::IQ3XXS,
+        GgmlDType::IQ3S,
+        GgmlDType::IQ1S,
+        GgmlDType::IQ1M,
+        GgmlDType::IQ4XS,
+        GgmlDType::TQ1_0,
+        GgmlDType::TQ2_0,
+        GgmlDType::MXFP4,
     ];
 
     fn row(self) -> &'static (GgmlDType, &'static str, usize, usize) {

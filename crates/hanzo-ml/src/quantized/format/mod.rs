@@ -14,14 +14,26 @@
 mod dtype;
 mod float;
 pub mod interleaved;
+mod iq1;
+mod iq2;
+mod iq3;
 mod iq4nl;
+mod iq4xs;
+mod iq_grids;
 mod kquants;
+mod lattice;
 mod legacy;
+mod mxfp4;
 pub(crate) mod search;
+mod ternary;
 
 pub use dtype::GgmlDType;
 
+pub use iq1::{BlockIQ1M, BlockIQ1S};
+pub use iq2::{BlockIQ2S, BlockIQ2XS, BlockIQ2XXS};
+pub use iq3::{BlockIQ3S, BlockIQ3XXS};
 pub use iq4nl::BlockIQ4NL;
+pub use iq4xs::BlockIQ4XS;
 #[cfg(target_arch = "aarch64")]
 pub(crate) use kquants::scale_min_k4;
 pub use kquants::{
@@ -31,6 +43,8 @@ pub(crate) use legacy::{nibbles, nibbles_5};
 pub use legacy::{
     quantize_q8_0_ref, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, QK,
 };
+pub use mxfp4::{e8m0_half, BlockMXFP4, MXFP4_VALUES};
+pub use ternary::{BlockTQ1_0, BlockTQ2_0};
 
 /// The half-precision float types under names the type-dispatch macro can reach from any crate.
 pub type HalfF16 = half::f16;
@@ -61,6 +75,10 @@ pub trait GgmlBlock: bytemuck::Pod + Send + Sync + 'static {
     fn quantize(xs: &[f32], out: &mut [Self]);
     /// Portable dot product; the SIMD kernels are checked against it.
     fn vec_dot_scalar(w: &[Self], x: &[Self::Dot]) -> f32;
+    /// Why `quantize` cannot write this type, for the types whose quantizer is not written
+    /// (ggml's lattice searches); their `quantize` must not be called, and
+    /// `QTensor::quantize` answers with this message instead.
+    const QUANTIZE_UNSUPPORTED: Option<&'static str> = None;
     /// The GEMM form, for the types that have one.
     fn unpacking() -> Option<Unpacking<Self>> {
         None
@@ -139,8 +157,59 @@ macro_rules! with_block_type {
                 type $B = BlockIQ4NL;
                 $body
             }
+            T::IQ2XXS => {
+                type $B = BlockIQ2XXS;
+                $body
+            }
+            T::IQ2XS => {
+                type $B = BlockIQ2XS;
+                $body
+            }
+            T::IQ2S => {
+                type $B = BlockIQ2S;
+                $body
+            }
+            T::IQ3XXS => {
+                type $B = BlockIQ3XXS;
+                $body
+            }
+            T::IQ3S => {
+                type $B = BlockIQ3S;
+                $body
+            }
+            T::IQ1S => {
+                type $B = BlockIQ1S;
+                $body
+            }
+            T::IQ1M => {
+                type $B = BlockIQ1M;
+                $body
+            }
+            T::IQ4XS => {
+                type $B = BlockIQ4XS;
+                $body
+            }
+            T::TQ1_0 => {
+                type $B = BlockTQ1_0;
+                $body
+            }
+            T::TQ2_0 => {
+                type $B = BlockTQ2_0;
+                $body
+            }
+            T::MXFP4 => {
+                type $B = BlockMXFP4;
+                $body
+            }
         }
     }};
+}
+
+impl GgmlDType {
+    /// Why this type cannot be quantized to, for the types we read but do not write.
+    pub fn quantize_unsupported(self) -> Option<&'static str> {
+        crate::with_block_type!(self, B => B::QUANTIZE_UNSUPPORTED)
+    }
 }
 
 /// The element of largest magnitude (the first one on ties), with its sign.

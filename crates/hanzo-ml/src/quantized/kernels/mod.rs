@@ -70,6 +70,16 @@ macro_rules! portable {
     )*};
 }
 portable!(f32, HalfF16, HalfBF16, BlockQ5_1, BlockQ8_1, BlockQ2K, BlockQ3K, BlockIQ4NL);
+portable!(
+    BlockIQ2XXS,
+    BlockIQ2XS,
+    BlockIQ2S,
+    BlockIQ3XXS,
+    BlockIQ3S,
+    BlockIQ1S,
+    BlockIQ1M
+);
+portable!(BlockIQ4XS, BlockTQ1_0, BlockTQ2_0, BlockMXFP4);
 
 impl QuantizeRow for BlockQ4_1 {}
 impl Kernels for BlockQ4_1 {

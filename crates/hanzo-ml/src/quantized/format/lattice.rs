@@ -1,0 +1,193 @@
+//! What the IQ2/IQ3/IQ4_XS formats share: their lattices (ggml's byte tables, expanded once
+//! from the packed constants of `iq_grids`), the sign table, and one decoded form of a block
+//! — signed integer levels with an integer multiplier per group — through which each type's
+//! dequantization and scalar dot product go, so the bit layouts are written down once per
+//! type.
+
+use super::iq_grids::*;
+use super::kquants::{BlockQ8K, QK_K};
+use std::sync::OnceLock;
+
+fn expand<const E: usize>(packed: &[u8], bits: usize, levels: &[i8]) -> Box<[[i8; E]]> {
+    packed
+        .chunks_exact(E * bits / 8)
+        .map(|entry| {
+            std::array::from_fn(|e| {
+                let bit = e * bits;
+                levels[((entry[bit / 8] >> (bit % 8)) & ((1 << bits) - 1)) as usize]
+            })
+        })
+        .collect()
+}
+
+macro_rules! grid {
+    ($(#[$doc:meta])* $name:ident, $elems:literal, $packed:ident, $bits:ident, $levels:ident) => {
+        $(#[$doc])*
+        pub(crate) fn $name() -> &'static [[i8; $elems]] {
+            static GRID: OnceLock<Box<[[i8; $elems]]>> = OnceLock::new();
+            GRID.get_or_init(|| expand::<$elems>(&$packed, $bits, &$levels))
+        }
+    };
+}
+
+grid!(
+    /// ggml's `iq2xxs_grid`: 256 points of 8 magnitudes.
+    iq2xxs_grid, 8, IQ2XXS_PACKED, IQ2XXS_BITS, IQ2XXS_LEVELS
+);
+grid!(
+    /// ggml's `iq2xs_grid`: 512 points of 8 magnitudes.
+    iq2xs_grid, 8, IQ2XS_PACKED, IQ2XS_BITS, IQ2XS_LEVELS
+);
+grid!(
+    /// ggml's `iq2s_grid`: 1024 points of 8 magnitudes.
+    iq2s_grid, 8, IQ2S_PACKED, IQ2S_BITS, IQ2S_LEVELS
+);
+grid!(
+    /// ggml's `iq3xxs_grid`: 256 points of 4 magnitudes.
+    iq3xxs_grid, 4, IQ3XXS_PACKED, IQ3XXS_BITS, IQ3XXS_LEVELS
+);
+grid!(
+    /// ggml's `iq3s_grid`: 512 points of 4 magnitudes.
+    iq3s_grid, 4, IQ3S_PACKED, IQ3S_BITS, IQ3S_LEVELS
+);
+grid!(
+    /// ggml's `iq1s_grid`: 2048 points of 8 values in {-1, 0, 1}.
+    iq1s_grid, 8, IQ1S_PACKED, IQ1S_BITS, IQ1S_LEVELS
+);
+
+/// The eight signs of a 7-bit sign index (the eighth makes the count of minus signs even).
+pub(crate) fn ksigns(index: u32) -> u8 {
+    KSIGNS[(index & 127) as usize]
+}
+
+/// `v` with sign bit `j` of `signs` applied.
+#[inline]
+pub(crate) fn signed(v: i8, signs: u8, j: usize) -> i8 {
+    if signs >> j & 1 == 1 {
+        -v
+    } else {
+        v
+    }
+}
+
+/// A block as `d · FACTOR · mult[g] · level[i]` for element `i` of group `g`
+/// (`GROUP` elements each); the multipliers and levels are integers, so the dot product with
+/// Q8_K is exact integer arithmetic until the two float scales.
+pub(crate) struct Levels<const GROUP: usize> {
+    pub d: f32,
+    pub mult: [i32; 16],
+    pub level: [i8; QK_K],
+}
+
+impl<const GROUP: usize> Levels<GROUP> {
+    pub fn new(d: f32) -> Self {
+        Levels {
+            d,
+            mult: [0; 16],
+            level: [0; QK_K],
+        }
+    }
+
+    /// Writes the block's 256 values; `factor` is a power of two, so `d · mult · factor`
+    /// rounds once, as ggml's (and the `gguf` package's) dequantization does.
+    pub fn dequantize(&self, factor: f32, out: &mut [f32]) {
+        for (g, o) in out.chunks_exact_mut(GROUP).enumerate() {
+            let dl = self.d * self.mult[g] as f32 * factor;
+            for (o, &l) in o.iter_mut().zip(&self.level[GROUP * g..]) {
+                *o = dl * l as f32;
+            }
+        }
+    }
+
+    /// `Σ mult[g] · Σ level·q` over the block, in integers.
+    pub fn dot(&self, x: &BlockQ8K) -> i32 {
+        self.level
+            .chunks_exact(GROUP)
+            .zip(x.qs.chunks_exact(GROUP))
+            .zip(self.mult)
+            .map(|((l, q), m)| m * super::dot_i8(l, q))
+            .sum()
+    }
+}
+
+/// `Σ d·x.d·factor·dot` over blocks: the dot product of any `Levels` type with Q8_K, the
+/// factor applied once at the end as ggml does.
+pub(crate) fn dot_levels<B, const GROUP: usize>(
+    w: &[B],
+    x: &[BlockQ8K],
+    factor: f32,
+    levels: impl Fn(&B) -> Levels<GROUP>,
+) -> f32 {
+    let sum: f32 = w
+        .iter()
+        .zip(x)
+        .map(|(w, x)| {
+            let l = levels(w);
+            l.d * x.d * l.dot(x) as f32
+        })
+        .sum();
+    factor * sum
+}
+
+/// `GgmlBlock` for a type decoded by `$levels` into `Levels` with the factor `$factor`; `$why`
+/// says why it has no quantizer.
+macro_rules! lattice_block {
+    ($block:ty, $dtype:expr, $levels:ident, $factor:expr, $why:expr) => {
+        impl super::GgmlBlock for $block {
+            const DTYPE: GgmlDType = $dtype;
+            const BLOCK_SIZE: usize = QK_K;
+            const QUANTIZE_UNSUPPORTED: Option<&'static str> = Some($why);
+            type Dot = BlockQ8K;
+
+            fn dequantize(blocks: &[Self], out: &mut [f32]) {
+                for (b, o) in blocks.iter().zip(out.chunks_exact_mut(QK_K)) {
+                    $levels(b).dequantize($factor, o);
+                }
+            }
+
+            fn quantize(_: &[f32], _: &mut [Self]) {
+                unreachable!("{}", $why)
+            }
+
+            fn vec_dot_scalar(w: &[Self], x: &[BlockQ8K]) -> f32 {
+                super::lattice::dot_levels(w, x, $factor, $levels)
+            }
+        }
+    };
+}
+pub(crate) use lattice_block;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grids_expand_to_ggmls_first_and_last_points() {
+        // The first and last entries of ggml's tables, as the C source writes them (u64 /
+        // u32 little-endian byte values).
+        let bytes = |p: &[i8]| p.iter().map(|&b| b as u8).collect::<Vec<_>>();
+        assert_eq!(bytes(&iq2xxs_grid()[0]), [0x08; 8]);
+        assert_eq!(
+            bytes(&iq2xxs_grid()[1]),
+            [0x2b, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08]
+        );
+        assert_eq!(bytes(&iq2s_grid()[1023]), [0x2b; 8]);
+        assert_eq!(bytes(&iq3xxs_grid()[0]), [0x04; 4]);
+        assert_eq!(iq1s_grid()[0], [-1; 8]);
+        assert_eq!(
+            (iq2xxs_grid().len(), iq2xs_grid().len(), iq2s_grid().len()),
+            (256, 512, 1024)
+        );
+        assert_eq!((iq3xxs_grid().len(), iq3s_grid().len()), (256, 512));
+        assert_eq!(iq1s_grid().len(), 2048);
+    }
+
+    #[test]
+    fn sign_table_has_even_parity() {
+        for i in 0..128u32 {
+            let s = ksigns(i);
+            assert_eq!(s & 127, i as u8);
+            assert_eq!(s.count_ones() % 2, 0);
+        }
+    }
+}

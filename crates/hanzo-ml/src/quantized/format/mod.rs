@@ -32,7 +32,7 @@ pub use dtype::GgmlDType;
 pub use iq1::{BlockIQ1M, BlockIQ1S};
 pub use iq2::{BlockIQ2S, BlockIQ2XS, BlockIQ2XXS};
 pub use iq3::{BlockIQ3S, BlockIQ3XXS};
-pub use iq4nl::BlockIQ4NL;
+pub use iq4nl::{BlockIQ4NL, IQ4NL_VALUES};
 pub use iq4xs::BlockIQ4XS;
 #[cfg(target_arch = "aarch64")]
 pub(crate) use kquants::scale_min_k4;

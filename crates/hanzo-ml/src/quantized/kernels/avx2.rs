@@ -138,12 +138,32 @@ impl ByteDot for Madd {
     }
 }
 
-/// The Q4_0/Q5_0/Q8_0 tile: `levels` gives a block's 32 signed levels and its scale.
+/// A block scale as `legacy_tile` reads it: an f16 (most types) or an f32 (MXFP4's E8M0).
+pub(super) trait Scale: Copy {
+    fn to_f32(self) -> f32;
+}
+
+impl Scale for half::f16 {
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        f16_to_f32(self)
+    }
+}
+
+impl Scale for f32 {
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        self
+    }
+}
+
+/// The tile of the 32-element types multiplied against Q8_0 (Q4_0, Q5_0, Q8_0, IQ4_NL,
+/// MXFP4): `levels` gives a block's 32 signed levels (|level| ≤ 127) and its scale.
 #[inline(always)]
-pub(super) unsafe fn legacy_tile<D: ByteDot, B, const R: usize, const C: usize>(
+pub(super) unsafe fn legacy_tile<D: ByteDot, B, S: Scale, const R: usize, const C: usize>(
     w: [&[B]; R],
     x: [&[BlockQ8_0]; C],
-    levels: impl Fn(&B) -> (__m256i, half::f16),
+    levels: impl Fn(&B) -> (__m256i, S),
 ) -> [[f32; C]; R] {
     check_tile!(w, x);
     // SAFETY: the callers enable AVX2, FMA, F16C and `D`'s features; loads stay inside
@@ -155,7 +175,7 @@ pub(super) unsafe fn legacy_tile<D: ByteDot, B, const R: usize, const C: usize>(
                 std::array::from_fn(|c| (load256_i8(&x[c][i].qs), f16_to_f32(x[c][i].d)));
             for r in 0..R {
                 let (q, d) = levels(&w[r][i]);
-                let wd = f16_to_f32(d);
+                let wd = d.to_f32();
                 // maddubs wants one unsigned operand: move the weight's sign onto x.
                 let aq = _mm256_sign_epi8(q, q);
                 for c in 0..C {
@@ -195,13 +215,60 @@ pub(super) unsafe fn q5_0_levels(b: &BlockQ5_0) -> (__m256i, half::f16) {
     }
 }
 
+/// 16 signed bytes broadcast to both 128-bit lanes, for `shuffle_epi8` lookups.
+#[inline(always)]
+unsafe fn table16(t: &[i8; 16]) -> __m256i {
+    // SAFETY: t is 16 bytes; the caller enables AVX2.
+    unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(t.as_ptr() as *const __m128i)) }
+}
+
+/// An IQ4_NL block's levels (its nibbles looked up in the non-linear table) and scale.
+#[inline(always)]
+pub(super) unsafe fn iq4nl_levels(b: &BlockIQ4NL) -> (__m256i, half::f16) {
+    // SAFETY: the caller enables AVX2.
+    unsafe {
+        (
+            _mm256_shuffle_epi8(table16(&IQ4NL_VALUES), nibbles_32(&b.qs)),
+            b.d,
+        )
+    }
+}
+
+/// An MXFP4 block's levels (the doubled E2M1 values) and its E8M0 scale, halved.
+#[inline(always)]
+pub(super) unsafe fn mxfp4_levels(b: &BlockMXFP4) -> (__m256i, f32) {
+    // SAFETY: the caller enables AVX2.
+    unsafe {
+        let q = _mm256_shuffle_epi8(table16(&MXFP4_VALUES), nibbles_32(&b.qs));
+        (q, e8m0_half(b.e))
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn iq4nl_tile<const R: usize, const C: usize>(
+    w: [&[BlockIQ4NL]; R],
+    x: [&[BlockQ8_0]; C],
+) -> [[f32; C]; R] {
+    // SAFETY: this function enables the features legacy_tile and Madd need.
+    unsafe { legacy_tile::<Madd, _, _, R, C>(w, x, |b| iq4nl_levels(b)) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn mxfp4_tile<const R: usize, const C: usize>(
+    w: [&[BlockMXFP4]; R],
+    x: [&[BlockQ8_0]; C],
+) -> [[f32; C]; R] {
+    // SAFETY: as in iq4nl_tile.
+    unsafe { legacy_tile::<Madd, _, _, R, C>(w, x, |b| mxfp4_levels(b)) }
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn q8_0_tile<const R: usize, const C: usize>(
     w: [&[BlockQ8_0]; R],
     x: [&[BlockQ8_0]; C],
 ) -> [[f32; C]; R] {
     // SAFETY: this function enables the features legacy_tile and Madd need.
-    unsafe { legacy_tile::<Madd, _, R, C>(w, x, |b| q8_0_levels(b)) }
+    unsafe { legacy_tile::<Madd, _, _, R, C>(w, x, |b| q8_0_levels(b)) }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -210,7 +277,7 @@ pub unsafe fn q4_0_tile<const R: usize, const C: usize>(
     x: [&[BlockQ8_0]; C],
 ) -> [[f32; C]; R] {
     // SAFETY: as in q8_0_tile.
-    unsafe { legacy_tile::<Madd, _, R, C>(w, x, |b| q4_0_levels(b)) }
+    unsafe { legacy_tile::<Madd, _, _, R, C>(w, x, |b| q4_0_levels(b)) }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -219,7 +286,7 @@ pub unsafe fn q5_0_tile<const R: usize, const C: usize>(
     x: [&[BlockQ8_0]; C],
 ) -> [[f32; C]; R] {
     // SAFETY: as in q8_0_tile.
-    unsafe { legacy_tile::<Madd, _, R, C>(w, x, |b| q5_0_levels(b)) }
+    unsafe { legacy_tile::<Madd, _, _, R, C>(w, x, |b| q5_0_levels(b)) }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]

@@ -77,7 +77,7 @@ unsafe fn legacy_tile<B, const R: usize, const C: usize>(
         }
         let mut out = acc.map(|row| row.map(|a| _mm512_reduce_add_ps(a)));
         if nb % 2 == 1 {
-            let last = avx2::legacy_tile::<Vnni256, _, R, C>(
+            let last = avx2::legacy_tile::<Vnni256, _, _, R, C>(
                 w.map(|row| &row[nb - 1..]),
                 x.map(|col| &col[nb - 1..]),
                 levels,
@@ -164,7 +164,7 @@ unsafe fn zero_point_tile<B, const R: usize, const C: usize>(
         }
         let mut out = acc.map(|row| row.map(|a| _mm512_reduce_add_ps(a)));
         if nb % 2 == 1 {
-            let last = avx2::legacy_tile::<Vnni256, _, R, C>(
+            let last = avx2::legacy_tile::<Vnni256, _, _, R, C>(
                 w.map(|row| &row[nb - 1..]),
                 x.map(|col| &col[nb - 1..]),
                 levels,

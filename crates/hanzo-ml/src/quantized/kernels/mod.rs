@@ -69,7 +69,7 @@ macro_rules! portable {
         impl Kernels for $block {}
     )*};
 }
-portable!(f32, HalfF16, HalfBF16, BlockQ5_1, BlockQ8_1, BlockQ2K, BlockQ3K, BlockIQ4NL);
+portable!(f32, HalfF16, HalfBF16, BlockQ5_1, BlockQ8_1, BlockQ2K, BlockQ3K);
 portable!(
     BlockIQ2XXS,
     BlockIQ2XS,
@@ -79,7 +79,7 @@ portable!(
     BlockIQ1S,
     BlockIQ1M
 );
-portable!(BlockIQ4XS, BlockTQ1_0, BlockTQ2_0, BlockMXFP4);
+portable!(BlockIQ4XS, BlockTQ1_0, BlockTQ2_0);
 
 impl QuantizeRow for BlockQ4_1 {}
 impl Kernels for BlockQ4_1 {
@@ -114,6 +114,10 @@ tiled!(BlockQ8_0, pick_q8_0, tile_q8_0);
 tiled!(BlockQ4K, pick_q4k, tile_q4k);
 tiled!(BlockQ5K, pick_q5k, tile_q5k);
 tiled!(BlockQ6K, pick_q6k, tile_q6k);
+tiled!(BlockIQ4NL, pick_iq4nl, tile_iq4nl);
+tiled!(BlockMXFP4, pick_mxfp4, tile_mxfp4);
+impl QuantizeRow for BlockIQ4NL {}
+impl QuantizeRow for BlockMXFP4 {}
 impl QuantizeRow for BlockQ4_0 {}
 impl QuantizeRow for BlockQ5_0 {}
 impl QuantizeRow for BlockQ4K {}
@@ -241,6 +245,12 @@ tile_picker!(pick_q5k, pick_q5k_for, tile_q5k, tile_q5k_for, BlockQ5K, q5k_tile,
     ["x86_64" Avx512 => avx512, "x86_64" Avx2 => avx2, "aarch64" Neon => neon]);
 tile_picker!(pick_q6k, pick_q6k_for, tile_q6k, tile_q6k_for, BlockQ6K, q6k_tile,
     ["x86_64" Avx512 => avx512, "x86_64" Avx2 => avx2, "aarch64" Neon => neon]);
+// The table-lookup types run the AVX2 tile at every x86 level (an AVX-512 CPU may lack
+// AVX-VNNI, and they have no AVX-512 form yet).
+tile_picker!(pick_iq4nl, pick_iq4nl_for, tile_iq4nl, tile_iq4nl_for, BlockIQ4NL, iq4nl_tile,
+    ["x86_64" Avx2 => avx2, "aarch64" Neon => neon]);
+tile_picker!(pick_mxfp4, pick_mxfp4_for, tile_mxfp4, tile_mxfp4_for, BlockMXFP4, mxfp4_tile,
+    ["x86_64" Avx2 => avx2, "aarch64" Neon => neon]);
 picker!(pick_q4_1, BlockQ4_1, q4_1_q8_1);
 
 #[cfg(test)]
@@ -323,6 +333,8 @@ mod tests {
         check_type::<BlockQ4K>(tile_q4k_for, tile_q4k_for, pick_q4k_for);
         check_type::<BlockQ5K>(tile_q5k_for, tile_q5k_for, pick_q5k_for);
         check_type::<BlockQ6K>(tile_q6k_for, tile_q6k_for, pick_q6k_for);
+        check_type::<BlockIQ4NL>(tile_iq4nl_for, tile_iq4nl_for, pick_iq4nl_for);
+        check_type::<BlockMXFP4>(tile_mxfp4_for, tile_mxfp4_for, pick_mxfp4_for);
     }
 
     /// Weights at the extremes of their range (Q8_0 at -128, which only foreign files hold)

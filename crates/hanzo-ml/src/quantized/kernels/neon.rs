@@ -41,10 +41,10 @@ unsafe fn block_dot(w: Levels, x: Levels) -> i32 {
 }
 
 #[inline(always)]
-unsafe fn legacy_tile<B, const R: usize, const C: usize>(
+unsafe fn legacy_tile<B, S: Into<f32>, const R: usize, const C: usize>(
     w: [&[B]; R],
     x: [&[BlockQ8_0]; C],
-    levels: impl Fn(&B) -> (Levels, half::f16),
+    levels: impl Fn(&B) -> (Levels, S),
 ) -> [[f32; C]; R] {
     check_tile!(w, x);
     let mut acc = [[0f32; C]; R];
@@ -55,7 +55,7 @@ unsafe fn legacy_tile<B, const R: usize, const C: usize>(
                 std::array::from_fn(|c| (load_i8(&x[c][i].qs), x[c][i].d.to_f32()));
             for r in 0..R {
                 let (q, d) = levels(&w[r][i]);
-                let d = d.to_f32();
+                let d: f32 = d.into();
                 for c in 0..C {
                     acc[r][c] += d * xs[c].1 * block_dot(q, xs[c].0) as f32;
                 }
@@ -73,6 +73,41 @@ pub unsafe fn q8_0_tile<const R: usize, const C: usize>(
 ) -> [[f32; C]; R] {
     // SAFETY: qs is 32 bytes.
     unsafe { legacy_tile(w, x, |b| (load_i8(&b.qs), b.d)) }
+}
+
+/// The 32 levels of 16 packed nibbles looked up in a 16-entry table.
+#[inline(always)]
+unsafe fn table_levels(table: &[i8; 16], qs: &[u8; 16]) -> Levels {
+    // SAFETY: the table is 16 bytes; nibbles reads the 16 bytes of qs.
+    unsafe {
+        let t = vld1q_s8(table.as_ptr());
+        let (lo, hi) = nibbles(qs);
+        (vqtbl1q_s8(t, lo), vqtbl1q_s8(t, hi))
+    }
+}
+
+/// # Safety
+/// As `q8_0_tile`.
+pub unsafe fn iq4nl_tile<const R: usize, const C: usize>(
+    w: [&[BlockIQ4NL]; R],
+    x: [&[BlockQ8_0]; C],
+) -> [[f32; C]; R] {
+    // SAFETY: table_levels reads the 16 bytes of qs.
+    unsafe { legacy_tile(w, x, |b| (table_levels(&IQ4NL_VALUES, &b.qs), b.d)) }
+}
+
+/// # Safety
+/// As `q8_0_tile`.
+pub unsafe fn mxfp4_tile<const R: usize, const C: usize>(
+    w: [&[BlockMXFP4]; R],
+    x: [&[BlockQ8_0]; C],
+) -> [[f32; C]; R] {
+    // SAFETY: table_levels reads the 16 bytes of qs.
+    unsafe {
+        legacy_tile(w, x, |b| {
+            (table_levels(&MXFP4_VALUES, &b.qs), e8m0_half(b.e))
+        })
+    }
 }
 
 /// # Safety

@@ -23,7 +23,7 @@ pub unsafe fn q8_0_tile<const R: usize, const C: usize>(
     x: [&[BlockQ8_0]; C],
 ) -> [[f32; C]; R] {
     // SAFETY: this function enables the features legacy_tile and AvxVnni need.
-    unsafe { avx2::legacy_tile::<AvxVnni, _, R, C>(w, x, |b| avx2::q8_0_levels(b)) }
+    unsafe { avx2::legacy_tile::<AvxVnni, _, _, R, C>(w, x, |b| avx2::q8_0_levels(b)) }
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
@@ -32,7 +32,7 @@ pub unsafe fn q4_0_tile<const R: usize, const C: usize>(
     x: [&[BlockQ8_0]; C],
 ) -> [[f32; C]; R] {
     // SAFETY: as in q8_0_tile.
-    unsafe { avx2::legacy_tile::<AvxVnni, _, R, C>(w, x, |b| avx2::q4_0_levels(b)) }
+    unsafe { avx2::legacy_tile::<AvxVnni, _, _, R, C>(w, x, |b| avx2::q4_0_levels(b)) }
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
@@ -41,5 +41,5 @@ pub unsafe fn q5_0_tile<const R: usize, const C: usize>(
     x: [&[BlockQ8_0]; C],
 ) -> [[f32; C]; R] {
     // SAFETY: as in q8_0_tile.
-    unsafe { avx2::legacy_tile::<AvxVnni, _, R, C>(w, x, |b| avx2::q5_0_levels(b)) }
+    unsafe { avx2::legacy_tile::<AvxVnni, _, _, R, C>(w, x, |b| avx2::q5_0_levels(b)) }
 }

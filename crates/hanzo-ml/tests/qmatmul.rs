@@ -16,31 +16,12 @@ use hanzo_ml::quantized::kernels::Kernels;
 use hanzo_ml::quantized::{GgmlDType, QMatMul, QTensor};
 use hanzo_ml::{Device, Tensor};
 
-const QUANT_TYPES: [GgmlDType; 23] = [
-    GgmlDType::Q4_0,
-    GgmlDType::Q4_1,
-    GgmlDType::Q5_0,
-    GgmlDType::Q5_1,
-    GgmlDType::Q8_0,
-    GgmlDType::Q8_1,
-    GgmlDType::Q2K,
-    GgmlDType::Q3K,
-    GgmlDType::Q4K,
-    GgmlDType::Q5K,
-    GgmlDType::Q6K,
-    GgmlDType::IQ4NL,
-    GgmlDType::IQ2XXS,
-    GgmlDType::IQ2XS,
-    GgmlDType::IQ2S,
-    GgmlDType::IQ3XXS,
-    GgmlDType::IQ3S,
-    GgmlDType::IQ1S,
-    GgmlDType::IQ1M,
-    GgmlDType::IQ4XS,
-    GgmlDType::TQ1_0,
-    GgmlDType::TQ2_0,
-    GgmlDType::MXFP4,
-];
+/// Every quantized weight type (Q8_K is only ever an activation type).
+fn quant_types() -> impl Iterator<Item = GgmlDType> {
+    GgmlDType::ALL
+        .into_iter()
+        .filter(|&dt| dt.is_quantized() && dt != GgmlDType::Q8K)
+}
 
 /// The activation row exactly as QMatMul sees it after quantization to `act`.
 fn through_dot_type(act: GgmlDType, x: &[f32]) -> Vec<f32> {
@@ -139,7 +120,7 @@ fn check_with(dt: GgmlDType, n: usize, k: usize, m: usize, make: fn(QTensor) -> 
 
 #[test]
 fn qmatmul_matches_dequantized_matmul_for_every_type_and_odd_shapes() {
-    for dt in QUANT_TYPES {
+    for dt in quant_types() {
         let k_small = dt.block_size() * 3; // 96 or 768: a multiple of the block size only
         for (n, k) in [(37, k_small), (19, 512 * dt.block_size() / 32)] {
             for m in [1, 3, 17, 40] {
@@ -169,7 +150,7 @@ fn interleaved_q4_0_q5_0_q8_0_match_dequantized_matmul() {
 fn rows_alone_equal_one_row_products_bit_for_bit() {
     let (n, k, m) = (40, 512, QMatMul::PANELS_FROM + 4);
     let x = Tensor::from_vec(common::synthetic_weights(m, k, 5), (m, k), &Device::Cpu).unwrap();
-    for dt in QUANT_TYPES {
+    for dt in quant_types() {
         let q = std::sync::Arc::new(common::weight_tensor(dt, n, k, 9));
         let stored = QMatMul::from_arc_as_stored(q.clone()).unwrap();
         let chosen = QMatMul::from_arc(q).unwrap();
@@ -305,7 +286,7 @@ fn simd_kernels_agree_with_scalar_reference() {
         (B::vec_dot()(wq, &xq), B::vec_dot_scalar(wq, &xq))
     }
     eprintln!("kernels in use: {}", hanzo_ml::cpu::features::isa().name());
-    for dt in QUANT_TYPES {
+    for dt in quant_types() {
         let (fast, scalar) = hanzo_ml::with_block_type!(dt, B => go::<B>(dt, 4096));
         assert!(
             (fast - scalar).abs() <= 1e-5 * scalar.abs().max(1e-3),

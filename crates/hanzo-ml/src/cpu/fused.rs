@@ -2,12 +2,17 @@
 //! f32 runs the SIMD row kernels; f16/bf16 convert whole rows to f32 and back with the `half`
 //! slice conversions; f64 is scalar.
 
+use super::par::for_each_chunk;
 use super::{simd, unary_map, CpuStorage};
 use crate::backend::RopeKind;
 use crate::{Error, Layout, Result, WithDType};
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
-use rayon::prelude::*;
+
+/// Rows per task of the row-wise ops: enough to outweigh the hand-off. The loops go through
+/// `cpu::par`'s one copy of rayon's machinery (a rayon chain per dtype and op would each be
+/// instantiated anew).
+const ROWS_PER_TASK: usize = 8;
 
 /// Apply `f32_row` to each last-dim row of any float storage.
 fn map_rows(
@@ -32,10 +37,12 @@ fn map_rows(
         if d == 0 {
             return out;
         }
-        out.par_chunks_mut(d)
-            .zip(src.par_chunks(d))
-            .with_min_len(8)
-            .for_each(|(o, x)| f(x, o));
+        for_each_chunk(&mut out, ROWS_PER_TASK * d, &|i, o| {
+            let src = &src[i * ROWS_PER_TASK * d..][..o.len()];
+            for (o, x) in o.chunks_mut(d).zip(src.chunks(d)) {
+                f(x, o)
+            }
+        });
         out
     }
     /// f16/bf16 rows: widen each row into per-thread f32 scratch with the `half` slice
@@ -54,17 +61,15 @@ fn map_rows(
         if d == 0 {
             return out;
         }
-        out.par_chunks_mut(d)
-            .zip(src.par_chunks(d))
-            .with_min_len(8)
-            .for_each_init(
-                || (vec![0f32; d], vec![0f32; d]),
-                |(xf, of), (o, x)| {
-                    x.convert_to_f32_slice(xf);
-                    f(xf, of);
-                    o.convert_from_f32_slice(of);
-                },
-            );
+        for_each_chunk(&mut out, ROWS_PER_TASK * d, &|i, o| {
+            let src = &src[i * ROWS_PER_TASK * d..][..o.len()];
+            let (mut xf, mut of) = (vec![0f32; d], vec![0f32; d]);
+            for (o, x) in o.chunks_mut(d).zip(src.chunks(d)) {
+                x.convert_to_f32_slice(&mut xf);
+                f(&xf, &mut of);
+                o.convert_from_f32_slice(&of);
+            }
+        });
         out
     }
     Ok(match s {
@@ -222,10 +227,13 @@ fn rope_rows<T: Copy + Send + Sync>(
     if t * d == 0 {
         return out;
     }
-    out.par_chunks_mut(t * d)
-        .zip(x.par_chunks(t * d))
-        .with_min_len(heads_per_task(t * d))
-        .for_each(|(o, x)| rope_block(x, o, cos, sin, t, d, kind, &mul_add));
+    let n = t * d;
+    for_each_chunk(&mut out, heads_per_task(n) * n, &|i, o| {
+        let x = &x[i * heads_per_task(n) * n..][..o.len()];
+        for (o, x) in o.chunks_mut(n).zip(x.chunks(n)) {
+            rope_block(x, o, cos, sin, t, d, kind, &mul_add)
+        }
+    });
     out
 }
 
@@ -266,10 +274,13 @@ fn rope_rows_f32(
     if t * d == 0 {
         return out;
     }
-    out.par_chunks_mut(t * d)
-        .zip(x.par_chunks(t * d))
-        .with_min_len(heads_per_task(t * d))
-        .for_each(|(o, x)| rope_block_f32(x, o, cos, sin, t, d, kind));
+    let n = t * d;
+    for_each_chunk(&mut out, heads_per_task(n) * n, &|i, o| {
+        let x = &x[i * heads_per_task(n) * n..][..o.len()];
+        for (o, x) in o.chunks_mut(n).zip(x.chunks(n)) {
+            rope_block_f32(x, o, cos, sin, t, d, kind)
+        }
+    });
     out
 }
 
@@ -294,17 +305,15 @@ where
     if n == 0 {
         return out;
     }
-    out.par_chunks_mut(n)
-        .zip(x.par_chunks(n))
-        .with_min_len(heads_per_task(n))
-        .for_each_init(
-            || (vec![0f32; n], vec![0f32; n]),
-            |(xf, of), (o, x)| {
-                x.convert_to_f32_slice(xf);
-                rope_block_f32(xf, of, &cf, &sf, t, d, kind);
-                o.convert_from_f32_slice(of);
-            },
-        );
+    for_each_chunk(&mut out, heads_per_task(n) * n, &|i, o| {
+        let x = &x[i * heads_per_task(n) * n..][..o.len()];
+        let (mut xf, mut of) = (vec![0f32; n], vec![0f32; n]);
+        for (o, x) in o.chunks_mut(n).zip(x.chunks(n)) {
+            x.convert_to_f32_slice(&mut xf);
+            rope_block_f32(&xf, &mut of, &cf, &sf, t, d, kind);
+            o.convert_from_f32_slice(&of);
+        }
+    });
     out
 }
 

@@ -11,7 +11,7 @@ mod fused;
 pub(crate) mod huge_pages;
 mod indexing;
 mod matmul;
-mod par;
+pub(crate) mod par;
 mod reduce;
 pub mod simd;
 pub mod team;

@@ -2,8 +2,8 @@
 
 use super::format::{GgmlBlock, GgmlDType};
 use super::kernels::QuantizeRow;
+use crate::cpu::par::for_each_chunk;
 use crate::{DType, Device, Error, Result, Shape, Tensor};
-use rayon::prelude::*;
 use std::sync::Arc;
 
 /// Block bytes, aligned for every block type (4 bytes covers Q8_K's f32). Owned data is
@@ -281,19 +281,22 @@ pub(crate) fn check_row_ids(op: &'static str, ids: &[u32], rows: usize) -> Resul
 /// Blocks per parallel task: enough work to amortise scheduling.
 const PAR_BLOCKS: usize = 64;
 
+// Both loops go through `cpu::par`'s one copy of rayon's machinery: a rayon chain here would
+// be instantiated again for every block type.
 fn dequantize_into<B: GgmlBlock>(blocks: &[B], out: &mut [f32]) {
-    blocks
-        .par_chunks(PAR_BLOCKS)
-        .zip(out.par_chunks_mut(PAR_BLOCKS * B::BLOCK_SIZE))
-        .for_each(|(b, o)| B::dequantize(b, o));
+    for_each_chunk(out, PAR_BLOCKS * B::BLOCK_SIZE, &|i, o| {
+        B::dequantize(&blocks[i * PAR_BLOCKS..][..o.len() / B::BLOCK_SIZE], o)
+    });
 }
 
 /// With the SIMD quantizer where the type has one (the reference's exact bytes).
 fn quantize_into<B: QuantizeRow>(xs: &[f32], bytes: &mut [u8]) {
     let blocks: &mut [B] = bytemuck::cast_slice_mut(bytes);
     let quantize = B::quantize_row();
-    blocks
-        .par_chunks_mut(PAR_BLOCKS)
-        .zip(xs.par_chunks(PAR_BLOCKS * B::BLOCK_SIZE))
-        .for_each(|(b, x)| quantize(x, b));
+    for_each_chunk(blocks, PAR_BLOCKS, &|i, b| {
+        quantize(
+            &xs[i * PAR_BLOCKS * B::BLOCK_SIZE..][..b.len() * B::BLOCK_SIZE],
+            b,
+        )
+    });
 }

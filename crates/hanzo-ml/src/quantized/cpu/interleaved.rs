@@ -6,12 +6,12 @@
 
 use super::gemm;
 use super::matvec::MatvecJob;
+use crate::cpu::par::for_each_chunk;
 use crate::quantized::format::interleaved::{XRow, ROWS};
 use crate::quantized::format::{BlockQ8_0, GgmlDType};
 use crate::quantized::kernels::interleaved::{DotFn, InterleavedKernels};
 use crate::quantized::kernels::{isa, Isa, QuantizeRow};
 use crate::{Error, Result};
-use rayon::prelude::*;
 
 /// `m` activation rows of width `k`, quantized once for every group of weight rows.
 struct Activations {
@@ -100,17 +100,14 @@ impl<B: InterleavedKernels> Interleaved<B> {
         let mut blocks = crate::cpu::alloc::zeroed_vec::<B::X8>(w.len() / ROWS);
         let mut done = 0;
         for chunk in blocks.chunks_mut((chunk_groups * per_row).max(1)) {
-            chunk
-                .par_chunks_mut(per_row.max(1))
-                .enumerate()
-                .for_each(|(g, out)| {
-                    let g = done + g;
-                    let rows: [&[B]; ROWS] =
-                        std::array::from_fn(|r| &w[(ROWS * g + r) * per_row..][..per_row]);
-                    for (i, o) in out.iter_mut().enumerate() {
-                        *o = B::pack(rows.map(|row| &row[i]));
-                    }
-                });
+            for_each_chunk(chunk, per_row, &|g, out| {
+                let g = done + g;
+                let rows: [&[B]; ROWS] =
+                    std::array::from_fn(|r| &w[(ROWS * g + r) * per_row..][..per_row]);
+                for (i, o) in out.iter_mut().enumerate() {
+                    *o = B::pack(rows.map(|row| &row[i]));
+                }
+            });
             done += chunk.len() / per_row.max(1);
             release(0..done * group_bytes);
         }
@@ -152,10 +149,9 @@ impl<B: InterleavedKernels> Interleaved<B> {
         let rows: Vec<XRow> = (0..m).map(|j| acts.row(j)).collect();
         // Each group's [m][8] results, then scattered into the [m, n] output.
         let mut parts = vec![0f32; n * m];
-        parts
-            .par_chunks_mut((ROWS * m).max(1))
-            .enumerate()
-            .for_each(|(g, part)| self.group_times(g, &rows, part));
+        for_each_chunk(&mut parts, ROWS * m, &|g, part| {
+            self.group_times(g, &rows, part)
+        });
         let mut out = vec![0f32; m * n];
         for (g, part) in parts.chunks_exact((ROWS * m).max(1)).enumerate() {
             for (j, y) in part.chunks_exact(ROWS).enumerate() {

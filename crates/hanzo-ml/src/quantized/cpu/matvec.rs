@@ -7,6 +7,7 @@
 //! activation rows, a small tile of weight rows stays in L1 while every activation row passes
 //! over it; from 16 rows on, types with an unpacked form take the panel GEMM (`gemm`) instead.
 
+use crate::cpu::par::for_each_chunk;
 use crate::quantized::format::interleaved::ROWS;
 use crate::quantized::format::GgmlBlock;
 use crate::quantized::kernels::prefetch::{prefetch_ahead, streamed};
@@ -119,19 +120,17 @@ pub fn matmul_rows_alone<B: Kernels>(w: &[B], n: usize, k: usize, x: &[f32], m: 
     let xpr = k / B::Dot::BLOCK_SIZE;
     let quantize = B::Dot::quantize_row();
     let mut xq = vec![<B::Dot as bytemuck::Zeroable>::zeroed(); m * xpr];
-    xq.par_chunks_mut(xpr.max(1))
-        .zip(x.par_chunks(k.max(1)))
-        .for_each(|(q, x)| quantize(x, q));
+    // `cpu::par`'s loops, not rayon chains: those would be instantiated per block type.
+    for_each_chunk(&mut xq, xpr, &|j, q| quantize(&x[j * k..][..k], q));
     let kernels = TileKernels::<B>::pick();
     let wrows = Rows::new(w, wpr);
     let xrows = Rows::new(&xq, xpr);
     let mut out = vec![0f32; m * n];
     // Each task fills a [TILE_ROWS, m] tile of the transposed output.
     let mut out_t = vec![0f32; n * m];
-    out_t
-        .par_chunks_mut(TILE_ROWS * m)
-        .enumerate()
-        .for_each(|(t, tile)| kernels.tile(&wrows, t * TILE_ROWS, &xrows, m, tile));
+    for_each_chunk(&mut out_t, TILE_ROWS * m, &|t, tile| {
+        kernels.tile(&wrows, t * TILE_ROWS, &xrows, m, tile)
+    });
     for (j, o) in out.chunks_exact_mut(n).enumerate() {
         for (r, o) in o.iter_mut().enumerate() {
             *o = out_t[r * m + j];

@@ -45,7 +45,7 @@ fn map_rows(
         });
         out
     }
-    /// f16/bf16 rows: widen each row into per-thread f32 scratch with the `half` slice
+    /// f16/bf16 rows: widen each row into per-task f32 scratch with the `half` slice
     /// conversions (F16C where available), run the f32 kernel, narrow back.
     fn via_f32<T: WithDType>(
         v: &[T],
@@ -284,7 +284,7 @@ fn rope_rows_f32(
     out
 }
 
-/// f16/bf16 rope: cos/sin are widened once; each [t, d] block of x is widened into per-thread
+/// f16/bf16 rope: cos/sin are widened once; each [t, d] block of x is widened into per-task
 /// f32 scratch, rotated in f32 and narrowed back.
 fn rope_rows_half<T: WithDType>(
     x: &[T],

@@ -33,6 +33,12 @@ export HANZO_GGUF_REF="$PWD/target/numpy-ref/gguf_blocks.npz"
 
 # Fresh builds: incremental compilation only slows a build from scratch.
 export CARGO_INCREMENTAL=0
+
+# The WebAssembly build (crates/hanzo-wasm): its kernels under WASI, its packages, and
+# playwright-core and Chromium for the tests that compare it with the native binary in the
+# `cargo test` run below (Node.js 20 or later is needed).
+bash scripts/test_wasm.sh
+
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace --all-targets
 cargo test --workspace --doc

@@ -3,9 +3,13 @@
 
 use crate::models::bert::{Bert, BertConfig};
 use crate::{Error, Result};
+use hanzo_ml::cpu::Blob;
+use hanzo_ml::io::safetensors::{MmapedSafetensors, ShardedSafetensors};
 use hanzo_ml::{DType, Device, Tensor};
 use hanzo_nn::VarBuilder;
 use std::path::Path;
+use std::str::FromStr;
+use std::sync::Arc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pooling {
@@ -21,6 +25,29 @@ pub struct Embedder {
     /// The most tokens an input may have (sentence-transformers' max_seq_length, at most the
     /// model's positions). Longer inputs are an error unless truncation is asked for.
     pub max_tokens: usize,
+}
+
+/// A sentence-transformers model's files, read already (see [`Embedder::from_files`]).
+pub struct EncoderFiles<'a> {
+    /// config.json
+    pub config: &'a str,
+    /// tokenizer.json
+    pub tokenizer: &'a str,
+    /// model.safetensors
+    pub weights: Blob,
+    /// 1_Pooling/config.json (mean pooling without it)
+    pub pooling: Option<&'a str>,
+    /// modules.json (a Normalize module there turns on L2 normalisation)
+    pub modules: Option<&'a str>,
+    /// sentence_bert_config.json (its `max_seq_length`)
+    pub sentence_bert: Option<&'a str>,
+}
+
+/// The optional sentence-transformers configs, parsed.
+struct SentenceConfig {
+    pooling: Option<serde_json::Value>,
+    modules: Option<serde_json::Value>,
+    sentence_bert: Option<serde_json::Value>,
 }
 
 /// How `Embedder::embed_with` treats its inputs.
@@ -64,13 +91,7 @@ impl Embedder {
     /// modules.json (a Normalize module) and sentence_bert_config.json.
     pub fn from_dir(dir: impl AsRef<Path>) -> Result<Self> {
         let dir = dir.as_ref();
-        let config: serde_json::Value = read_json(&dir.join("config.json"))?;
-        let arch = encoder_arch(&config);
-        if arch != "bert" {
-            return Err(Error::UnsupportedArchitecture(arch.into(), "bert"));
-        }
-        let config: BertConfig = serde_json::from_value(config)
-            .map_err(|e| Error::model("config.json", e.to_string()))?;
+        let config = read_json(&dir.join("config.json"))?;
         let weights = dir.join("model.safetensors");
         if !weights.exists() {
             return Err(Error::model(
@@ -78,24 +99,89 @@ impl Embedder {
                 "no model.safetensors",
             ));
         }
-        let vb = VarBuilder::from_safetensors(&[weights], DType::F32, &Device::Cpu)?;
-        let model = Bert::load(&vb, config)?;
-        let mut tokenizer = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json"))
+        let tokenizer = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json"))
             .map_err(|e| Error::Tokenizer(format!("tokenizer.json: {e}")))?;
+        let optional = |name: &str| read_json(&dir.join(name)).ok();
+        Self::assemble(
+            config,
+            || {
+                Ok(VarBuilder::from_safetensors(
+                    &[weights],
+                    DType::F32,
+                    &Device::Cpu,
+                )?)
+            },
+            tokenizer,
+            SentenceConfig {
+                pooling: optional("1_Pooling/config.json"),
+                modules: optional("modules.json"),
+                sentence_bert: optional("sentence_bert_config.json"),
+            },
+        )
+    }
+
+    /// The same model from its files' contents, read already (as in the browser, where there
+    /// is no directory): `weights` is model.safetensors.
+    pub fn from_files(files: EncoderFiles<'_>) -> Result<Self> {
+        let json = |name: &str, text: &str| {
+            serde_json::from_str::<serde_json::Value>(text)
+                .map_err(|e| Error::model(name, e.to_string()))
+        };
+        let optional = |name: &str, text: Option<&str>| text.map(|t| json(name, t)).transpose();
+        let tokenizer = tokenizers::Tokenizer::from_str(files.tokenizer)
+            .map_err(|e| Error::Tokenizer(format!("tokenizer.json: {e}")))?;
+        let sentence = SentenceConfig {
+            pooling: optional("1_Pooling/config.json", files.pooling)?,
+            modules: optional("modules.json", files.modules)?,
+            sentence_bert: optional("sentence_bert_config.json", files.sentence_bert)?,
+        };
+        let weights = files.weights;
+        Self::assemble(
+            json("config.json", files.config)?,
+            move || {
+                let st = MmapedSafetensors::from_blob(weights, "model.safetensors")?;
+                let source = ShardedSafetensors::from_files(vec![st]);
+                Ok(VarBuilder::from_source(
+                    Arc::new(source),
+                    DType::F32,
+                    &Device::Cpu,
+                ))
+            },
+            tokenizer,
+            sentence,
+        )
+    }
+
+    /// The embedder of a parsed config.json; `weights` opens the weights once the config
+    /// names an architecture we run.
+    fn assemble(
+        config: serde_json::Value,
+        weights: impl FnOnce() -> Result<VarBuilder>,
+        mut tokenizer: tokenizers::Tokenizer,
+        sentence: SentenceConfig,
+    ) -> Result<Self> {
+        let arch = encoder_arch(&config);
+        if arch != "bert" {
+            return Err(Error::UnsupportedArchitecture(arch.into(), "bert"));
+        }
+        let vb = weights()?;
+        let config: BertConfig = serde_json::from_value(config)
+            .map_err(|e| Error::model("config.json", e.to_string()))?;
+        let model = Bert::load(&vb, config)?;
         // Batching pads itself; truncation is max_tokens' job.
         tokenizer.with_padding(None);
         tokenizer
             .with_truncation(None)
             .map_err(|e| Error::Tokenizer(e.to_string()))?;
-        let pooling = match read_json(&dir.join("1_Pooling/config.json")) {
-            Ok(p) if p["pooling_mode_cls_token"].as_bool() == Some(true) => Pooling::Cls,
+        let pooling = match sentence.pooling {
+            Some(p) if p["pooling_mode_cls_token"].as_bool() == Some(true) => Pooling::Cls,
             _ => Pooling::Mean,
         };
-        let normalize = read_json(&dir.join("modules.json"))
-            .map(|m| m.to_string().contains("Normalize"))
-            .unwrap_or(false);
-        let max_tokens = read_json(&dir.join("sentence_bert_config.json"))
-            .ok()
+        let normalize = sentence
+            .modules
+            .is_some_and(|m| m.to_string().contains("Normalize"));
+        let max_tokens = sentence
+            .sentence_bert
             .and_then(|c| c["max_seq_length"].as_u64())
             .map(|n| n as usize)
             .unwrap_or(model.config.max_position_embeddings)

@@ -16,13 +16,13 @@ pub mod tokenizer;
 pub mod tools;
 
 pub use chat_template::{ChatTemplate, FunctionCall, Message, ToolCall};
-pub use embedding::{EmbedOptions, Embedder, Embeddings, Pooling};
+pub use embedding::{EmbedOptions, Embedder, Embeddings, EncoderFiles, Pooling};
 pub use error::{Error, Result};
 pub use models::{
     load_dir, load_gguf, load_gguf_with, Cache, Decoder, LanguageModel, Logits, ModelInfo,
     SeqChunk, WeightMode,
 };
-pub use pipeline::{Finish, GenerateOptions, Generated, TextGeneration};
+pub use pipeline::{Finish, GenerateOptions, Generated, Generation, TextGeneration};
 pub use sampler::{Sampler, SamplingParams};
 pub use stop::StopFilter;
 pub use tokenizer::Tokenizer;

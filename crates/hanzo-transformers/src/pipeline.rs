@@ -3,15 +3,17 @@
 //! generation through it.
 
 use crate::chat_template::{builtin_for, ChatTemplate, Message};
-use crate::models::{load_dir, load_gguf_with, LanguageModel, Logits, WeightMode};
+use crate::models::{load_dir, load_gguf_with, Cache, LanguageModel, Logits, WeightMode};
 use crate::sampler::{Sampler, SamplingParams};
 use crate::stop::StopFilter;
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 use crate::{Error, Result};
 use hanzo_ml::quantized::gguf::{GgufFile, HugePages, Value};
+use hanzo_ml::Tensor;
 use std::path::Path;
 use std::sync::Mutex;
-use std::time::Instant;
+// `web_time` is `std::time` natively; in WebAssembly it reads the JS clock (std's panics).
+use web_time::Instant;
 
 /// Prompt tokens per forward pass while prefilling.
 pub const PREFILL_CHUNK: usize = 512;
@@ -203,6 +205,20 @@ impl TextGeneration {
         opts: &GenerateOptions,
         on_text: &mut dyn FnMut(&str) -> bool,
     ) -> Result<Generated> {
+        let mut g = self.start(prompt, opts)?;
+        while g.finish.is_none() {
+            let piece = self.step(&mut g)?;
+            if !piece.is_empty() && !on_text(&piece) {
+                g.cancel();
+            }
+        }
+        Ok(g.into_generated())
+    }
+
+    /// Starts a generation from `prompt` ids: checks the options and reads the prompt (the
+    /// prefill). [`step`](Self::step) then produces the text piece by piece, so a caller that
+    /// must stay responsive (a browser tab, an event loop) can run other work between tokens.
+    pub fn start(&self, prompt: &[u32], opts: &GenerateOptions) -> Result<Generation> {
         opts.sampling.validate().map_err(Error::Invalid)?;
         if prompt.is_empty() {
             return Err(Error::Invalid("the prompt is empty".into()));
@@ -224,56 +240,130 @@ impl TextGeneration {
         for chunk in prompt.chunks(PREFILL_CHUNK) {
             logits = Some(self.model.forward(chunk, &mut cache, Logits::Last)?);
         }
-        let prompt_seconds = t0.elapsed().as_secs_f64();
-        let t1 = Instant::now();
-        let mut stream = StreamDecoder::new();
-        let mut stops = StopFilter::new(opts.stop.clone());
-        let mut tokens = Vec::new();
-        let mut text = String::new();
-        let mut finish = Finish::Length;
-        let mut logits = logits.expect("non-empty prompt");
-        while tokens.len() < opts.max_tokens {
-            let row = logits.flatten_all()?.to_vec1::<f32>()?;
-            let tok = sampler.sample(&row);
-            if self.tokenizer.vocab().is_end_of_generation(tok) {
-                finish = Finish::EndOfText;
-                break;
-            }
-            if opts.stop_tokens.contains(&tok) {
-                finish = Finish::Stop;
-                break;
-            }
-            tokens.push(tok);
-            let (out, hit) = stops.push(&stream.push(&self.tokenizer, tok));
-            text.push_str(&out);
-            if !out.is_empty() && !on_text(&out) {
-                finish = Finish::Cancelled;
-                break;
-            }
-            if hit {
-                finish = Finish::Stop;
-                break;
-            }
-            if tokens.len() == opts.max_tokens || cache.len() >= cache.limit() {
-                break;
-            }
-            logits = self.model.forward(&[tok], &mut cache, Logits::Last)?;
-        }
-        if finish != Finish::Stop && finish != Finish::Cancelled {
-            let (out, _) = stops.push(&stream.finish());
-            let out = out + &stops.flush();
-            text.push_str(&out);
-            if !out.is_empty() {
-                on_text(&out);
-            }
-        }
-        Ok(Generated {
-            text,
-            tokens,
+        Ok(Generation {
+            cache,
+            sampler,
+            stream: StreamDecoder::new(),
+            stops: StopFilter::new(opts.stop.clone()),
+            max_tokens: opts.max_tokens,
+            stop_tokens: opts.stop_tokens.clone(),
+            logits: logits.expect("non-empty prompt"),
+            pending: None,
+            tokens: Vec::new(),
+            text: String::new(),
+            finish: None,
             prompt_tokens: prompt.len(),
-            finish,
-            prompt_seconds,
-            generate_seconds: t1.elapsed().as_secs_f64(),
+            prompt_seconds: t0.elapsed().as_secs_f64(),
+            started: Instant::now(),
         })
+    }
+
+    /// Samples one token of `g` and returns the text it completes: empty while a character
+    /// or a possible stop string is still open, and after the generation has finished
+    /// ([`Generation::finish`] says when and why). The last piece carries whatever was held
+    /// back.
+    pub fn step(&self, g: &mut Generation) -> Result<String> {
+        if g.finish.is_some() {
+            return Ok(String::new());
+        }
+        if let Some(tok) = g.pending.take() {
+            g.logits = self.model.forward(&[tok], &mut g.cache, Logits::Last)?;
+        }
+        if g.tokens.len() >= g.max_tokens {
+            return Ok(g.end(Finish::Length));
+        }
+        let row = g.logits.flatten_all()?.to_vec1::<f32>()?;
+        let tok = g.sampler.sample(&row);
+        if self.tokenizer.vocab().is_end_of_generation(tok) {
+            return Ok(g.end(Finish::EndOfText));
+        }
+        if g.stop_tokens.contains(&tok) {
+            return Ok(g.end(Finish::Stop));
+        }
+        g.tokens.push(tok);
+        let (mut out, hit) = g.stops.push(&g.stream.push(&self.tokenizer, tok));
+        g.text.push_str(&out);
+        if hit {
+            g.finish = Some(Finish::Stop);
+        } else if g.tokens.len() == g.max_tokens || g.cache.len() >= g.cache.limit() {
+            out += &g.end(Finish::Length);
+        } else {
+            g.pending = Some(tok);
+        }
+        Ok(out)
+    }
+}
+
+/// One generation in progress: its KV cache, sampler and the text so far (see
+/// [`TextGeneration::start`]).
+pub struct Generation {
+    cache: Cache,
+    sampler: Sampler,
+    stream: StreamDecoder,
+    stops: StopFilter,
+    max_tokens: usize,
+    stop_tokens: Vec<u32>,
+    /// The next token's logits.
+    logits: Tensor,
+    /// The last sampled token, to be fed to the model before the next sample.
+    pending: Option<u32>,
+    tokens: Vec<u32>,
+    text: String,
+    finish: Option<Finish>,
+    prompt_tokens: usize,
+    prompt_seconds: f64,
+    started: Instant,
+}
+
+impl Generation {
+    /// Why the generation ended; `None` while it goes on.
+    pub fn finish(&self) -> Option<Finish> {
+        self.finish
+    }
+
+    /// The tokens generated so far.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// Ends the generation here (nothing held back is released).
+    pub fn cancel(&mut self) {
+        self.finish.get_or_insert(Finish::Cancelled);
+    }
+
+    /// The outcome so far (`finish` is `Cancelled` while it goes on).
+    pub fn generated(&self) -> Generated {
+        Generated {
+            text: self.text.clone(),
+            tokens: self.tokens.clone(),
+            prompt_tokens: self.prompt_tokens,
+            finish: self.finish.unwrap_or(Finish::Cancelled),
+            prompt_seconds: self.prompt_seconds,
+            generate_seconds: self.started.elapsed().as_secs_f64(),
+        }
+    }
+
+    pub fn into_generated(self) -> Generated {
+        let seconds = self.started.elapsed().as_secs_f64();
+        Generated {
+            text: self.text,
+            tokens: self.tokens,
+            prompt_tokens: self.prompt_tokens,
+            finish: self.finish.unwrap_or(Finish::Cancelled),
+            prompt_seconds: self.prompt_seconds,
+            generate_seconds: seconds,
+        }
+    }
+
+    /// Finishes with `why`, releasing the text held back unless a stop ended it.
+    fn end(&mut self, why: Finish) -> String {
+        self.finish = Some(why);
+        if why == Finish::Stop {
+            return String::new();
+        }
+        let (out, _) = self.stops.push(&self.stream.finish());
+        let out = out + &self.stops.flush();
+        self.text.push_str(&out);
+        out
     }
 }

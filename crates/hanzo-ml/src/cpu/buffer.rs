@@ -1,6 +1,7 @@
-//! A typed CPU buffer: an owned Vec, or a zero-copy view into a shared memory map (used by
-//! safetensors loading when the data is aligned for `T`).
+//! A typed CPU buffer: an owned Vec, or a zero-copy view into a shared `Blob` (a memory map or
+//! bytes in memory; used by safetensors loading when the data is aligned for `T`).
 
+use super::Blob;
 use std::ops::Deref;
 use std::sync::Arc;
 
@@ -11,7 +12,7 @@ pub struct Buf<T: bytemuck::Pod>(Repr<T>);
 enum Repr<T> {
     Owned(Vec<T>),
     Mapped {
-        map: Arc<memmap2::Mmap>,
+        map: Arc<Blob>,
         byte_offset: usize,
         len: usize,
     },
@@ -24,7 +25,7 @@ impl<T: bytemuck::Pod> Buf<T> {
 
     /// A view of `len` elements of `map` from `byte_offset`, or `None` when that range is out
     /// of bounds or not aligned for `T` (the caller then copies).
-    pub fn mapped(map: Arc<memmap2::Mmap>, byte_offset: usize, len: usize) -> Option<Self> {
+    pub fn mapped(map: Arc<Blob>, byte_offset: usize, len: usize) -> Option<Self> {
         let bytes = len.checked_mul(std::mem::size_of::<T>())?;
         let end = byte_offset.checked_add(bytes)?;
         let slice = map.get(byte_offset..end)?;

@@ -15,6 +15,9 @@ pub enum Isa {
     Scalar,
     /// AArch64 NEON (only ever supported there, so below every x86 level).
     Neon,
+    /// WebAssembly SIMD128, in a build compiled with it (a WebAssembly module cannot probe
+    /// for it at run time: an engine without it refuses the whole module).
+    Simd128,
     /// AVX2 + FMA + F16C.
     Avx2,
     /// AVX2 plus AVX-VNNI's 256-bit `vpdpbusd`.
@@ -24,13 +27,21 @@ pub enum Isa {
 }
 
 impl Isa {
-    pub const ALL: [Isa; 5] = [Isa::Scalar, Isa::Neon, Isa::Avx2, Isa::AvxVnni, Isa::Avx512];
+    pub const ALL: [Isa; 6] = [
+        Isa::Scalar,
+        Isa::Neon,
+        Isa::Simd128,
+        Isa::Avx2,
+        Isa::AvxVnni,
+        Isa::Avx512,
+    ];
 
     /// The name `HANZO_ISA` takes.
     pub fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
             Isa::Neon => "neon",
+            Isa::Simd128 => "simd128",
             Isa::Avx2 => "avx2",
             Isa::AvxVnni => "avxvnni",
             Isa::Avx512 => "avx512",
@@ -45,7 +56,7 @@ impl Isa {
             let avx2 = has!("avx2") && has!("fma") && has!("f16c");
             match self {
                 Isa::Scalar => true,
-                Isa::Neon => false,
+                Isa::Neon | Isa::Simd128 => false,
                 Isa::Avx2 => avx2,
                 Isa::AvxVnni => avx2 && has!("avxvnni"),
                 Isa::Avx512 => {
@@ -64,7 +75,15 @@ impl Isa {
                 _ => false,
             }
         }
-        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+        #[cfg(target_arch = "wasm32")]
+        {
+            self == Isa::Scalar || (self == Isa::Simd128 && cfg!(target_feature = "simd128"))
+        }
+        #[cfg(not(any(
+            target_arch = "x86_64",
+            target_arch = "aarch64",
+            target_arch = "wasm32"
+        )))]
         {
             self == Isa::Scalar
         }

@@ -17,6 +17,7 @@
 //! touches of fresh memory are slow in a VM), so it runs in the background. Where the page cache already maps the file
 //! with 2 MiB pages, nothing is copied.
 
+use super::Blob;
 use std::fs::File;
 use std::sync::Weak;
 
@@ -31,7 +32,7 @@ pub(crate) static MOVED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
 /// `file`, front to back; stops early (returning what it moved) once `map` is dropped.
 /// Returns the bytes moved: 0 where transparent huge pages are off, `HANZO_HUGE_PAGES=0`,
 /// or not on Linux.
-pub(crate) fn promote(map: &Weak<memmap2::Mmap>, file: &File) -> std::io::Result<usize> {
+pub(crate) fn promote(map: &Weak<Blob>, file: &File) -> std::io::Result<usize> {
     if !available() {
         return Ok(0);
     }
@@ -98,7 +99,7 @@ impl Pagemap {
 }
 
 /// The offset of the map's first 2 MiB-aligned byte and how many whole aligned pieces follow.
-fn whole_pieces(map: &memmap2::Mmap) -> (usize, usize) {
+fn whole_pieces(map: &Blob) -> (usize, usize) {
     let base = map.as_ptr() as usize;
     let first = base.next_multiple_of(HUGE) - base;
     (first, map.len().saturating_sub(first) / HUGE)
@@ -109,7 +110,7 @@ fn whole_pieces(map: &memmap2::Mmap) -> (usize, usize) {
 /// mapping of it gets: then there is nothing to gain from a copy). Meaningful once the map
 /// has been read through (a first forward pass): untouched pages count as not huge.
 #[cfg(target_os = "linux")]
-fn mostly_huge_already(map: &memmap2::Mmap) -> bool {
+fn mostly_huge_already(map: &Blob) -> bool {
     let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
         return false;
     };
@@ -136,12 +137,12 @@ fn mostly_huge_already(map: &memmap2::Mmap) -> bool {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn mostly_huge_already(_: &memmap2::Mmap) -> bool {
+fn mostly_huge_already(_: &Blob) -> bool {
     false
 }
 
 #[cfg(target_os = "linux")]
-fn move_piece(map: &memmap2::Mmap, file: &File, offset: usize) -> std::io::Result<()> {
+fn move_piece(map: &Blob, file: &File, offset: usize) -> std::io::Result<()> {
     use std::io::Error;
     use std::os::unix::fs::FileExt;
     let target = map.as_ptr().wrapping_add(offset) as *mut libc::c_void;
@@ -213,7 +214,7 @@ fn move_piece(map: &memmap2::Mmap, file: &File, offset: usize) -> std::io::Resul
 }
 
 #[cfg(not(target_os = "linux"))]
-fn move_piece(_: &memmap2::Mmap, _: &File, _: usize) -> std::io::Result<()> {
+fn move_piece(_: &Blob, _: &File, _: usize) -> std::io::Result<()> {
     Err(std::io::ErrorKind::Unsupported.into())
 }
 

@@ -1,9 +1,11 @@
-//! The CPU backend: typed buffers (owned, or borrowed zero-copy from a memory map) and the
+//! The CPU backend: typed buffers (owned, or borrowed zero-copy from a shared `Blob`: a
+//! memory map or bytes handed over whole) and the
 //! kernels over them. Work is split over rayon in chunks so a busy core slows one chunk, not a
 //! barrier every row.
 
 pub(crate) mod alloc;
 pub mod attention;
+mod blob;
 mod buffer;
 mod elementwise;
 pub mod features;
@@ -17,6 +19,7 @@ pub mod simd;
 pub mod team;
 
 pub use alloc::reuse_large_buffers;
+pub use blob::Blob;
 pub use buffer::Buf;
 pub(crate) use elementwise::{binary_map, contiguous_cow, unary_map};
 

@@ -11,7 +11,7 @@
 //! ```
 
 use super::{contiguous_bytes, ensure_little_endian, storage_from_bytes};
-use crate::cpu::Buf;
+use crate::cpu::{Blob, Buf};
 use crate::{CpuStorage, DType, Error, Result, Tensor, WithDType, F8E4M3};
 use ::safetensors::tensor::{Metadata, TensorInfo};
 use ::safetensors::{Dtype, SafeTensors, View};
@@ -25,7 +25,7 @@ use std::sync::Arc;
 /// A safetensors file opened once: mapped and its header parsed and validated. Tensors are
 /// built by name on demand and keep the map alive, so this can be dropped early.
 pub struct MmapedSafetensors {
-    map: Arc<Mmap>,
+    map: Arc<Blob>,
     /// Byte offset of the data section (8 + header length).
     data_start: usize,
     metadata: Metadata,
@@ -37,7 +37,6 @@ impl MmapedSafetensors {
     pub fn new(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         let context = format!("safetensors file {}", path.display());
-        ensure_little_endian(&context)?;
         let file = std::fs::File::open(path)?;
         // Checked before mapping: mapping an empty file fails with an I/O error, but a file
         // too short for the length prefix is a format problem.
@@ -51,13 +50,27 @@ impl MmapedSafetensors {
         // is mapped (tensors may keep it alive). As with every mmap-based loader, we assume
         // model files are not written to while they are being used.
         let map = unsafe { Mmap::map(&file)? };
-        check_header_numbers(&map, &context)?;
-        let (header_len, metadata) = SafeTensors::read_metadata(&map)
+        Self::from_blob(Blob::from_map(map), context)
+    }
+
+    /// A safetensors file's bytes, held in memory (as in the browser); `context` names it in
+    /// errors.
+    pub fn from_blob(blob: Blob, context: impl Into<String>) -> Result<Self> {
+        let context = context.into();
+        ensure_little_endian(&context)?;
+        if blob.len() < 8 {
+            return Err(Error::format(
+                context,
+                "file shorter than the 8-byte header length",
+            ));
+        }
+        check_header_numbers(&blob, &context)?;
+        let (header_len, metadata) = SafeTensors::read_metadata(&blob)
             .map_err(|e| Error::format(context.as_str(), e.to_string()))?;
         let mut names: Vec<String> = metadata.tensors().into_keys().collect();
         names.sort_unstable();
         Ok(Self {
-            map: Arc::new(map),
+            map: Arc::new(blob),
             data_start: header_len + 8,
             metadata,
             names,
@@ -122,7 +135,7 @@ impl MmapedSafetensors {
             .map
             .get(begin..end)
             .ok_or_else(|| bad("data offsets past the end of the file"))?;
-        fn view<T: WithDType>(map: &Arc<Mmap>, off: usize, n: usize) -> Option<CpuStorage> {
+        fn view<T: WithDType>(map: &Arc<Blob>, off: usize, n: usize) -> Option<CpuStorage> {
             Buf::<T>::mapped(map.clone(), off, n).map(T::to_cpu_storage)
         }
         let m = &self.map;
@@ -166,16 +179,22 @@ pub struct ShardedSafetensors {
 
 impl ShardedSafetensors {
     pub fn open<P: AsRef<Path>>(paths: &[P]) -> Result<Self> {
-        let mut files = Vec::with_capacity(paths.len());
+        let files = paths
+            .iter()
+            .map(MmapedSafetensors::new)
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self::from_files(files))
+    }
+
+    /// Files opened already (from memory, say), read as one.
+    pub fn from_files(files: Vec<MmapedSafetensors>) -> Self {
         let mut index = HashMap::new();
-        for (i, p) in paths.iter().enumerate() {
-            let f = MmapedSafetensors::new(p)?;
+        for (i, f) in files.iter().enumerate() {
             for n in f.names() {
                 index.insert(n.to_string(), i);
             }
-            files.push(f);
         }
-        Ok(Self { files, index })
+        Self { files, index }
     }
 
     pub fn contains(&self, name: &str) -> bool {

@@ -1,8 +1,10 @@
-//! `QTensor`: raw ggml blocks with a shape and a type, owned or borrowed from a memory map.
+//! `QTensor`: raw ggml blocks with a shape and a type, owned or borrowed from a shared `Blob`
+//! (a memory map, or a model's bytes in memory).
 
 use super::format::{GgmlBlock, GgmlDType};
 use super::kernels::QuantizeRow;
 use crate::cpu::par::for_each_chunk;
+use crate::cpu::Blob;
 use crate::{DType, Device, Error, Result, Shape, Tensor};
 use std::sync::Arc;
 
@@ -15,7 +17,7 @@ enum Bytes {
         len: usize,
     },
     Mapped {
-        map: Arc<memmap2::Mmap>,
+        map: Arc<Blob>,
         offset: usize,
         len: usize,
     },
@@ -96,7 +98,7 @@ impl QTensor {
     pub(crate) fn from_mmap(
         dtype: GgmlDType,
         shape: Shape,
-        map: Arc<memmap2::Mmap>,
+        map: Arc<Blob>,
         offset: usize,
         len: usize,
     ) -> Result<Self> {
@@ -194,6 +196,9 @@ impl QTensor {
         let _ = range;
         #[cfg(target_os = "linux")]
         if let Bytes::Mapped { map, offset, len } = &self.data {
+            if map.mmap().is_none() {
+                return; // bytes in memory: nothing to read back from
+            }
             const PAGE: usize = 4096;
             let (from, to) = (range.start.min(*len), range.end.min(*len));
             let start = (map.as_ptr() as usize + offset + from).next_multiple_of(PAGE);

@@ -2,7 +2,8 @@
 //! reference the vectorised paths are tested against; `kernels()` gives the set for the
 //! instruction set `cpu::features::isa` chose (`HANZO_ISA` caps it).
 //!
-//! Vector sets: AVX2+FMA and AVX-512F on x86_64, NEON on aarch64. Each op is written once,
+//! Vector sets: AVX2+FMA and AVX-512F on x86_64, NEON on aarch64, SIMD128 in a WebAssembly
+//! build compiled with it. Each op is written once,
 //! in `rows`, over the small vector interface of `vector`; each instruction set implements
 //! that interface (`avx2`, `avx512`, `neon`) and gets its table from `row_kernels!`. A table
 //! is built only for an instruction set the CPU has, so the safe fn pointers in it are always
@@ -17,13 +18,23 @@ mod avx512;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 #[cfg_attr(
-    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    not(any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        all(target_arch = "wasm32", target_feature = "simd128")
+    )),
     allow(dead_code)
 )]
 mod rows;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod simd128;
 #[cfg_attr(
-    not(any(target_arch = "x86_64", target_arch = "aarch64")),
-    allow(dead_code)
+    not(any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        all(target_arch = "wasm32", target_feature = "simd128")
+    )),
+    allow(dead_code, unused_macros, unused_imports)
 )]
 mod vector;
 
@@ -103,6 +114,8 @@ impl Kernels {
             Isa::Avx2 | Isa::AvxVnni => avx2::table(unsafe { avx2::Avx2::assume() }),
             #[cfg(target_arch = "aarch64")]
             Isa::Neon => neon::table(unsafe { neon::Neon::assume() }),
+            #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+            Isa::Simd128 => simd128::table(unsafe { simd128::Simd128::assume() }),
             _ => Self::SCALAR,
         }
     }

@@ -126,7 +126,9 @@ macro_rules! row_entry {
                 $crate::cpu::simd::rows::$name(token, $($a),*)
             }
             // SAFETY: this fn is only handed out by `table`, whose token proves that the CPU
-            // has these features.
+            // has these features. (WebAssembly's feature fns are safe: a module runs only
+            // where all of its features are.)
+            #[allow(unused_unsafe)]
             unsafe { body($($a),*) }
         }
     };

@@ -179,7 +179,7 @@ impl GgmlBlock for BlockQ4_0 {
             .zip(x)
             .map(|(w, x)| {
                 let s = dot_i8(&as_i8(&nibbles(&w.qs), 8), &x.qs);
-                s as f32 * w.d.to_f32() * x.d.to_f32()
+                w.d.to_f32() * x.d.to_f32() * s as f32
             })
             .sum()
     }
@@ -258,7 +258,7 @@ impl GgmlBlock for BlockQ5_0 {
             .zip(x)
             .map(|(w, x)| {
                 let s = dot_i8(&as_i8(&nibbles_5(&w.qs, w.qh), 16), &x.qs);
-                s as f32 * w.d.to_f32() * x.d.to_f32()
+                w.d.to_f32() * x.d.to_f32() * s as f32
             })
             .sum()
     }
@@ -331,7 +331,7 @@ impl GgmlBlock for BlockQ8_0 {
     fn vec_dot_scalar(w: &[Self], x: &[BlockQ8_0]) -> f32 {
         w.iter()
             .zip(x)
-            .map(|(w, x)| dot_i8(&w.qs, &x.qs) as f32 * w.d.to_f32() * x.d.to_f32())
+            .map(|(w, x)| w.d.to_f32() * x.d.to_f32() * dot_i8(&w.qs, &x.qs) as f32)
             .sum()
     }
 
@@ -377,7 +377,7 @@ impl GgmlBlock for BlockQ8_1 {
     fn vec_dot_scalar(w: &[Self], x: &[BlockQ8_1]) -> f32 {
         w.iter()
             .zip(x)
-            .map(|(w, x)| dot_i8(&w.qs, &x.qs) as f32 * w.d.to_f32() * x.d.to_f32())
+            .map(|(w, x)| w.d.to_f32() * x.d.to_f32() * dot_i8(&w.qs, &x.qs) as f32)
             .sum()
     }
 }

@@ -34,7 +34,10 @@ pub use iq2::{BlockIQ2S, BlockIQ2XS, BlockIQ2XXS};
 pub use iq3::{BlockIQ3S, BlockIQ3XXS};
 pub use iq4nl::{BlockIQ4NL, IQ4NL_VALUES};
 pub use iq4xs::BlockIQ4XS;
-#[cfg(target_arch = "aarch64")]
+#[cfg(any(
+    target_arch = "aarch64",
+    all(target_arch = "wasm32", target_feature = "simd128")
+))]
 pub(crate) use kquants::scale_min_k4;
 pub use kquants::{
     quantize_q8k_ref, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K,

@@ -1,6 +1,6 @@
 //! GGUF files (versions 2 and 3): little-endian header, typed key/value metadata, a tensor
-//! directory, then the aligned data section. Reading memory-maps the file and hands out
-//! zero-copy `QTensor`s; writing streams tensors so a large model never has to sit in memory.
+//! directory, then the aligned data section. Reading memory-maps the file (or takes its bytes
+//! whole, where there are no files) and hands out zero-copy `QTensor`s; writing streams tensors so a large model never has to sit in memory.
 
 mod read;
 mod value;
@@ -11,6 +11,7 @@ pub use value::{Array, Value, ValueType};
 pub use write::{write_gguf, TensorSpec};
 
 use super::{GgmlDType, QTensor};
+use crate::cpu::Blob;
 use crate::{Error, Result, Shape};
 use std::path::Path;
 use std::sync::Arc;
@@ -39,7 +40,7 @@ pub struct TensorInfo {
 /// huge pages are off (or `HANZO_HUGE_PAGES=0`); if the move fails part-way, the rest of the
 /// map stays on 4 KiB pages, which is still correct.
 pub struct HugePages {
-    map: std::sync::Weak<memmap2::Mmap>,
+    map: std::sync::Weak<Blob>,
     file: Arc<std::fs::File>,
 }
 
@@ -58,11 +59,13 @@ impl HugePages {
     }
 }
 
-/// An open GGUF file: its parsed header and a shared memory map of the whole file.
+/// An open GGUF file: its parsed header and its bytes, shared with the tensors (a memory map
+/// of the file, or the whole file in memory).
 pub struct GgufFile {
     content: GgufContent,
-    map: Arc<memmap2::Mmap>,
-    file: Arc<std::fs::File>,
+    map: Arc<Blob>,
+    /// The mapped file (none for bytes in memory).
+    file: Option<Arc<std::fs::File>>,
     /// Set by the first request to move the map onto huge pages; later ones do nothing.
     promoting: std::sync::atomic::AtomicBool,
 }
@@ -83,15 +86,28 @@ impl GgufFile {
             .map_err(|e| Error::format(path.display().to_string(), e.to_string()))?;
         Ok(Self {
             content,
-            map: Arc::new(map),
-            file: Arc::new(file),
+            map: Arc::new(Blob::from_map(map)),
+            file: Some(Arc::new(file)),
+            promoting: Default::default(),
+        })
+    }
+
+    /// A GGUF file's bytes, held in memory (as in the browser); the tensors view them.
+    pub fn from_blob(blob: Blob) -> Result<Self> {
+        let content =
+            GgufContent::parse(&blob).map_err(|e| Error::format("gguf", e.to_string()))?;
+        Ok(Self {
+            content,
+            map: Arc::new(blob),
+            file: None,
             promoting: Default::default(),
         })
     }
 
     /// The request to move this file's map onto 2 MiB pages (see `HugePages`); `None` after
-    /// the first call, so the move happens once.
+    /// the first call, so the move happens once, and for bytes in memory.
     pub fn huge_pages(&self) -> Option<HugePages> {
+        let file = self.file.clone()?;
         if self
             .promoting
             .swap(true, std::sync::atomic::Ordering::AcqRel)
@@ -100,7 +116,7 @@ impl GgufFile {
         }
         Some(HugePages {
             map: Arc::downgrade(&self.map),
-            file: self.file.clone(),
+            file,
         })
     }
 

@@ -8,6 +8,10 @@
 
 /// Every block against every activation row of a tile: `R` weight rows by `C` activation rows
 /// share each load and each unpacked block. All slices hold the same number of blocks.
+#[cfg_attr(
+    all(target_arch = "wasm32", not(target_feature = "simd128")),
+    allow(unused_macros)
+)]
 macro_rules! check_tile {
     ($w:expr, $x:expr) => {
         let nb = $x[0].len();
@@ -28,6 +32,8 @@ pub mod panel;
 #[cfg(target_arch = "x86_64")]
 mod panel_x86;
 pub mod prefetch;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod simd128;
 #[cfg(target_arch = "x86_64")]
 mod vnni;
 
@@ -162,7 +168,7 @@ quantize_picker!(
 quantize_picker!(pick_quantize_q8k, BlockQ8K, quantize_q8k, quantize_q8k_ref);
 
 macro_rules! picker {
-    ($name:ident, $block:ty, $avx2:ident) => {
+    ($name:ident, $block:ty, $avx2:ident $(, $simd128:ident)?) => {
         pub fn $name() -> VecDotFn<$block> {
             #[cfg(target_arch = "x86_64")]
             if has_avx2() {
@@ -173,6 +179,16 @@ macro_rules! picker {
                 }
                 return kernel;
             }
+            $(
+                #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+                if isa() >= Isa::Simd128 {
+                    fn kernel(w: &[$block], x: &[<$block as GgmlBlock>::Dot]) -> f32 {
+                        // SAFETY: SIMD128 is compiled into this build.
+                        unsafe { simd128::$simd128(w, x) }
+                    }
+                    return kernel;
+                }
+            )?
             <$block as GgmlBlock>::vec_dot_scalar
         }
     };
@@ -183,13 +199,13 @@ macro_rules! picker {
 /// 1x1 tile as a dot product; `$tile` and `$one` use the process-wide `isa()`.
 macro_rules! tile_picker {
     ($one:ident, $one_for:ident, $tile:ident, $tile_for:ident, $block:ty, $kernel:ident,
-     [$($arch:literal $level:ident => $module:ident),+]) => {
+     [$($arch:literal $(+ $feature:literal)? $level:ident => $module:ident),+]) => {
         pub fn $tile_for<const R: usize, const C: usize>(
             isa: Isa,
         ) -> Option<TileFn<$block, R, C>> {
             assert!(isa.supported(), "{isa:?} kernels on a CPU without them");
             $(
-                #[cfg(target_arch = $arch)]
+                #[cfg(all(target_arch = $arch $(, target_feature = $feature)?))]
                 if isa >= Isa::$level {
                     fn kernel<const R: usize, const C: usize>(
                         w: [&[$block]; R],
@@ -208,7 +224,7 @@ macro_rules! tile_picker {
         pub fn $one_for(isa: Isa) -> VecDotFn<$block> {
             assert!(isa.supported(), "{isa:?} kernels on a CPU without them");
             $(
-                #[cfg(target_arch = $arch)]
+                #[cfg(all(target_arch = $arch $(, target_feature = $feature)?))]
                 if isa >= Isa::$level {
                     fn kernel(w: &[$block], x: &[<$block as GgmlBlock>::Dot]) -> f32 {
                         // SAFETY: as in the tile above.
@@ -232,26 +248,31 @@ macro_rules! tile_picker {
 
 tile_picker!(pick_q4_0, pick_q4_0_for, tile_q4_0, tile_q4_0_for, BlockQ4_0, q4_0_tile,
     ["x86_64" Avx512 => avx512, "x86_64" AvxVnni => vnni, "x86_64" Avx2 => avx2,
-     "aarch64" Neon => neon]);
+     "aarch64" Neon => neon, "wasm32" + "simd128" Simd128 => simd128]);
 tile_picker!(pick_q5_0, pick_q5_0_for, tile_q5_0, tile_q5_0_for, BlockQ5_0, q5_0_tile,
     ["x86_64" Avx512 => avx512, "x86_64" AvxVnni => vnni, "x86_64" Avx2 => avx2,
-     "aarch64" Neon => neon]);
+     "aarch64" Neon => neon, "wasm32" + "simd128" Simd128 => simd128]);
 tile_picker!(pick_q8_0, pick_q8_0_for, tile_q8_0, tile_q8_0_for, BlockQ8_0, q8_0_tile,
     ["x86_64" Avx512 => avx512, "x86_64" AvxVnni => vnni, "x86_64" Avx2 => avx2,
-     "aarch64" Neon => neon]);
+     "aarch64" Neon => neon, "wasm32" + "simd128" Simd128 => simd128]);
 tile_picker!(pick_q4k, pick_q4k_for, tile_q4k, tile_q4k_for, BlockQ4K, q4k_tile,
-    ["x86_64" Avx512 => avx512, "x86_64" Avx2 => avx2, "aarch64" Neon => neon]);
+    ["x86_64" Avx512 => avx512, "x86_64" Avx2 => avx2, "aarch64" Neon => neon,
+     "wasm32" + "simd128" Simd128 => simd128]);
 tile_picker!(pick_q5k, pick_q5k_for, tile_q5k, tile_q5k_for, BlockQ5K, q5k_tile,
-    ["x86_64" Avx512 => avx512, "x86_64" Avx2 => avx2, "aarch64" Neon => neon]);
+    ["x86_64" Avx512 => avx512, "x86_64" Avx2 => avx2, "aarch64" Neon => neon,
+     "wasm32" + "simd128" Simd128 => simd128]);
 tile_picker!(pick_q6k, pick_q6k_for, tile_q6k, tile_q6k_for, BlockQ6K, q6k_tile,
-    ["x86_64" Avx512 => avx512, "x86_64" Avx2 => avx2, "aarch64" Neon => neon]);
+    ["x86_64" Avx512 => avx512, "x86_64" Avx2 => avx2, "aarch64" Neon => neon,
+     "wasm32" + "simd128" Simd128 => simd128]);
 // The table-lookup types run the AVX2 tile at every x86 level (an AVX-512 CPU may lack
 // AVX-VNNI, and they have no AVX-512 form yet).
 tile_picker!(pick_iq4nl, pick_iq4nl_for, tile_iq4nl, tile_iq4nl_for, BlockIQ4NL, iq4nl_tile,
-    ["x86_64" Avx2 => avx2, "aarch64" Neon => neon]);
+    ["x86_64" Avx2 => avx2, "aarch64" Neon => neon,
+     "wasm32" + "simd128" Simd128 => simd128]);
 tile_picker!(pick_mxfp4, pick_mxfp4_for, tile_mxfp4, tile_mxfp4_for, BlockMXFP4, mxfp4_tile,
-    ["x86_64" Avx2 => avx2, "aarch64" Neon => neon]);
-picker!(pick_q4_1, BlockQ4_1, q4_1_q8_1);
+    ["x86_64" Avx2 => avx2, "aarch64" Neon => neon,
+     "wasm32" + "simd128" Simd128 => simd128]);
+picker!(pick_q4_1, BlockQ4_1, q4_1_q8_1, q4_1_q8_1);
 
 #[cfg(test)]
 mod tests {
@@ -289,8 +310,15 @@ mod tests {
                 let w: Vec<Vec<B>> = (0..4).map(|r| quantized(k, 11 + r)).collect();
                 let x: Vec<Vec<B::Dot>> = (0..4).map(|c| quantized(k, 101 + c)).collect();
                 let want = |r: usize, c: usize| B::vec_dot_scalar(&w[r], &x[c]);
+                // SIMD128 sums exact integers and scales them by the scalar formula: equal
+                // bits. The x86 sets accumulate in another order: a bound.
+                let exact = isa == Isa::Simd128;
                 let close = |got: f32, want: f32, what: &str| {
-                    let tol = 1e-5 * (k as f32).sqrt() * want.abs().max(1.0);
+                    let tol = if exact {
+                        0.0
+                    } else {
+                        1e-5 * (k as f32).sqrt() * want.abs().max(1.0)
+                    };
                     assert!(
                         (got - want).abs() <= tol,
                         "{} {isa:?} k={k} {what}: {got} vs {want}",
@@ -335,6 +363,27 @@ mod tests {
         check_type::<BlockQ6K>(tile_q6k_for, tile_q6k_for, pick_q6k_for);
         check_type::<BlockIQ4NL>(tile_iq4nl_for, tile_iq4nl_for, pick_iq4nl_for);
         check_type::<BlockMXFP4>(tile_mxfp4_for, tile_mxfp4_for, pick_mxfp4_for);
+    }
+
+    /// Q4_1 has a dot product (no tiles) at the process's level.
+    #[test]
+    fn q4_1_dot_matches_the_scalar_dot() {
+        for blocks in [1, 3, 8] {
+            let k = blocks * 32;
+            let w = quantized::<BlockQ4_1>(k, 5);
+            let x = quantized::<BlockQ8_1>(k, 6);
+            let (got, want) = (pick_q4_1()(&w, &x), BlockQ4_1::vec_dot_scalar(&w, &x));
+            let tol = if isa() == Isa::Simd128 {
+                0.0
+            } else {
+                1e-5 * (k as f32).sqrt() * want.abs().max(1.0)
+            };
+            assert!(
+                (got - want).abs() <= tol,
+                "{:?} k={k}: {got} vs {want}",
+                isa()
+            );
+        }
     }
 
     /// Weights at the extremes of their range (Q8_0 at -128, which only foreign files hold)

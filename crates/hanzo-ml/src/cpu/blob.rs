@@ -1,0 +1,83 @@
+//! Read-only bytes shared by the tensors that view them: a file's memory map, or a buffer
+//! filled once in memory (a model handed over as bytes, as in the browser, where there are no
+//! files to map). Tensors keep an `Arc<Blob>` and borrow their data from it without a copy.
+
+use std::ops::Deref;
+
+pub struct Blob(Repr);
+
+enum Repr {
+    Mapped(memmap2::Mmap),
+    /// `u64` words: every tensor type's data is aligned in the buffer as it is in the file.
+    Owned {
+        words: Vec<u64>,
+        len: usize,
+    },
+}
+
+impl Blob {
+    /// A file's memory map (made by the caller, who answers for the file staying unchanged).
+    pub fn from_map(map: memmap2::Mmap) -> Self {
+        Blob(Repr::Mapped(map))
+    }
+
+    /// `len` zero bytes in memory, to be filled through [`Blob::as_mut_slice`] before sharing
+    /// (a model streamed in piece by piece never needs a second full copy).
+    pub fn zeroed(len: usize) -> Self {
+        Blob(Repr::Owned {
+            words: vec![0; len.div_ceil(8)],
+            len,
+        })
+    }
+
+    /// A copy of `bytes` in memory.
+    pub fn copy_of(bytes: &[u8]) -> Self {
+        let mut blob = Self::zeroed(bytes.len());
+        if let Some(dst) = blob.as_mut_slice() {
+            dst.copy_from_slice(bytes);
+        }
+        blob
+    }
+
+    /// The bytes, writable: only for a blob in memory.
+    pub fn as_mut_slice(&mut self) -> Option<&mut [u8]> {
+        match &mut self.0 {
+            Repr::Mapped(_) => None,
+            Repr::Owned { words, len } => Some(&mut bytemuck::cast_slice_mut(words)[..*len]),
+        }
+    }
+
+    /// The memory map, where the bytes are a file's.
+    pub fn mmap(&self) -> Option<&memmap2::Mmap> {
+        match &self.0 {
+            Repr::Mapped(map) => Some(map),
+            Repr::Owned { .. } => None,
+        }
+    }
+}
+
+impl Deref for Blob {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match &self.0 {
+            Repr::Mapped(map) => map,
+            Repr::Owned { words, len } => &bytemuck::cast_slice(words)[..*len],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owned_bytes_are_aligned_and_exact() {
+        for len in [0, 1, 7, 8, 9, 1000] {
+            let bytes: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            let blob = Blob::copy_of(&bytes);
+            assert_eq!(&blob[..], &bytes[..]);
+            assert!((blob.as_ptr() as usize).is_multiple_of(8));
+            assert!(blob.mmap().is_none());
+        }
+    }
+}

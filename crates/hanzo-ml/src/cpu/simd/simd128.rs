@@ -1,0 +1,135 @@
+//! WebAssembly SIMD128: `F32Vector` over 4 f32 lanes. Compiled only into a build with the
+//! `simd128` target feature (a module either has SIMD or it does not: engines without it
+//! refuse the whole module, so there is no run-time choice to make).
+//!
+//! SIMD128 has no fused multiply-add: `fma` rounds twice here, so the polynomial kernels
+//! (exp, silu, softmax) differ from the FMA sets in the last bits, within the tolerance the
+//! kernel tests hold every set to.
+
+use super::vector::{row_kernels, F32Vector};
+use std::arch::wasm32::*;
+
+/// Proof that this build runs SIMD128.
+#[derive(Clone, Copy)]
+pub(super) struct Simd128(());
+
+impl Simd128 {
+    /// # Safety
+    /// The build must have SIMD128 (it is compiled only then, so this is always true).
+    pub(super) unsafe fn assume() -> Self {
+        Simd128(())
+    }
+}
+
+row_kernels!(Simd128, "simd128", "simd128");
+
+// SIMD128 intrinsics are safe functions in a build with the feature; only the loads and
+// stores through raw pointers need `unsafe`, and they are bounds-checked by a slice index
+// first.
+unsafe impl F32Vector for Simd128 {
+    type V = v128;
+    type Mask = v128;
+    const LANES: usize = 4;
+
+    #[inline(always)]
+    fn splat(self, x: f32) -> v128 {
+        f32x4_splat(x)
+    }
+    #[inline(always)]
+    fn load(self, c: &[f32]) -> v128 {
+        let c = &c[..4];
+        // SAFETY: `c` holds 4 elements; v128_load has no alignment need.
+        unsafe { v128_load(c.as_ptr().cast()) }
+    }
+    #[inline(always)]
+    fn store(self, c: &mut [f32], v: v128) {
+        let c = &mut c[..4];
+        // SAFETY: `c` holds 4 elements; v128_store has no alignment need.
+        unsafe { v128_store(c.as_mut_ptr().cast(), v) }
+    }
+    #[inline(always)]
+    fn load_pairs(self, c: &[f32]) -> v128 {
+        f32x4(c[0], c[0], c[1], c[1])
+    }
+    #[inline(always)]
+    fn swap_pairs(self, v: v128) -> v128 {
+        i32x4_shuffle::<1, 0, 3, 2>(v, v)
+    }
+    #[inline(always)]
+    fn add(self, a: v128, b: v128) -> v128 {
+        f32x4_add(a, b)
+    }
+    #[inline(always)]
+    fn sub(self, a: v128, b: v128) -> v128 {
+        f32x4_sub(a, b)
+    }
+    #[inline(always)]
+    fn mul(self, a: v128, b: v128) -> v128 {
+        f32x4_mul(a, b)
+    }
+    #[inline(always)]
+    fn div(self, a: v128, b: v128) -> v128 {
+        f32x4_div(a, b)
+    }
+    #[inline(always)]
+    fn fma(self, a: v128, b: v128, c: v128) -> v128 {
+        f32x4_add(f32x4_mul(a, b), c)
+    }
+    #[inline(always)]
+    fn max(self, a: v128, b: v128) -> v128 {
+        // NaN when either operand is.
+        f32x4_max(a, b)
+    }
+    #[inline(always)]
+    fn min(self, a: v128, b: v128) -> v128 {
+        f32x4_min(a, b)
+    }
+    #[inline(always)]
+    fn round(self, v: v128) -> v128 {
+        f32x4_nearest(v)
+    }
+    #[inline(always)]
+    fn floor(self, v: v128) -> v128 {
+        f32x4_floor(v)
+    }
+    #[inline(always)]
+    fn pow2i(self, q: v128) -> v128 {
+        let biased = i32x4_add(i32x4_trunc_sat_f32x4(q), i32x4_splat(127));
+        i32x4_shl(biased, 23)
+    }
+    #[inline(always)]
+    fn ge(self, a: v128, b: v128) -> v128 {
+        f32x4_ge(a, b)
+    }
+    #[inline(always)]
+    fn le(self, a: v128, b: v128) -> v128 {
+        f32x4_le(a, b)
+    }
+    #[inline(always)]
+    fn is_nan(self, a: v128) -> v128 {
+        f32x4_ne(a, a)
+    }
+    #[inline(always)]
+    fn or(self, a: v128, b: v128) -> v128 {
+        v128_or(a, b)
+    }
+    #[inline(always)]
+    fn any(self, m: v128) -> bool {
+        v128_any_true(m)
+    }
+    #[inline(always)]
+    fn select(self, m: v128, a: v128, b: v128) -> v128 {
+        v128_bitselect(a, b, m)
+    }
+    #[inline(always)]
+    fn hsum(self, v: v128) -> f32 {
+        (f32x4_extract_lane::<0>(v) + f32x4_extract_lane::<1>(v))
+            + (f32x4_extract_lane::<2>(v) + f32x4_extract_lane::<3>(v))
+    }
+    #[inline(always)]
+    fn hmax(self, v: v128) -> f32 {
+        let m = f32x4_max(v, i32x4_shuffle::<2, 3, 0, 1>(v, v));
+        let m = f32x4_max(m, i32x4_shuffle::<1, 0, 3, 2>(m, m));
+        f32x4_extract_lane::<0>(m)
+    }
+}

@@ -1,0 +1,239 @@
+// Hanzo ML in WebAssembly: GGUF chat models and BERT-family embedders for Node and the
+// browser. `init` loads the build that fits the engine (SIMD128 where it validates, scalar
+// otherwise); `Model` and `Embedder` wrap the raw bindings of `../pkg/<build>/`.
+
+// A module whose one function returns `i8x16.splat(0)`: valid exactly where SIMD128 is.
+const SIMD_PROBE = new Uint8Array([
+  0, 97, 115, 109, 1, 0, 0, 0, // "\0asm", version 1
+  1, 5, 1, 0x60, 0, 1, 0x7b, // types: () -> v128
+  3, 2, 1, 0, // one function of type 0
+  10, 8, 1, 6, 0, 0x41, 0, 0xfd, 0x0f, 0x0b, // body: i32.const 0; i8x16.splat; end
+]);
+
+const isNode = typeof process !== "undefined" && !!process.versions?.node;
+let bindings = null;
+
+/** Whether this engine runs WebAssembly SIMD128. */
+export function simdSupported() {
+  return WebAssembly.validate(SIMD_PROBE);
+}
+
+/**
+ * Loads the WebAssembly module once (later calls return the same one). `simd: false` forces
+ * the scalar build, `true` the SIMD128 one; by default the engine decides.
+ */
+export async function init({ simd } = {}) {
+  if (bindings) return bindings;
+  const build = (simd ?? simdSupported()) ? "simd" : "scalar";
+  const glue = await import(`../pkg/${build}/hanzo_wasm.js`);
+  const url = new URL(`../pkg/${build}/hanzo_wasm_bg.wasm`, import.meta.url);
+  if (isNode) {
+    const { readFile } = await import("node:fs/promises");
+    await glue.default({ module_or_path: await readFile(url) });
+  } else {
+    await glue.default({ module_or_path: url });
+  }
+  bindings = glue;
+  return glue;
+}
+
+function loaded() {
+  if (!bindings) throw new Error("call `await init()` (or `Model.load`) first");
+  return bindings;
+}
+
+/** Which build is running: "simd" or "scalar" (null before `init`). */
+export function build() {
+  return bindings ? (bindings.simd128() ? "simd" : "scalar") : null;
+}
+
+// Lets other work run (a cancel message, a repaint) between tokens without the 4 ms clamp
+// nested timers get in browsers.
+const channel = !isNode && typeof MessageChannel !== "undefined" ? new MessageChannel() : null;
+function yieldToEventLoop() {
+  if (isNode) return new Promise((resolve) => setImmediate(resolve));
+  if (!channel) return new Promise((resolve) => setTimeout(resolve, 0));
+  return new Promise((resolve) => {
+    channel.port1.onmessage = () => resolve();
+    channel.port2.postMessage(null);
+  });
+}
+
+/**
+ * Copies a model's bytes into WebAssembly memory, piece by piece where the source allows it,
+ * so the file is never held whole twice. `source`: Uint8Array, ArrayBuffer, a `Blob`/`File`,
+ * a fetch `Response`, or a URL to fetch. `onProgress(loadedBytes, totalBytes)` is called as
+ * pieces arrive.
+ */
+async function toBytes(source, onProgress) {
+  const { Bytes } = loaded();
+  const report = onProgress ?? (() => {});
+  if (source instanceof ArrayBuffer) source = new Uint8Array(source);
+  if (source instanceof Uint8Array) {
+    const bytes = Bytes.copyOf(source);
+    report(source.length, source.length);
+    return bytes;
+  }
+  if (typeof Blob !== "undefined" && source instanceof Blob) {
+    const bytes = new Bytes(source.size);
+    const piece = 16 << 20;
+    for (let at = 0; at < source.size; at += piece) {
+      const chunk = new Uint8Array(await source.slice(at, at + piece).arrayBuffer());
+      bytes.write(at, chunk);
+      report(at + chunk.length, source.size);
+    }
+    return bytes;
+  }
+  if (typeof source === "string" || source instanceof URL) source = await fetch(source);
+  if (typeof Response !== "undefined" && source instanceof Response) {
+    if (!source.ok) throw new Error(`fetching ${source.url}: HTTP ${source.status}`);
+    const total = Number(source.headers.get("content-length"));
+    const reader = source.body.getReader();
+    if (total > 0 && !source.headers.get("content-encoding")) {
+      const bytes = new Bytes(total);
+      let at = 0;
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        bytes.write(at, value);
+        at += value.length;
+        report(at, total);
+      }
+      if (at !== total) throw new Error(`fetching ${source.url}: got ${at} of ${total} bytes`);
+      return bytes;
+    }
+    // No length given: gather the pieces, then copy once.
+    const chunks = [];
+    let at = 0;
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      chunks.push(value);
+      at += value.length;
+      report(at, 0);
+    }
+    const bytes = new Bytes(at);
+    let offset = 0;
+    for (const c of chunks) {
+      bytes.write(offset, c);
+      offset += c.length;
+    }
+    return bytes;
+  }
+  throw new TypeError("a model source is a Uint8Array, ArrayBuffer, Blob, Response or URL");
+}
+
+const toIds = (ids) => Uint32Array.from(ids);
+
+/** A GGUF language model with its tokenizer and chat template. */
+export class Model {
+  #inner;
+  #info;
+
+  constructor(inner) {
+    this.#inner = inner;
+    this.#info = JSON.parse(inner.info());
+  }
+
+  /** Loads a GGUF file (see `toBytes` above for the sources taken). */
+  static async load(source, { onProgress, simd } = {}) {
+    const b = await init({ simd });
+    const bytes = await toBytes(source, onProgress);
+    return new Model(b.Model.load(bytes));
+  }
+
+  /** architecture, contextLength, vocabSize, layers, hiddenSize, chatTemplateFromFile */
+  get info() {
+    return this.#info;
+  }
+
+  /** Token ids of raw text (BOS as the model wants it, special-token texts parsed). */
+  encode(text) {
+    return Array.from(this.#inner.encode(text));
+  }
+
+  /** The text of token ids. */
+  decode(ids) {
+    return this.#inner.decode(toIds(ids));
+  }
+
+  /** Token ids of a chat, `[{role, content}, …]`, through the model's chat template. */
+  chatTokens(messages) {
+    return Array.from(this.#inner.chatTokens(JSON.stringify(messages)));
+  }
+
+  /** The logits after every position of `ids`: one Float32Array of vocabSize per token. */
+  logits(ids) {
+    const flat = this.#inner.logits(toIds(ids));
+    const v = flat.length / ids.length;
+    return Array.from(ids, (_, i) => flat.subarray(i * v, (i + 1) * v));
+  }
+
+  /**
+   * Generates from `ids`, calling `onToken(piece)` with each piece of text as it completes
+   * (never half a UTF-8 character; return `false` to stop). Options: maxTokens (256),
+   * temperature (0.8; 0 is greedy), topK (40), topP (0.95), minP (0.05), seed, stop (strings
+   * that end the reply, left out of it), repeatPenalty, presencePenalty, frequencyPenalty,
+   * and `signal`, an AbortSignal that cancels. Resolves to {text, tokens, finishReason,
+   * promptTokens, promptSeconds, generateSeconds, tokensPerSecond}.
+   */
+  async generate(ids, options = {}, onToken = () => {}) {
+    const { signal, ...rest } = options;
+    const run = this.#inner.start(toIds(ids), JSON.stringify(rest));
+    try {
+      for (;;) {
+        if (signal?.aborted) run.cancel();
+        const piece = run.step();
+        if (piece === undefined) break;
+        if (piece && onToken(piece) === false) run.cancel();
+        await yieldToEventLoop();
+      }
+      const out = JSON.parse(run.result());
+      out.tokensPerSecond = out.generateSeconds > 0 ? out.tokens.length / out.generateSeconds : 0;
+      return out;
+    } finally {
+      run.free();
+    }
+  }
+
+  /** Frees the model's WebAssembly memory now rather than at garbage collection. */
+  free() {
+    this.#inner.free();
+  }
+}
+
+/** A BERT-family sentence embedder (all-MiniLM-L6-v2 and the like). */
+export class Embedder {
+  #inner;
+
+  constructor(inner) {
+    this.#inner = inner;
+  }
+
+  /**
+   * From a sentence-transformers directory's files: `config` and `tokenizer` are the texts of
+   * config.json and tokenizer.json, `weights` model.safetensors (any model source); the
+   * optional `pooling`, `modules` and `sentenceBert` are the texts of 1_Pooling/config.json,
+   * modules.json and sentence_bert_config.json.
+   */
+  static async load({ config, tokenizer, weights, pooling, modules, sentenceBert }, { simd } = {}) {
+    const b = await init({ simd });
+    const bytes = await toBytes(weights);
+    return new Embedder(b.Embedder.load(config, tokenizer, bytes, pooling, modules, sentenceBert));
+  }
+
+  get dimensions() {
+    return this.#inner.dimensions;
+  }
+
+  /** One Float32Array per text (normalised where the model's modules say so). */
+  embed(texts) {
+    const flat = this.#inner.embed(JSON.stringify(texts));
+    const d = this.dimensions;
+    return texts.map((_, i) => flat.slice(i * d, (i + 1) * d));
+  }
+
+  free() {
+    this.#inner.free();
+  }
+}

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The WebAssembly build's own checks, and what the Node and Chromium tests need:
+#  1. the kernel tests (quantized dot products, f32 row kernels) compiled for WebAssembly
+#     with SIMD128 and run under Node's WASI, so the SIMD128 kernels are held to the scalar
+#     ones in a WebAssembly build itself; clippy over the SIMD128 code;
+#  2. the packages crates/hanzo-wasm/pkg/{simd,scalar} (scripts/build_wasm.sh);
+#  3. playwright-core (npm ci, from the committed lock file) and Debian's Chromium.
+# The Node and Chromium tests themselves (crates/hanzo-wasm/tests/*.test.mjs) run from
+# `cargo test` (crates/hanzo-engine/tests/wasm.rs), beside the native binary they compare with.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! rustup target list --installed | grep -qx wasm32-wasip1; then
+  rustup target add wasm32-wasip1
+fi
+simd_flags="-C target-feature=+simd128"
+wasi_test() {
+  CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS="$simd_flags" \
+  CARGO_TARGET_WASM32_WASIP1_RUNNER="node --no-warnings $PWD/scripts/wasi_run.mjs" \
+    cargo test -p hanzo-ml --target wasm32-wasip1 --target-dir target/wasi "$@"
+}
+# One thread: WASI has none to spare.
+wasi_test --lib -- --test-threads=1 quantized::kernels cpu::simd
+wasi_test --test simd -- --test-threads=1
+CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="--cfg getrandom_backend=\"wasm_js\" $simd_flags" \
+  cargo clippy -p hanzo-wasm --target wasm32-unknown-unknown --target-dir target/wasm-simd \
+  -- -D warnings
+
+bash scripts/build_wasm.sh
+
+(cd crates/hanzo-wasm && npm ci --no-audit --no-fund --loglevel=error)
+if ! command -v chromium >/dev/null && ! command -v chromium-headless-shell >/dev/null; then
+  echo "installing Debian's chromium for the browser test" >&2
+  if [ "$(id -u)" -eq 0 ]; then sudo=(); else sudo=(sudo); fi
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq chromium >/dev/null
+fi

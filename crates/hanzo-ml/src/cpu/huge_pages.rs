@@ -66,7 +66,7 @@ pub(crate) fn promote(map: &Weak<Blob>, file: &File) -> std::io::Result<usize> {
 /// A piece is copied only where the process uses it: pages the model never read, or gave back
 /// (`QTensor::release_pages`, after a weight was repacked into memory of its own), would
 /// otherwise come back resident as part of a huge page.
-struct Pagemap(Option<File>);
+struct Pagemap(#[cfg_attr(not(target_os = "linux"), allow(dead_code))] Option<File>);
 
 impl Pagemap {
     fn open() -> Self {

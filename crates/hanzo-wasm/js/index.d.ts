@@ -1,0 +1,119 @@
+// Type declarations of the Hanzo ML WebAssembly API (index.js).
+
+/** Where a model's bytes come from: copied into WebAssembly memory piece by piece. */
+export type ModelSource = Uint8Array | ArrayBuffer | Blob | Response | URL | string;
+
+export interface InitOptions {
+  /** Force the SIMD128 build (true) or the scalar one (false); by default the engine decides. */
+  simd?: boolean;
+}
+
+/** Loads the WebAssembly module once; later calls return the same one. */
+export function init(options?: InitOptions): Promise<unknown>;
+/** Whether this engine runs WebAssembly SIMD128. */
+export function simdSupported(): boolean;
+/** The build in use: "simd" or "scalar"; null before `init`. */
+export function build(): "simd" | "scalar" | null;
+
+export interface LoadOptions extends InitOptions {
+  /** Called as the bytes arrive; `totalBytes` is 0 when the source does not say. */
+  onProgress?: (loadedBytes: number, totalBytes: number) => void;
+}
+
+export interface ModelInfo {
+  architecture: string;
+  contextLength: number;
+  vocabSize: number;
+  layers: number;
+  hiddenSize: number;
+  /** False when the file has no chat template and a built-in one for the architecture is used. */
+  chatTemplateFromFile: boolean;
+}
+
+export interface ChatMessage {
+  role: "system" | "user" | "assistant" | "tool" | string;
+  content: string;
+}
+
+export interface GenerateOptions {
+  /** At most this many new tokens (256). */
+  maxTokens?: number;
+  /** 0 is greedy (0.8). */
+  temperature?: number;
+  /** 0 is off (40). */
+  topK?: number;
+  /** 1 is off (0.95). */
+  topP?: number;
+  /** 0 is off (0.05). */
+  minP?: number;
+  seed?: number;
+  /** Strings that end the reply; they are left out of it. */
+  stop?: string[];
+  repeatPenalty?: number;
+  presencePenalty?: number;
+  frequencyPenalty?: number;
+  /** Cancels the generation. */
+  signal?: AbortSignal;
+}
+
+export interface GenerateResult {
+  text: string;
+  tokens: number[];
+  /** "stop": end of turn or a stop string; "length": maxTokens or the context; "cancelled". */
+  finishReason: "stop" | "length" | "cancelled";
+  promptTokens: number;
+  promptSeconds: number;
+  generateSeconds: number;
+  tokensPerSecond: number;
+}
+
+/** A GGUF language model with its tokenizer and chat template. */
+export class Model {
+  private constructor(inner: unknown);
+  static load(source: ModelSource, options?: LoadOptions): Promise<Model>;
+  readonly info: ModelInfo;
+  /** Token ids of raw text (BOS as the model wants it, special-token texts parsed). */
+  encode(text: string): number[];
+  /** The text of token ids. */
+  decode(ids: ArrayLike<number>): string;
+  /** Token ids of a chat through the model's chat template, ready for `generate`. */
+  chatTokens(messages: ChatMessage[]): number[];
+  /** The logits after every position of `ids`: one Float32Array of vocabSize per token. */
+  logits(ids: ArrayLike<number>): Float32Array[];
+  /**
+   * Generates from `ids`, passing each piece of text as it completes (never half a UTF-8
+   * character; return false to stop).
+   */
+  generate(
+    ids: ArrayLike<number>,
+    options?: GenerateOptions,
+    onToken?: (piece: string) => boolean | void,
+  ): Promise<GenerateResult>;
+  /** Frees the model's WebAssembly memory now. */
+  free(): void;
+}
+
+export interface EmbedderFiles {
+  /** config.json's text. */
+  config: string;
+  /** tokenizer.json's text. */
+  tokenizer: string;
+  /** model.safetensors. */
+  weights: ModelSource;
+  /** 1_Pooling/config.json's text (mean pooling without it). */
+  pooling?: string;
+  /** modules.json's text (a Normalize module turns on L2 normalisation). */
+  modules?: string;
+  /** sentence_bert_config.json's text (its max_seq_length). */
+  sentenceBert?: string;
+}
+
+/** A BERT-family sentence embedder (all-MiniLM-L6-v2 and the like). */
+export class Embedder {
+  private constructor(inner: unknown);
+  static load(files: EmbedderFiles, options?: InitOptions): Promise<Embedder>;
+  readonly dimensions: number;
+  /** One vector per text. */
+  embed(texts: string[]): Float32Array[];
+  free(): void;
+}

@@ -14,6 +14,8 @@ export function init(options?: InitOptions): Promise<unknown>;
 export function simdSupported(): boolean;
 /** The build in use: "simd" or "scalar"; null before `init`. */
 export function build(): "simd" | "scalar" | null;
+/** Bytes of WebAssembly memory the module holds now (it grows, never shrinks). */
+export function memoryBytes(): number;
 
 export interface LoadOptions extends InitOptions {
   /** Called as the bytes arrive; `totalBytes` is 0 when the source does not say. */

@@ -12,6 +12,7 @@ const SIMD_PROBE = new Uint8Array([
 
 const isNode = typeof process !== "undefined" && !!process.versions?.node;
 let bindings = null;
+let exports = null;
 
 /** Whether this engine runs WebAssembly SIMD128. */
 export function simdSupported() {
@@ -29,9 +30,9 @@ export async function init({ simd } = {}) {
   const url = new URL(`../pkg/${build}/hanzo_wasm_bg.wasm`, import.meta.url);
   if (isNode) {
     const { readFile } = await import("node:fs/promises");
-    await glue.default({ module_or_path: await readFile(url) });
+    exports = await glue.default({ module_or_path: await readFile(url) });
   } else {
-    await glue.default({ module_or_path: url });
+    exports = await glue.default({ module_or_path: url });
   }
   bindings = glue;
   return glue;
@@ -45,6 +46,11 @@ function loaded() {
 /** Which build is running: "simd" or "scalar" (null before `init`). */
 export function build() {
   return bindings ? (bindings.simd128() ? "simd" : "scalar") : null;
+}
+
+/** Bytes of WebAssembly memory the module holds now (it grows, never shrinks). */
+export function memoryBytes() {
+  return exports ? exports.memory.buffer.byteLength : 0;
 }
 
 // Lets other work run (a cancel message, a repaint) between tokens without the 4 ms clamp

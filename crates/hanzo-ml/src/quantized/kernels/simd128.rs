@@ -138,7 +138,10 @@ pub unsafe fn q4_0_tile<const R: usize, const C: usize>(
     legacy_tile(w, x, |b| {
         let (lo, hi) = nibbles(&b.qs);
         let eight = i8x16_splat(8);
-        ((i8x16_sub(lo, eight), i8x16_sub(hi, eight)), f16_to_f32(b.d))
+        (
+            (i8x16_sub(lo, eight), i8x16_sub(hi, eight)),
+            f16_to_f32(b.d),
+        )
     })
 }
 

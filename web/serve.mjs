@@ -1,7 +1,7 @@
 // Serves the chat page and the WebAssembly package on loopback:
 //   node web/serve.mjs [--port 8377]   then open http://127.0.0.1:8377/web/
 // (build the package first: bash scripts/build_wasm.sh). Only files under the repository
-// are served, and only GET/HEAD.
+// (and under the folders `mounts` adds, for tests and benchmarks) are served, GET/HEAD only.
 import { createServer } from "node:http";
 import { createReadStream } from "node:fs";
 import { stat } from "node:fs/promises";
@@ -19,9 +19,17 @@ const TYPES = {
   ".png": "image/png",
 };
 
-export function serve(port = 0) {
+/** Starts the server on loopback; `mounts` maps URL prefixes ("/fixtures/") to folders. */
+export function serve(port = 0, mounts = {}) {
   const server = createServer(async (req, res) => {
-    const path = decodeURIComponent(new URL(req.url, "http://x").pathname);
+    let path = decodeURIComponent(new URL(req.url, "http://x").pathname);
+    let base = root;
+    for (const [prefix, dir] of Object.entries(mounts)) {
+      if (path.startsWith(prefix)) {
+        base = resolve(dir);
+        path = path.slice(prefix.length - 1);
+      }
+    }
     if (req.method !== "GET" && req.method !== "HEAD") {
       res.writeHead(405).end();
       return;
@@ -30,8 +38,8 @@ export function serve(port = 0) {
       res.writeHead(302, { location: "/web/" }).end();
       return;
     }
-    let file = normalize(join(root, path));
-    if (file !== root && !file.startsWith(root + sep)) {
+    let file = normalize(join(base, path));
+    if (file !== base && !file.startsWith(base + sep)) {
       res.writeHead(403).end();
       return;
     }

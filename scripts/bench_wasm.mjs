@@ -13,7 +13,7 @@ const args = process.argv.slice(2);
 const at = args.indexOf("--native");
 const nativeBin = at >= 0 ? args.splice(at, 2)[1] : null;
 const models = args;
-const TOKENS = 64;
+const TOKENS = 32;
 const PROMPT = "The history of the river begins";
 
 // Runs in Node or in the page alike: load, then three greedy runs; median tokens/s.

@@ -69,6 +69,20 @@ fn block_dot(w: Levels, x: Levels) -> i32 {
     hsum_i32(i32x4_add(dot16_lanes(w.0, x.0), dot16_lanes(w.1, x.1)))
 }
 
+/// The sums of four i32x4 vectors, one per lane (integer, so exact in any order).
+#[inline(always)]
+fn hsum4(v: [v128; 4]) -> v128 {
+    let lo01 = i32x4_shuffle::<0, 4, 1, 5>(v[0], v[1]);
+    let hi01 = i32x4_shuffle::<2, 6, 3, 7>(v[0], v[1]);
+    let lo23 = i32x4_shuffle::<0, 4, 1, 5>(v[2], v[3]);
+    let hi23 = i32x4_shuffle::<2, 6, 3, 7>(v[2], v[3]);
+    let (s01, s23) = (i32x4_add(lo01, hi01), i32x4_add(lo23, hi23));
+    i32x4_add(
+        i32x4_shuffle::<0, 1, 4, 5>(s01, s23),
+        i32x4_shuffle::<2, 3, 6, 7>(s01, s23),
+    )
+}
+
 #[inline(always)]
 fn legacy_tile<B, const R: usize, const C: usize>(
     w: [&[B]; R],
@@ -77,6 +91,32 @@ fn legacy_tile<B, const R: usize, const C: usize>(
 ) -> [[f32; C]; R] {
     check_tile!(w, x);
     let mut acc = [[0f32; C]; R];
+    if C == 1 && R % 4 == 0 {
+        // A decode product: four rows at a time share one cross-lane sum and keep their
+        // running sums in the lanes of one vector. Each lane computes what the scalar dot
+        // does for its row, (d_w * d_x) * sum added block by block, so the bits are the same.
+        for g in (0..R).step_by(4) {
+            let mut sums = f32x4_splat(0.0);
+            for i in 0..x[0].len() {
+                let xq = load_i8(&x[0][i].qs);
+                let xd = f32x4_splat(f16_to_f32(x[0][i].d));
+                let mut d = [0f32; 4];
+                let dots: [v128; 4] = std::array::from_fn(|k| {
+                    let (q, dk) = levels(&w[g + k][i]);
+                    d[k] = dk;
+                    i32x4_add(dot16_lanes(q.0, xq.0), dot16_lanes(q.1, xq.1))
+                });
+                let ints = f32x4_convert_i32x4(hsum4(dots));
+                let scale = f32x4_mul(f32x4(d[0], d[1], d[2], d[3]), xd);
+                sums = f32x4_add(sums, f32x4_mul(scale, ints));
+            }
+            acc[g][0] = f32x4_extract_lane::<0>(sums);
+            acc[g + 1][0] = f32x4_extract_lane::<1>(sums);
+            acc[g + 2][0] = f32x4_extract_lane::<2>(sums);
+            acc[g + 3][0] = f32x4_extract_lane::<3>(sums);
+        }
+        return acc;
+    }
     for i in 0..x[0].len() {
         let xs: [(Levels, f32); C] =
             std::array::from_fn(|c| (load_i8(&x[c][i].qs), f16_to_f32(x[c][i].d)));

@@ -296,6 +296,17 @@ mod tests {
         out
     }
 
+    /// How far a kernel at `isa` may be from the scalar dot of `k` elements, `want`. SIMD128
+    /// sums exact integers and scales them by the scalar formula: no distance. The x86 sets
+    /// accumulate in another order: a bound.
+    fn tolerance(isa: Isa, k: usize, want: f32) -> f32 {
+        if isa == Isa::Simd128 {
+            0.0
+        } else {
+            1e-5 * (k as f32).sqrt() * want.abs().max(1.0)
+        }
+    }
+
     /// Every tile shape the matmul uses, at every kernel level this CPU has, against the
     /// scalar dot product of each (weight row, activation row) pair; block counts odd and even
     /// (the 512-bit tiles take blocks in pairs).
@@ -310,15 +321,8 @@ mod tests {
                 let w: Vec<Vec<B>> = (0..4).map(|r| quantized(k, 11 + r)).collect();
                 let x: Vec<Vec<B::Dot>> = (0..4).map(|c| quantized(k, 101 + c)).collect();
                 let want = |r: usize, c: usize| B::vec_dot_scalar(&w[r], &x[c]);
-                // SIMD128 sums exact integers and scales them by the scalar formula: equal
-                // bits. The x86 sets accumulate in another order: a bound.
-                let exact = isa == Isa::Simd128;
                 let close = |got: f32, want: f32, what: &str| {
-                    let tol = if exact {
-                        0.0
-                    } else {
-                        1e-5 * (k as f32).sqrt() * want.abs().max(1.0)
-                    };
+                    let tol = tolerance(isa, k, want);
                     assert!(
                         (got - want).abs() <= tol,
                         "{} {isa:?} k={k} {what}: {got} vs {want}",
@@ -373,13 +377,8 @@ mod tests {
             let w = quantized::<BlockQ4_1>(k, 5);
             let x = quantized::<BlockQ8_1>(k, 6);
             let (got, want) = (pick_q4_1()(&w, &x), BlockQ4_1::vec_dot_scalar(&w, &x));
-            let tol = if isa() == Isa::Simd128 {
-                0.0
-            } else {
-                1e-5 * (k as f32).sqrt() * want.abs().max(1.0)
-            };
             assert!(
-                (got - want).abs() <= tol,
+                (got - want).abs() <= tolerance(isa(), k, want),
                 "{:?} k={k}: {got} vs {want}",
                 isa()
             );

@@ -22,9 +22,13 @@ wasi_test() {
 # One thread: WASI has none to spare.
 wasi_test --lib -- --test-threads=1 quantized::kernels cpu::simd
 wasi_test --test simd -- --test-threads=1
-CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="--cfg getrandom_backend=\"wasm_js\" $simd_flags" \
-  cargo clippy -p hanzo-wasm --target wasm32-unknown-unknown --target-dir target/wasm-simd \
-  -- -D warnings
+for build in simd scalar; do
+  flags='--cfg getrandom_backend="wasm_js"'
+  [ "$build" = simd ] && flags="$flags $simd_flags"
+  CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="$flags" \
+    cargo clippy -p hanzo-wasm --target wasm32-unknown-unknown --target-dir "target/wasm-$build" \
+    -- -D warnings
+done
 
 bash scripts/build_wasm.sh
 

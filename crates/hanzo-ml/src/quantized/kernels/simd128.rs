@@ -91,7 +91,7 @@ fn legacy_tile<B, const R: usize, const C: usize>(
 ) -> [[f32; C]; R] {
     check_tile!(w, x);
     let mut acc = [[0f32; C]; R];
-    if C == 1 && R % 4 == 0 {
+    if C == 1 && R.is_multiple_of(4) {
         // A decode product: four rows at a time share one cross-lane sum and keep their
         // running sums in the lanes of one vector. Each lane computes what the scalar dot
         // does for its row, (d_w * d_x) * sum added block by block, so the bits are the same.

@@ -10,9 +10,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! rustup target list --installed | grep -qx wasm32-wasip1; then
-  rustup target add wasm32-wasip1
-fi
+for target in wasm32-wasip1 wasm32-unknown-unknown; do
+  if ! rustup target list --installed | grep -qx "$target"; then
+    rustup target add "$target"
+  fi
+done
 simd_flags="-C target-feature=+simd128"
 wasi_test() {
   CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS="$simd_flags" \

@@ -29,7 +29,8 @@ pub(super) unsafe trait F32Vector: Copy {
     fn sub(self, a: Self::V, b: Self::V) -> Self::V;
     fn mul(self, a: Self::V, b: Self::V) -> Self::V;
     fn div(self, a: Self::V, b: Self::V) -> Self::V;
-    /// `a * b + c`, rounded once.
+    /// `a * b + c`, rounded once where the instruction set has a fused multiply-add (SIMD128
+    /// has none and rounds twice; the row-kernel tests bound both).
     fn fma(self, a: Self::V, b: Self::V, c: Self::V) -> Self::V;
     /// The larger lane; NaN where `b` is NaN (so `max(lo, x)` clamps and lets NaN through).
     fn max(self, a: Self::V, b: Self::V) -> Self::V;

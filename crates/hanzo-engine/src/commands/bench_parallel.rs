@@ -156,8 +156,7 @@ pub fn run(
 /// The argmax of every row of `[rows, vocab]` logits.
 fn argmax_rows(logits: &hanzo_ml::Tensor) -> Result<Vec<u32>> {
     let vocab = logits.dims()[1].max(1);
-    let flat = logits.to_vec_flat::<f32>()?;
-    Ok(flat.chunks_exact(vocab).map(argmax).collect())
+    Ok(logits.with_contiguous(|flat: &[f32]| flat.chunks_exact(vocab).map(argmax).collect())?)
 }
 
 /// Resident and peak resident bytes of this process (Linux), from /proc/self/status.

@@ -1,15 +1,15 @@
 //! Generic element-wise maps over strided views. Contiguous inputs take a flat (parallel)
 //! path; strided ones walk contiguous blocks; broadcasts of a contiguous block reuse it.
 
+use super::par::for_each_chunk;
 use crate::layout::Blocks;
 use crate::Layout;
 use half::slice::HalfFloatSliceExt;
-use rayon::prelude::*;
 
 /// Below this many elements, threading costs more than it saves.
 pub(crate) const PAR_MIN: usize = 1 << 15;
 /// Elements per parallel work item: big enough to amortise scheduling, small enough that a
-/// descheduled thread holds back little work (rayon steals the rest).
+/// descheduled thread holds back little work (the others take the rest).
 pub(crate) const PAR_CHUNK: usize = 1 << 14;
 
 pub fn unary_map<T: Copy + Sync, U: Send + Copy + bytemuck::Zeroable>(
@@ -22,7 +22,7 @@ pub fn unary_map<T: Copy + Sync, U: Send + Copy + bytemuck::Zeroable>(
             let src = &v[start..start + len];
             if len >= PAR_MIN {
                 let mut out = super::alloc::zeroed_vec::<U>(len);
-                super::par::for_each_chunk(&mut out, PAR_CHUNK, &|i, o| {
+                for_each_chunk(&mut out, PAR_CHUNK, &|i, o| {
                     for (o, &s) in o.iter_mut().zip(&src[i * PAR_CHUNK..]) {
                         *o = f(s)
                     }
@@ -71,7 +71,7 @@ fn transposed_map<T: Copy + Sync, U: Send + Copy + bytemuck::Zeroable>(
     let mut out = super::alloc::zeroed_vec::<U>(l.shape().elem_count());
     // Source offset of output row `row` (its first column).
     let row_src = |row: usize| outer[row / rows_per_outer] + row % rows_per_outer;
-    super::par::for_each_chunk(&mut out, TILE * cols, &|band, o| {
+    for_each_chunk(&mut out, TILE * cols, &|band, o| {
         let row0 = band * TILE;
         let nrows = o.len() / cols;
         let srcs: Vec<usize> = (0..nrows).map(|i| row_src(row0 + i)).collect();
@@ -103,9 +103,9 @@ pub(crate) fn contiguous_cow<'a, T: Copy + Sync + Send + bytemuck::Zeroable>(
 pub(crate) fn par_map_slice(src: &[f32], k: fn(&[f32], &mut [f32])) -> Vec<f32> {
     let mut out = super::alloc::zeroed_vec::<f32>(src.len());
     if src.len() >= PAR_MIN {
-        out.par_chunks_mut(PAR_CHUNK)
-            .zip(src.par_chunks(PAR_CHUNK))
-            .for_each(|(o, s)| k(s, o));
+        for_each_chunk(&mut out, PAR_CHUNK, &|i, o| {
+            k(&src[i * PAR_CHUNK..][..o.len()], o)
+        });
     } else {
         k(src, &mut out);
     }
@@ -115,9 +115,10 @@ pub(crate) fn par_map_slice(src: &[f32], k: fn(&[f32], &mut [f32])) -> Vec<f32> 
 pub(crate) fn par_zip_slices(a: &[f32], b: &[f32], k: fn(&[f32], &[f32], &mut [f32])) -> Vec<f32> {
     let mut out = super::alloc::zeroed_vec::<f32>(a.len());
     if a.len() >= PAR_MIN {
-        out.par_chunks_mut(PAR_CHUNK)
-            .zip(a.par_chunks(PAR_CHUNK).zip(b.par_chunks(PAR_CHUNK)))
-            .for_each(|(o, (a, b))| k(a, b, o));
+        for_each_chunk(&mut out, PAR_CHUNK, &|i, o| {
+            let at = i * PAR_CHUNK..i * PAR_CHUNK + o.len();
+            k(&a[at.clone()], &b[at], o)
+        });
     } else {
         k(a, b, &mut out);
     }
@@ -145,9 +146,9 @@ where
         }
     };
     if src.len() >= PAR_MIN {
-        out.par_chunks_mut(PAR_CHUNK)
-            .zip(src.par_chunks(PAR_CHUNK))
-            .for_each(|(o, s)| run(o, s));
+        for_each_chunk(&mut out, PAR_CHUNK, &|i, o| {
+            run(o, &src[i * PAR_CHUNK..][..o.len()])
+        });
     } else {
         run(&mut out, src);
     }
@@ -182,9 +183,10 @@ where
         }
     };
     if n >= PAR_MIN {
-        out.par_chunks_mut(PAR_CHUNK)
-            .zip(a.par_chunks(PAR_CHUNK).zip(b.par_chunks(PAR_CHUNK)))
-            .for_each(|(o, (a, b))| run(o, a, b));
+        for_each_chunk(&mut out, PAR_CHUNK, &|i, o| {
+            let at = i * PAR_CHUNK..i * PAR_CHUNK + o.len();
+            run(o, &a[at.clone()], &b[at])
+        });
     } else {
         run(&mut out, &a[..n], &b[..n]);
     }
@@ -234,7 +236,7 @@ pub fn binary_map<T: Copy + Sync, U: Send + Copy + bytemuck::Zeroable>(
             }
         };
         if n >= PAR_MIN {
-            super::par::for_each_chunk(&mut out, PAR_CHUNK, &|i, o| {
+            for_each_chunk(&mut out, PAR_CHUNK, &|i, o| {
                 run(o, &a[i * PAR_CHUNK..], &b[i * PAR_CHUNK..])
             });
         } else {

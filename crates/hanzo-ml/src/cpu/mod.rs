@@ -13,7 +13,7 @@ mod fused;
 pub(crate) mod huge_pages;
 mod indexing;
 mod matmul;
-pub(crate) mod par;
+pub mod par;
 mod reduce;
 pub mod simd;
 pub mod team;

@@ -3,8 +3,8 @@
 //! that takes matching its roundings).
 
 use half::f16;
+use hanzo_ml::cpu::par::for_each_chunk;
 use hanzo_ml::{Device, Tensor};
-use rayon::prelude::*;
 use std::sync::OnceLock;
 
 /// GELU (tanh form) in f32, as ggml writes it.
@@ -91,9 +91,10 @@ pub fn geglu(gate: &Tensor, up: &Tensor) -> hanzo_ml::Result<Tensor> {
     let out = gate.with_contiguous(|g: &[f32]| {
         up.with_contiguous(|u: &[f32]| {
             let mut out = vec![0f32; g.len()];
-            out.par_chunks_mut(4096)
-                .zip(g.par_chunks(4096).zip(u.par_chunks(4096)))
-                .for_each(|(o, (g, u))| geglu_slice(g, u, o, table));
+            for_each_chunk(&mut out, 4096, &|i, o| {
+                let at = i * 4096..i * 4096 + o.len();
+                geglu_slice(&g[at.clone()], &u[at], o, table)
+            });
             out
         })
     })??;

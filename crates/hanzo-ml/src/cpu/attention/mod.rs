@@ -13,9 +13,9 @@ mod x86;
 
 #[cfg(target_arch = "x86_64")]
 use crate::cpu::features;
+use crate::cpu::par::for_each_chunk;
 use crate::kv::{Heads, LayerView, Mask};
 use half::{f16, slice::HalfFloatSliceExt};
-use rayon::prelude::*;
 
 /// Queries per call from which ggml uses its tiled kernel.
 const TILED_FROM: usize = 64;
@@ -39,7 +39,7 @@ pub fn attend(q: &[f32], kv: LayerView<'_>, start: usize, mask: Mask, dims: Head
     let f16_sums = t < TILED_FROM;
     let widen = |value: bool| -> Vec<f32> {
         let mut out = vec![0f32; kv_heads * n * d];
-        out.par_chunks_mut(n * d).enumerate().for_each(|(h, o)| {
+        for_each_chunk(&mut out, n * d, &|h, o| {
             for (j, row) in o.chunks_mut(d).enumerate() {
                 let src = if value {
                     kv.value(k0 + j, h * d, d)
@@ -68,19 +68,17 @@ pub fn attend(q: &[f32], kv: LayerView<'_>, start: usize, mask: Mask, dims: Head
     let mut out = vec![0f32; q.len()];
     if t > QUERY_POSITIONS {
         // A task takes QUERY_POSITIONS positions and every head.
-        out.par_chunks_mut(QUERY_POSITIONS * row)
-            .enumerate()
-            .for_each(|(blk, out)| {
-                let i0 = blk * QUERY_POSITIONS;
-                let positions = i0..i0 + out.len() / row;
-                for kh in 0..kv_heads {
-                    let heads = kh * g..(kh + 1) * g;
-                    call.attend(positions.clone(), heads.clone(), |i, h, o| {
-                        let at = (i - i0) * row + h * d;
-                        out[at..at + d].copy_from_slice(o)
-                    });
-                }
-            });
+        for_each_chunk(&mut out, QUERY_POSITIONS * row, &|blk, out| {
+            let i0 = blk * QUERY_POSITIONS;
+            let positions = i0..i0 + out.len() / row;
+            for kh in 0..kv_heads {
+                let heads = kh * g..(kh + 1) * g;
+                call.attend(positions.clone(), heads.clone(), |i, h, o| {
+                    let at = (i - i0) * row + h * d;
+                    out[at..at + d].copy_from_slice(o)
+                });
+            }
+        });
         return out;
     }
     // Decode (a few positions): one task per KV head, its query heads split so that every

@@ -144,12 +144,15 @@ pub fn kernels() -> &'static Kernels {
 /// the result does not depend on scheduling.
 pub fn sum_f32(v: &[f32]) -> f32 {
     use super::elementwise::{PAR_CHUNK, PAR_MIN};
-    use rayon::prelude::*;
     let sum = kernels().sum;
     if v.len() < 4 * PAR_MIN {
         return sum(v);
     }
-    let parts: Vec<f32> = v.par_chunks(4 * PAR_CHUNK).map(sum).collect();
+    let part = 4 * PAR_CHUNK;
+    let mut parts = vec![0f32; v.len().div_ceil(part)];
+    crate::cpu::par::for_each_chunk(&mut parts, 1, &|i, p| {
+        p[0] = sum(&v[i * part..v.len().min((i + 1) * part)])
+    });
     sum(&parts)
 }
 

@@ -5,10 +5,11 @@
 //! `kernels::panel`, and passes every activation row over it. Unpacking a row costs about as much
 //! as a few activation rows, so small batches keep the tile path in `qmatmul`.
 
+use super::sink::{filled, Sink};
+use crate::cpu::par::{for_each_chunk, par_for_with};
 use crate::quantized::format::{BlockQ8_0, GgmlBlock, Unpacking};
 use crate::quantized::kernels::panel::{pick_panel, Panel, PanelFn, PanelRow};
 use crate::quantized::kernels::QuantizeRow;
-use rayon::prelude::*;
 
 /// Fewer activation rows than this take the tile path: there, each weight block is unpacked
 /// per call rather than once, which is cheaper for a handful of rows.
@@ -70,7 +71,7 @@ pub(crate) fn plan_prepacked(
 
 /// Runs `kernel` over panels of `rows` weight rows each, which `fill(scratch, r0, live)`
 /// writes into `scratch` (rows `r0..r0 + live` of the `n`; the rest of a last partial panel
-/// must be zero), one rayon task per panel.
+/// must be zero), one task per panel.
 pub(crate) fn over_panels(
     n: usize,
     k: usize,
@@ -85,34 +86,34 @@ pub(crate) fn over_panels(
     }
     let acts = Activations::new(x, m, k, group);
     let xs: Vec<PanelRow> = (0..m).map(|j| acts.row(j)).collect();
-    // Every element is written below exactly once, so the buffer starts uninitialised (a
-    // zeroing pass over a 4 MB output is a visible share of a prefill).
-    let mut out: Vec<f32> = Vec::with_capacity(m * n);
-    let sink = Sink {
-        ptr: out.as_mut_ptr(),
-        len: m * n,
+    let task = |sink: &Sink, scratch: &mut Scratch, p: usize| {
+        let r0 = p * rows;
+        let live = rows.min(n - r0);
+        fill(scratch, r0, live);
+        let panel = Panel {
+            u: &scratch.u,
+            scale: &scratch.scale,
+            min: &scratch.min,
+        };
+        kernel(&panel, &xs, &mut scratch.out);
+        for (j, o) in scratch.out.chunks_exact(rows).enumerate() {
+            // SAFETY: this task is the only writer of columns r0..r0 + live.
+            unsafe { sink.write(j * n + r0, &o[..live]) };
+        }
     };
-    (0..n.div_ceil(rows)).into_par_iter().for_each_init(
-        || Scratch::new(rows, k, m, group),
-        |scratch, p| {
-            let r0 = p * rows;
-            let live = rows.min(n - r0);
-            fill(scratch, r0, live);
-            let panel = Panel {
-                u: &scratch.u,
-                scale: &scratch.scale,
-                min: &scratch.min,
-            };
-            kernel(&panel, &xs, &mut scratch.out);
-            for (j, o) in scratch.out.chunks_exact(rows).enumerate() {
-                // SAFETY: this task is the only writer of columns r0..r0 + live.
-                unsafe { sink.write(j * n + r0, &o[..live]) };
-            }
-        },
-    );
-    // SAFETY: the panels 0..ceil(n / rows) cover columns 0..n, and each wrote its columns of
-    // all m rows, so all m · n elements are initialised (a panicking task never gets here).
-    unsafe { out.set_len(m * n) };
+    // Every element is written exactly once, so the buffer starts uninitialised (a zeroing
+    // pass over a 4 MB output is a visible share of a prefill).
+    // SAFETY: the panels 0..ceil(n / rows) cover columns 0..n, and each writes its columns of
+    // all m rows: all m · n elements.
+    let out = unsafe {
+        filled(m * n, |sink| {
+            par_for_with(
+                n.div_ceil(rows),
+                &|| Scratch::new(rows, k, m, group),
+                &|scratch, p| task(sink, scratch, p),
+            )
+        })
+    };
     Some(out)
 }
 
@@ -132,18 +133,24 @@ impl Activations {
         let mut d = vec![0f32; m * groups];
         let mut dsum = vec![0f32; m * groups];
         let quantize = BlockQ8_0::quantize_row();
-        q.par_chunks_mut(blocks)
-            .zip(d.par_chunks_mut(groups).zip(dsum.par_chunks_mut(groups)))
-            .zip(x.par_chunks(k))
-            .for_each(|((q, (d, dsum)), x)| {
-                quantize(x, q);
-                for (g, (d, dsum)) in d.iter_mut().zip(dsum.iter_mut()).enumerate() {
-                    let (b, at) = (&q[g * group / 32], (g * group) % 32);
-                    let sum: i32 = b.qs[at..at + group].iter().map(|&v| v as i32).sum();
-                    *d = b.d.to_f32();
-                    *dsum = *d * sum as f32;
-                }
-            });
+        // One task per activation row, each with its own pieces of the three outputs.
+        let mut rows: Vec<_> = q
+            .chunks_mut(blocks.max(1))
+            .zip(
+                d.chunks_mut(groups.max(1))
+                    .zip(dsum.chunks_mut(groups.max(1))),
+            )
+            .collect();
+        for_each_chunk(&mut rows, 1, &|j, row| {
+            let (q, (d, dsum)) = &mut row[0];
+            quantize(&x[j * k..][..k], q);
+            for (g, (d, dsum)) in d.iter_mut().zip(dsum.iter_mut()).enumerate() {
+                let (b, at) = (&q[g * group / 32], (g * group) % 32);
+                let sum: i32 = b.qs[at..at + group].iter().map(|&v| v as i32).sum();
+                *d = b.d.to_f32();
+                *dsum = *d * sum as f32;
+            }
+        });
         Self {
             q,
             d,
@@ -227,36 +234,6 @@ impl Scratch {
                     self.scale[at] = self.block_scale[j];
                     self.min[at] = self.block_min[j];
                 }
-            }
-        }
-    }
-}
-
-/// The output matrix (uninitialised until written), shared by tasks that each write a
-/// disjoint set of its columns.
-struct Sink {
-    ptr: *mut f32,
-    len: usize,
-}
-
-// SAFETY: `Sink` only hands out writes through `write`, whose callers guarantee that no two
-// threads write the same element; the matrix outlives the parallel loop that uses it.
-unsafe impl Sync for Sink {}
-
-impl Sink {
-    /// # Safety
-    /// No other thread may write `at..at + v.len()` concurrently.
-    unsafe fn write(&self, at: usize, v: &[f32]) {
-        assert!(at + v.len() <= self.len, "write past the output");
-        // SAFETY: in bounds (checked), and exclusive by the caller's guarantee. A whole panel
-        // row is copied as one fixed-size value: a runtime-length copy is a memcpy call per
-        // 64 bytes.
-        unsafe {
-            let dst = self.ptr.add(at);
-            match v.len() {
-                16 => (dst as *mut [f32; 16]).write_unaligned(*(v.as_ptr() as *const [f32; 16])),
-                8 => (dst as *mut [f32; 8]).write_unaligned(*(v.as_ptr() as *const [f32; 8])),
-                _ => std::ptr::copy_nonoverlapping(v.as_ptr(), dst, v.len()),
             }
         }
     }

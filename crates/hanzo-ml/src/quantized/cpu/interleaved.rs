@@ -6,7 +6,8 @@
 
 use super::gemm;
 use super::matvec::MatvecJob;
-use crate::cpu::par::for_each_chunk;
+use super::sink::{filled, Sink};
+use crate::cpu::par::{for_each_chunk, par_for};
 use crate::quantized::format::interleaved::{XRow, ROWS};
 use crate::quantized::format::{BlockQ8_0, GgmlDType};
 use crate::quantized::kernels::interleaved::{DotFn, InterleavedKernels};
@@ -147,31 +148,38 @@ impl<B: InterleavedKernels> Interleaved<B> {
         }
         let acts = Activations::new(x, m, k);
         let rows: Vec<XRow> = (0..m).map(|j| acts.row(j)).collect();
-        // Each group's [m][8] results, then scattered into the [m, n] output.
-        let mut parts = vec![0f32; n * m];
-        for_each_chunk(&mut parts, ROWS * m, &|g, part| {
-            self.group_times(g, &rows, part)
-        });
-        let mut out = vec![0f32; m * n];
-        for (g, part) in parts.chunks_exact((ROWS * m).max(1)).enumerate() {
-            for (j, y) in part.chunks_exact(ROWS).enumerate() {
-                out[j * n + ROWS * g..][..ROWS].copy_from_slice(y);
-            }
+        // Tasks of whole groups, each writing its rows' outputs straight into `[m, n]`.
+        let groups = n / ROWS;
+        let per_task = super::matvec::chunk_rows(n, crate::cpu::team::global().threads()) / ROWS;
+        // SAFETY: the tasks cover groups 0..n / 8, so every row of the weight, and each writes
+        // its rows' outputs for all m activation rows: all m · n elements.
+        unsafe {
+            filled(m * n, |sink| {
+                par_for(groups.div_ceil(per_task), &|t| {
+                    for g in t * per_task..groups.min((t + 1) * per_task) {
+                        self.group_times(g, &rows, sink)
+                    }
+                })
+            })
         }
-        out
     }
 
-    /// `out[j * 8 + r]` = row `r` of group `g` times activation row `j`, four rows at a time.
-    fn group_times(&self, g: usize, x: &[XRow], out: &mut [f32]) {
-        let w = self.group(g);
+    /// Rows `8g..8g + 8` times every activation row `j`, four activation rows at a time, into
+    /// `out[j * n + 8g..]`.
+    fn group_times(&self, g: usize, x: &[XRow], out: &Sink) {
+        let (w, at) = (self.group(g), |j: usize| j * self.n + ROWS * g);
         let mut j = 0;
         while j + 4 <= x.len() {
-            let y = B::dot::<4>(false)(w, std::array::from_fn(|c| x[j + c]));
-            out[j * ROWS..][..4 * ROWS].copy_from_slice(y.as_flattened());
+            let y = B::dot::<4>(false)(w, x[j..j + 4].try_into().expect("four rows"));
+            for (c, y) in y.iter().enumerate() {
+                // SAFETY: only group g's task writes its rows' outputs.
+                unsafe { out.write(at(j + c), y) };
+            }
             j += 4;
         }
         for (j, x) in x.iter().enumerate().skip(j) {
-            out[j * ROWS..][..ROWS].copy_from_slice(&B::dot::<1>(false)(w, [*x])[0]);
+            // SAFETY: as above.
+            unsafe { out.write(at(j), &B::dot::<1>(false)(w, std::array::from_ref(x))[0]) };
         }
     }
 
@@ -231,7 +239,7 @@ impl<B: InterleavedKernels> MatvecJob for Job<'_, B> {
     fn run(&self, r0: usize, out: &mut [f32]) {
         debug_assert!(r0.is_multiple_of(ROWS) && out.len().is_multiple_of(ROWS));
         for (g, y) in out.chunks_exact_mut(ROWS).enumerate() {
-            y.copy_from_slice(&(self.dot)(self.w.group(r0 / ROWS + g), [self.x.row(0)])[0]);
+            y.copy_from_slice(&(self.dot)(self.w.group(r0 / ROWS + g), &[self.x.row(0)])[0]);
         }
     }
 }
@@ -353,18 +361,18 @@ mod tests {
         let acts = Activations::new(&xs, 4, 32 * blocks);
         let rows: [XRow; 4] = std::array::from_fn(|j| acts.row(j));
         assert_eq!(
-            B::dot::<4>(false)(&packed.blocks, rows),
-            dot_scalar::<B, 4>(&packed.blocks, rows)
+            B::dot::<4>(false)(&packed.blocks, &rows),
+            dot_scalar::<B, 4>(&packed.blocks, &rows)
         );
         assert_eq!(
-            B::dot::<1>(true)(&packed.blocks, [rows[1]]),
-            dot_scalar::<B, 1>(&packed.blocks, [rows[1]])
+            B::dot::<1>(true)(&packed.blocks, &[rows[1]]),
+            dot_scalar::<B, 1>(&packed.blocks, &[rows[1]])
         );
         // The extreme blocks alone: the exact integer sums, scaled by the activation scale.
         for (i, u) in [(0, B::MAX_LEVEL as i32), (1, 0)] {
             let one = dot_scalar::<B, 4>(
                 &packed.blocks[i..i + 1],
-                std::array::from_fn(|j| XRow {
+                &std::array::from_fn(|j| XRow {
                     q: &rows[j].q[i..i + 1],
                     d: &rows[j].d[i..i + 1],
                     sum: &rows[j].sum[i..i + 1],

@@ -7,7 +7,8 @@
 //! activation rows, a small tile of weight rows stays in L1 while every activation row passes
 //! over it; from 16 rows on, types with an unpacked form take the panel GEMM (`gemm`) instead.
 
-use crate::cpu::par::for_each_chunk;
+use super::sink::{filled, Sink};
+use crate::cpu::par::{for_each_chunk, par_for_with};
 use crate::quantized::format::interleaved::ROWS;
 use crate::quantized::format::GgmlBlock;
 use crate::quantized::kernels::prefetch::{prefetch_ahead, streamed};
@@ -87,7 +88,7 @@ pub(crate) fn matvec_many(jobs: &[Box<dyn MatvecJob + '_>]) -> Vec<Vec<f32>> {
 /// by the machine leaves its share to the others, but at least `MATVEC_ROWS` so a claim (one
 /// shared atomic) is small next to the rows it buys. Whole groups of interleaved rows (a
 /// multiple of `MATVEC_TILE` too).
-fn chunk_rows(total: usize, threads: usize) -> usize {
+pub(super) fn chunk_rows(total: usize, threads: usize) -> usize {
     const TASKS_PER_THREAD: usize = 16;
     total
         .div_ceil(threads * TASKS_PER_THREAD)
@@ -125,18 +126,32 @@ pub fn matmul_rows_alone<B: Kernels>(w: &[B], n: usize, k: usize, x: &[f32], m: 
     let kernels = TileKernels::<B>::pick();
     let wrows = Rows::new(w, wpr);
     let xrows = Rows::new(&xq, xpr);
-    let mut out = vec![0f32; m * n];
-    // Each task fills a [TILE_ROWS, m] tile of the transposed output.
-    let mut out_t = vec![0f32; n * m];
-    for_each_chunk(&mut out_t, TILE_ROWS * m, &|t, tile| {
-        kernels.tile(&wrows, t * TILE_ROWS, &xrows, m, tile)
-    });
-    for (j, o) in out.chunks_exact_mut(n).enumerate() {
-        for (r, o) in o.iter_mut().enumerate() {
-            *o = out_t[r * m + j];
+    // Each task computes a [TILE_ROWS, m] tile, then writes it transposed into `[m, n]`.
+    let task = |sink: &Sink, tile: &mut Vec<f32>, t: usize| {
+        let r0 = t * TILE_ROWS;
+        let rows = TILE_ROWS.min(n - r0);
+        let tile = &mut tile[..rows * m];
+        kernels.tile(&wrows, r0, &xrows, m, tile);
+        let mut column = [0f32; TILE_ROWS];
+        for j in 0..m {
+            for (r, c) in column[..rows].iter_mut().enumerate() {
+                *c = tile[r * m + j];
+            }
+            // SAFETY: only task t writes rows r0..r0 + rows of the output's columns.
+            unsafe { sink.write(j * n + r0, &column[..rows]) };
         }
+    };
+    // SAFETY: the tasks cover weight rows 0..n, and each writes them for all m activation
+    // rows: all m · n elements.
+    unsafe {
+        filled(m * n, |sink| {
+            par_for_with(
+                n.div_ceil(TILE_ROWS),
+                &|| vec![0f32; TILE_ROWS * m],
+                &|tile, t| task(sink, tile, t),
+            )
+        })
     }
-    out
 }
 
 /// Decode: ask for the bytes of rows `r..r + n` a fixed distance ahead (see `kernels::prefetch`).

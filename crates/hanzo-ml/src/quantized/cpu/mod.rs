@@ -6,3 +6,4 @@
 pub mod gemm;
 pub mod interleaved;
 pub mod matvec;
+mod sink;

@@ -181,12 +181,12 @@ pub struct XRow<'a> {
 
 /// The portable kernel; the SIMD ones give the same floats (the same integer block sums,
 /// then one fused multiply-add per block and row).
-pub fn dot_scalar<B: Interleave, const C: usize>(w: &[B::X8], x: [XRow; C]) -> [[f32; ROWS]; C] {
+pub fn dot_scalar<B: Interleave, const C: usize>(w: &[B::X8], x: &[XRow; C]) -> [[f32; ROWS]; C] {
     let mut acc = [[0f32; ROWS]; C];
     for (i, b) in w.iter().enumerate() {
         let u = B::unpack(b);
         let d = B::scales(b).map(f16::to_f32);
-        for (acc, x) in acc.iter_mut().zip(&x) {
+        for (acc, x) in acc.iter_mut().zip(x) {
             let q = &x.q[i].qs;
             for (r, acc) in acc.iter_mut().enumerate() {
                 let mut s = -B::OFFSET * x.sum[i];

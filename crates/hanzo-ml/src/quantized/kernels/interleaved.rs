@@ -5,7 +5,8 @@ use crate::quantized::format::interleaved::{dot_scalar, Interleave, XRow, ROWS};
 use crate::quantized::format::{BlockQ4_0, BlockQ5_0, BlockQ8_0};
 
 /// `[c][r]` = row `r` of a group (`w`, one block per 32 elements) times activation row `c`.
-pub type DotFn<B, const C: usize> = fn(&[<B as Interleave>::X8], [XRow<'_>; C]) -> [[f32; ROWS]; C];
+pub type DotFn<B, const C: usize> =
+    fn(&[<B as Interleave>::X8], &[XRow<'_>; C]) -> [[f32; ROWS]; C];
 
 /// `Interleave::unpack` into bytes (`[t][4r + b]` at `32t + 4r + b`).
 pub type ExpandFn<B> = fn(&<B as Interleave>::X8, &mut [u8; 256]);
@@ -31,7 +32,7 @@ macro_rules! interleaved_kernels {
                 if super::has_avx2() {
                     fn kernel<const C: usize, const STREAMED: bool>(
                         w: &[<$block as Interleave>::X8],
-                        x: [XRow; C],
+                        x: &[XRow; C],
                     ) -> [[f32; ROWS]; C] {
                         // SAFETY: `has_avx2()` checked AVX2, FMA and F16C; the kernel asserts
                         // that every activation row has `w.len()` blocks.

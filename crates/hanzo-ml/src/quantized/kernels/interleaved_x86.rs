@@ -226,7 +226,7 @@ impl BlockDot for BlockQ8_0x8 {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn dot<B: BlockDot, const C: usize, const STREAMED: bool>(
     w: &[B],
-    x: [XRow; C],
+    x: &[XRow; C],
 ) -> [[f32; ROWS]; C] {
     assert!(x
         .iter()

@@ -469,13 +469,20 @@ impl State {
     }
 
     fn after(&mut self, plan: &[Planned], logits: hanzo_ml::Tensor) {
-        let rows = match logits_rows(&logits) {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::error!("cannot read logits: {e}");
-                return;
-            }
+        // The rows are read where they lie (16 rows of Gemma 3's vocabulary are 16 MB).
+        let &[_, vocab] = logits.dims() else {
+            return self.after_rows(plan, &[]);
         };
+        let read = logits.with_contiguous(|flat: &[f32]| {
+            let rows: Vec<&[f32]> = flat.chunks_exact(vocab.max(1)).collect();
+            self.after_rows(plan, &rows)
+        });
+        if let Err(e) = read {
+            tracing::error!("cannot read logits: {e}");
+        }
+    }
+
+    fn after_rows(&mut self, plan: &[Planned], rows: &[&[f32]]) {
         let mut next_row = 0;
         let mut prompt_tokens = 0;
         let mut finished = Vec::new();
@@ -520,7 +527,7 @@ impl State {
         for (s, r) in forks {
             self.running.push(s);
             let at = self.running.len() - 1;
-            if self.sample(at, &rows[r]) {
+            if self.sample(at, rows[r]) {
                 finished.push(at);
             }
         }
@@ -692,13 +699,6 @@ fn finish(
 /// end of the tokens.
 fn chunk_end(computed: usize, len: usize) -> usize {
     ((computed / PREFILL_CHUNK + 1) * PREFILL_CHUNK).min(len)
-}
-
-fn logits_rows(t: &hanzo_ml::Tensor) -> hanzo_ml::Result<Vec<Vec<f32>>> {
-    if t.dims().len() != 2 {
-        return Ok(Vec::new());
-    }
-    t.to_vec2::<f32>()
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! Every loop runs on the spinning team (`cpu::team`) when it is free, and on rayon's pool
 //! only when it is not (a loop inside a team task, or a second caller at the same time). With
 //! some loops on the team and others on rayon, each pool's idle threads spun while the other
-//! worked, and on a 2-vCPU machine that took a third of the cycles from batched decode.
+//! worked: on a 2-vCPU machine that cost batched decode a quarter of its speed.
 //!
 //! The closures are `&dyn Fn`: a rayon iterator chain is generic over its closure, so every
 //! element-wise op × dtype pair instantiated its own copy (megabytes of the binary).

@@ -13,8 +13,6 @@ use crate::quantized::format::interleaved::ROWS;
 use crate::quantized::format::GgmlBlock;
 use crate::quantized::kernels::prefetch::{prefetch_ahead, streamed};
 use crate::quantized::kernels::{isa, Isa, Kernels, QuantizeRow, TileFn, VecDotFn};
-use rayon::prelude::*;
-use std::sync::Mutex;
 
 /// Fewest weight rows per task for decode.
 const MATVEC_ROWS: usize = 16;
@@ -59,28 +57,25 @@ impl<B: Kernels> MatvecJob for Matvec<'_, B> {
     }
 }
 
-/// Every job's output vector, computed in one parallel pass over row chunks: on the spinning
-/// decode team when it is free (see `cpu::team`), on rayon otherwise.
+/// Every job's output vector, computed in one parallel pass over row chunks (`cpu::par`: on
+/// the spinning decode team when it is free).
 pub(crate) fn matvec_many(jobs: &[Box<dyn MatvecJob + '_>]) -> Vec<Vec<f32>> {
     let mut outs: Vec<Vec<f32>> = jobs.iter().map(|j| vec![0f32; j.rows()]).collect();
-    let team = crate::cpu::team::global();
-    let rows = chunk_rows(jobs.iter().map(|j| j.rows()).sum(), team.threads());
-    let tasks: Vec<(&dyn MatvecJob, usize, Mutex<&mut [f32]>)> = jobs
+    let threads = crate::cpu::team::global().threads();
+    let rows = chunk_rows(jobs.iter().map(|j| j.rows()).sum(), threads);
+    let mut tasks: Vec<(&dyn MatvecJob, usize, &mut [f32])> = jobs
         .iter()
         .zip(outs.iter_mut())
         .flat_map(|(j, o)| {
             o.chunks_mut(rows)
                 .enumerate()
-                .map(move |(c, o)| (j.as_ref(), c * rows, Mutex::new(o)))
+                .map(move |(c, o)| (j.as_ref(), c * rows, o))
         })
         .collect();
-    let run = |(j, r0, o): &(&dyn MatvecJob, usize, Mutex<&mut [f32]>)| {
-        // Each task index is claimed once, so the lock is never contended.
-        j.run(*r0, &mut o.lock().unwrap_or_else(|e| e.into_inner()));
-    };
-    if !team.run(tasks.len(), &|i| run(&tasks[i])) {
-        tasks.par_iter().for_each(run);
-    }
+    for_each_chunk(&mut tasks, 1, &|_, task| {
+        let (j, r0, o) = &mut task[0];
+        j.run(*r0, o)
+    });
     outs
 }
 

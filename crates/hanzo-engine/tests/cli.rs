@@ -272,9 +272,22 @@ fn embed_prints_normalised_vectors() {
         let n: f32 = e.iter().map(|x| x * x).sum::<f32>().sqrt();
         assert!((n - 1.0).abs() < 1e-5);
     }
-    let o = engine(&["embed", "-m", fixture("gemma3").to_str().unwrap(), "x"]);
-    assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("model directory"));
+    // A language model embeds by last-token pooling: unit vectors of its hidden width.
+    let o = engine(&[
+        "embed",
+        "-m",
+        fixture("gemma3").to_str().unwrap(),
+        "x",
+        "y z",
+    ]);
+    let v: Vec<Vec<f32>> = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!((v.len(), v[0].len()), (2, 640));
+    assert_ne!(v[0], v[1]);
+    for e in &v {
+        let n: f32 = e.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((n - 1.0).abs() < 1e-5);
+    }
+    assert!(String::from_utf8_lossy(&o.stderr).contains("last-token pooling"));
 
     // Too long for the model: an error, unless --truncate, which says what it cut.
     let long = "words upon words ".repeat(200);

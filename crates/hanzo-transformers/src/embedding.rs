@@ -284,13 +284,7 @@ impl Embedder {
                     }
                 };
                 if self.normalize {
-                    let norm = v
-                        .iter()
-                        .map(|&x| (x as f64) * (x as f64))
-                        .sum::<f64>()
-                        .sqrt();
-                    let norm = norm.max(1e-12) as f32;
-                    v.iter_mut().for_each(|x| *x /= norm);
+                    l2_normalize(&mut v);
                 }
                 vecs[i] = v;
             }
@@ -301,4 +295,15 @@ impl Embedder {
             truncated,
         })
     }
+}
+
+/// Scales `v` to unit length (a zero vector stays zero).
+pub(crate) fn l2_normalize(v: &mut [f32]) {
+    let norm = v
+        .iter()
+        .map(|&x| (x as f64) * (x as f64))
+        .sum::<f64>()
+        .sqrt();
+    let norm = norm.max(1e-12) as f32;
+    v.iter_mut().for_each(|x| *x /= norm);
 }

@@ -8,6 +8,7 @@
 pub mod chat_template;
 pub mod embedding;
 mod error;
+mod last_token;
 pub mod models;
 pub mod pipeline;
 pub mod sampler;

@@ -1,9 +1,11 @@
 //! `POST /v1/embeddings`: a string or a list of strings, vectors as floats or as base64 of
-//! little-endian f32 (what the `openai` package asks for by default).
+//! little-endian f32 (what the `openai` package asks for by default). An embedding model
+//! embeds as sentence-transformers configures it; a language model by last-token pooling
+//! (the final-normed hidden state of each text's last token, L2-normalized).
 
 use super::api::{self, EmbeddingInput, EmbeddingRequest};
 use super::error::{ApiError, ApiResult};
-use super::models::EmbedModel;
+use super::models::Embedding;
 use super::AppState;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -16,6 +18,10 @@ use std::sync::Arc;
 
 /// Most inputs in one request (OpenAI's limit).
 const MAX_INPUTS: usize = 2048;
+
+/// Most tokens of one input to a language model: its KV store is allocated beside the
+/// pool for the pass.
+const MAX_DECODER_INPUT: usize = 8192;
 
 pub async fn embeddings(State(app): State<Arc<AppState>>, body: Bytes) -> ApiResult<Response> {
     let req: EmbeddingRequest = api::parse(&body)?;
@@ -40,14 +46,14 @@ pub async fn embeddings(State(app): State<Arc<AppState>>, body: Bytes) -> ApiRes
             ))
         }
     };
-    let width = model.embedder.model.config.hidden_size;
+    let width = model.width();
     if let Some(d) = req.dimensions {
         if d as usize != width {
             return Err(ApiError::invalid(
                 "dimensions",
                 format!(
                     "`{}` gives {width}-dimensional vectors and cannot shorten them",
-                    model.name
+                    model.name()
                 ),
             ));
         }
@@ -71,25 +77,41 @@ pub async fn embeddings(State(app): State<Arc<AppState>>, body: Bytes) -> ApiRes
     Ok(Json(json!({
         "object": "list",
         "data": data,
-        "model": model.name,
+        "model": model.name(),
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
     }))
     .into_response())
 }
 
 /// Embeds `texts` off the async runtime; an input longer than the model takes is a 400.
-pub async fn embed(model: &EmbedModel, texts: Vec<String>) -> ApiResult<Embeddings> {
-    let e = model.embedder.clone();
-    tokio::task::spawn_blocking(move || {
-        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        e.embed_with(&refs, EmbedOptions { truncate: false })
-    })
-    .await
-    .map_err(|e| ApiError::internal(format!("the embedding task failed: {e}")))?
-    .map_err(|e| match e {
-        ModelError::TooLong { index, .. } => {
-            ApiError::invalid(&format!("input[{index}]"), e.to_string())
+pub async fn embed(model: Embedding<'_>, texts: Vec<String>) -> ApiResult<Embeddings> {
+    let opts = EmbedOptions { truncate: false };
+    let run = match model {
+        Embedding::Encoder(m) => {
+            let e = m.embedder.clone();
+            tokio::task::spawn_blocking(move || {
+                let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+                e.embed_with(&refs, opts)
+            })
         }
-        e => ApiError::internal(e.to_string()),
-    })
+        Embedding::Decoder(m) => {
+            let pass = m.embedding_pass.clone().acquire_owned().await;
+            let p = m.pipeline.clone();
+            let limit = m.ctx_size.min(MAX_DECODER_INPUT);
+            tokio::task::spawn_blocking(move || {
+                let _pass = pass;
+                let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+                p.embed_last_token(&refs, limit, opts)
+            })
+        }
+    };
+    run.await
+        .map_err(|e| ApiError::internal(format!("the embedding task failed: {e}")))?
+        .map_err(|e| match e {
+            ModelError::TooLong { index, .. } => {
+                ApiError::invalid(&format!("input[{index}]"), e.to_string())
+            }
+            ModelError::Invalid(m) => ApiError::invalid("input", m),
+            e => ApiError::internal(e.to_string()),
+        })
 }

@@ -98,7 +98,8 @@ pub struct InferArgs {
 pub struct EmbedArgs {
     /// The texts to embed.
     pub input: Vec<String>,
-    /// Which embedding model (default: the first one the server loaded).
+    /// Which model (default: the first embedding model the server loaded). A language model
+    /// embeds by last-token pooling.
     pub model: Option<String>,
 }
 

@@ -25,6 +25,8 @@ pub struct ChatModel {
     pub grammars: super::grammar::Grammars,
     /// Token texts for tool calls (made on the first request with tools).
     pub token_bytes: std::sync::OnceLock<Arc<TokenBytes>>,
+    /// One embedding pass at a time: each holds a KV store of its own beside the pool.
+    pub embedding_pass: Arc<tokio::sync::Semaphore>,
 }
 
 impl ChatModel {
@@ -110,6 +112,31 @@ pub struct EmbedModel {
     pub created: u64,
 }
 
+/// A model that embeds: a BERT-family encoder, or a language model read by last-token
+/// pooling.
+#[derive(Clone, Copy)]
+pub enum Embedding<'a> {
+    Encoder(&'a EmbedModel),
+    Decoder(&'a ChatModel),
+}
+
+impl Embedding<'_> {
+    pub fn name(&self) -> &str {
+        match self {
+            Embedding::Encoder(m) => &m.name,
+            Embedding::Decoder(m) => &m.name,
+        }
+    }
+
+    /// Values per vector.
+    pub fn width(&self) -> usize {
+        match self {
+            Embedding::Encoder(m) => m.embedder.model.config.hidden_size,
+            Embedding::Decoder(m) => m.pipeline.model.info().hidden_size,
+        }
+    }
+}
+
 #[derive(Default)]
 pub struct Models {
     pub chat: Vec<ChatModel>,
@@ -177,15 +204,14 @@ impl Models {
         Err(ApiError::model_not_found(name, &self.names()))
     }
 
-    pub fn embedder(&self, name: &str) -> ApiResult<&EmbedModel> {
+    /// The model `name` as an embedder: an embedding model, or a language model (last-token
+    /// pooling).
+    pub fn embedder(&self, name: &str) -> ApiResult<Embedding<'_>> {
         if let Some(m) = self.embed.iter().find(|m| m.name == name) {
-            return Ok(m);
+            return Ok(Embedding::Encoder(m));
         }
-        if self.chat.iter().any(|m| m.name == name) {
-            return Err(ApiError::invalid(
-                "model",
-                format!("`{name}` is a language model; this server embeds with BERT-family models"),
-            ));
+        if let Some(m) = self.chat.iter().find(|m| m.name == name) {
+            return Ok(Embedding::Decoder(m));
         }
         Err(ApiError::model_not_found(name, &self.names()))
     }
@@ -283,6 +309,7 @@ fn load_language_model(
         #[cfg(feature = "structured-output")]
         grammars: Default::default(),
         token_bytes: Default::default(),
+        embedding_pass: Arc::new(tokio::sync::Semaphore::new(1)),
     })
 }
 

@@ -1,5 +1,6 @@
-"""Embeddings against sentence-transformers, /v1/models, /health, and every error case as
-an OpenAI error object with the status the official client maps to its exception types."""
+"""Embeddings against sentence-transformers and llama.cpp, /v1/models, /health, and every
+error case as an OpenAI error object with the status the official client maps to its
+exception types."""
 
 import base64
 import json
@@ -52,6 +53,33 @@ def test_embeddings_match_sentence_transformers(server):
     assert f.data[0].embedding == pytest.approx(r.data[0].embedding, abs=1e-6)
 
 
+def test_language_model_embeddings_match_llama_cpp(server):
+    """A chat model embeds by last-token pooling, as llama.cpp's `--pooling last` does."""
+    ref = json.load(
+        open(os.path.join(REFERENCE, "qwen2.5-coder-0.5b-embeddings-last-llamacpp.json"))
+    )
+    texts = [s["text"] for s in ref["items"]]
+    c = server.client()
+    r = c.embeddings.create(model="qwen", input=texts)
+    assert r.model == "qwen" and r.usage.prompt_tokens > len(texts)
+    for d, s in zip(r.data, ref["items"]):
+        v, want = d.embedding, s["embedding"]
+        assert len(v) == 896
+        assert abs(sum(x * x for x in v) - 1) < 1e-4
+        cosine = sum(a * b for a, b in zip(v, want)) / sum(b * b for b in want) ** 0.5
+        assert cosine > 0.999, (s["text"], cosine)
+    # One text alone gives the vector it gave in the list.
+    one = c.embeddings.create(model="qwen", input=texts[1], encoding_format="float")
+    assert one.data[0].embedding == r.data[1].embedding
+    with pytest.raises(openai.BadRequestError) as e:
+        c.embeddings.create(model="qwen", input="x", dimensions=64)
+    assert e.value.param == "dimensions"
+    # Qwen adds no BOS: an empty text has no token to embed.
+    with pytest.raises(openai.BadRequestError) as e:
+        c.embeddings.create(model="qwen", input=["fine", ""])
+    assert e.value.param == "input"
+
+
 def error_of(resp):
     body = resp.json()
     assert set(body) == {"error"}, body
@@ -93,11 +121,9 @@ def test_bad_requests_get_openai_errors(server):
     with pytest.raises(openai.NotFoundError) as e:
         c.chat.completions.create(model="gpt-5", messages=HAIKU)
     assert "qwen" in str(e.value) and e.value.code == "model_not_found"
-    # An embedding model cannot chat, nor a chat model embed.
+    # An embedding model cannot chat.
     with pytest.raises(openai.BadRequestError):
         c.chat.completions.create(model="minilm", messages=HAIKU)
-    with pytest.raises(openai.BadRequestError):
-        c.embeddings.create(model="qwen", input="x")
     with pytest.raises(openai.BadRequestError) as e:
         c.embeddings.create(model="minilm", input="x", dimensions=128)
     assert e.value.param == "dimensions"
@@ -138,6 +164,9 @@ def test_prompts_longer_than_the_context_are_400():
         with pytest.raises(openai.BadRequestError) as e:
             c.embeddings.create(model="minilm", input=["fine", long_text])
         assert e.value.param == "input[1]"
+        with pytest.raises(openai.BadRequestError) as e:
+            c.embeddings.create(model="qwen", input=["fine", long_text])
+        assert e.value.param == "input[1]" and "at most 64" in str(e.value)
     finally:
         s.stop()
 

@@ -12,7 +12,7 @@ use super::{check_tokens, rope_heads, Logits, ModelInfo, SeqChunk};
 use crate::{Error, Result};
 use hanzo_ml::kv::{Heads, KvLayout, Mask, PagedKv};
 use hanzo_ml::quantized::QMatMul;
-use hanzo_ml::{Device, RopeKind, Tensor};
+use hanzo_ml::{DType, Device, RopeKind, Tensor};
 use hanzo_nn::RotaryEmbedding;
 
 /// A projection with an optional bias.
@@ -184,6 +184,29 @@ impl Decoder {
     }
 
     pub(crate) fn forward_batch(&self, batch: &[SeqChunk], kv: &mut PagedKv) -> Result<Tensor> {
+        let pass = self.run_blocks(batch, kv)?;
+        let wanted = self.wanted_rows(&pass)?;
+        if wanted.places.is_empty() {
+            let vocab = self.info.vocab_size;
+            return Ok(Tensor::zeros((0, vocab), DType::F32, &Device::Cpu)?);
+        }
+        let out = wanted.head.project(&self.output, &wanted.hidden)?;
+        wanted.in_caller_order(out)
+    }
+
+    /// Like [`Self::forward_batch`], but the wanted rows are the hidden states after the
+    /// final norm `[rows, hidden]` (what the output head reads) instead of logits: the
+    /// sentence vectors of last-token pooling.
+    pub(crate) fn hidden_batch(&self, batch: &[SeqChunk], kv: &mut PagedKv) -> Result<Tensor> {
+        let pass = self.run_blocks(batch, kv)?;
+        let wanted = self.wanted_rows(&pass)?;
+        let hidden = wanted.hidden.clone();
+        wanted.in_caller_order(hidden)
+    }
+
+    /// Every block over the batch (reordered: short runs first), the positions written to
+    /// the store. Returns the residual stream `[tokens, hidden]` and how to pick its rows.
+    fn run_blocks<'a>(&self, batch: &[SeqChunk<'a>], kv: &mut PagedKv) -> Result<Pass<'a>> {
         self.admit(batch, kv)?;
         // Runs shorter than the GEMM panels' threshold first: their rows take the decode
         // kernels however large the batch (`Rows::split`), as each would alone.
@@ -294,28 +317,27 @@ impl Decoder {
         for c in &batch {
             kv.commit(c.seq, c.tokens)?;
         }
-        self.logits(&x, &batch, &offsets, &order, rows)
+        Ok(Pass {
+            x,
+            batch,
+            offsets,
+            order,
+            rows,
+        })
     }
 
-    /// The logits the chunks asked for, in the caller's chunk order (`order[i]` is the
-    /// caller's index of `batch[i]`). A row is computed with the rows of its class: alone
-    /// (a last position, or every position of a short run) or through the panels (every
-    /// position of a long run), as the sequence's own pass would.
-    fn logits(
-        &self,
-        x: &Tensor,
-        batch: &[SeqChunk],
-        offsets: &[usize],
-        order: &[usize],
-        rows: Rows,
-    ) -> Result<Tensor> {
-        let mut caller = vec![0; order.len()];
-        for (i, &o) in order.iter().enumerate() {
+    /// The rows the chunks asked for (see [`Logits`]) after the final norm. A row goes with
+    /// the rows of its class: alone (a last position, or every position of a short run)
+    /// first, then through the panels (every position of a long run), as the sequence's own
+    /// pass would take it.
+    fn wanted_rows(&self, pass: &Pass) -> Result<Wanted> {
+        let mut caller = vec![0; pass.order.len()];
+        for (i, &o) in pass.order.iter().enumerate() {
             caller[o] = i;
         }
         let (mut alone, mut panels, mut picks) = (Vec::new(), Vec::new(), Vec::new());
         for &i in &caller {
-            let (c, at) = (&batch[i], offsets[i]);
+            let (c, at) = (&pass.batch[i], pass.offsets[i]);
             let t = c.tokens.len();
             let wanted = match c.logits {
                 Logits::All => at..at + t,
@@ -329,33 +351,29 @@ impl Decoder {
                 class.push(r as u32);
             }
         }
-        if picks.is_empty() {
-            let vocab = self.info.vocab_size;
-            return Ok(Tensor::zeros(
-                (0, vocab),
-                hanzo_ml::DType::F32,
-                &Device::Cpu,
-            )?);
-        }
-        // The head over the wanted rows, alone rows first, split as the batch's rows were.
         let na = alone.len();
-        let ids: Vec<u32> = alone.into_iter().chain(panels).collect();
-        let ids = Tensor::from_vec(ids, picks.len(), &Device::Cpu)?;
-        let h = x
-            .index_select(&ids, 0)?
-            .rms_norm(&self.final_norm, self.cfg.eps)?;
-        let head = Rows { split: na, ..rows };
-        let out = head.project(&self.output, &h)?;
-        // Back into the caller's order.
-        let at: Vec<u32> = picks
+        let places: Vec<u32> = picks
             .iter()
             .map(|&(panel, j)| (if panel { na + j } else { j }) as u32)
             .collect();
-        if at.iter().enumerate().all(|(i, &a)| i as u32 == a) {
-            return Ok(out);
-        }
-        let at = Tensor::from_vec(at, picks.len(), &Device::Cpu)?;
-        Ok(out.index_select(&at, 0)?)
+        let ids: Vec<u32> = alone.into_iter().chain(panels).collect();
+        let hidden = if ids.is_empty() {
+            Tensor::zeros((0, pass.x.dims()[1]), DType::F32, &Device::Cpu)?
+        } else {
+            let ids = Tensor::from_vec(ids, places.len(), &Device::Cpu)?;
+            pass.x
+                .index_select(&ids, 0)?
+                .rms_norm(&self.final_norm, self.cfg.eps)?
+        };
+        let head = Rows {
+            split: na,
+            ..pass.rows
+        };
+        Ok(Wanted {
+            hidden,
+            head,
+            places,
+        })
     }
 
     fn qkv(&self, block: &Block, h: &Tensor, rows: Rows) -> Result<(Tensor, Tensor, Tensor)> {
@@ -384,6 +402,36 @@ impl Decoder {
 /// How a batch's rows go through the weights: the first `split` rows (runs shorter than
 /// `QMatMul::PANELS_FROM`) each as alone, the rest together (through the panels where they
 /// apply), so every sequence computes what its own pass would.
+/// A batch after every block: the residual stream `[tokens, hidden]` of the reordered
+/// batch (`order[i]` is the caller's index of `batch[i]`).
+struct Pass<'a> {
+    x: Tensor,
+    batch: Vec<SeqChunk<'a>>,
+    offsets: Vec<usize>,
+    order: Vec<usize>,
+    rows: Rows,
+}
+
+/// The rows a batch's chunks asked for, final-normed, grouped by class for the head.
+struct Wanted {
+    hidden: Tensor,
+    /// How the head splits `hidden`'s rows.
+    head: Rows,
+    /// Where each row, in the caller's order, lies in `hidden`.
+    places: Vec<u32>,
+}
+
+impl Wanted {
+    /// `out` (one row per row of `hidden`) with its rows in the caller's order.
+    fn in_caller_order(&self, out: Tensor) -> Result<Tensor> {
+        if self.places.iter().enumerate().all(|(i, &a)| i as u32 == a) {
+            return Ok(out);
+        }
+        let at = Tensor::from_vec(self.places.clone(), self.places.len(), &Device::Cpu)?;
+        Ok(out.index_select(&at, 0)?)
+    }
+}
+
 #[derive(Clone, Copy)]
 struct Rows {
     split: usize,

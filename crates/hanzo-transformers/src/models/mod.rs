@@ -115,6 +115,11 @@ pub trait LanguageModel: Send + Sync {
     /// changes and the error is [`Error::Kv`] with `KvError::OutOfBlocks`.
     fn forward_batch(&self, batch: &[SeqChunk], kv: &mut PagedKv) -> Result<Tensor>;
 
+    /// Runs a batch as [`Self::forward_batch`] does, but returns the rows the chunks asked
+    /// for as hidden states after the final norm `[rows, hidden]` (the input of the output
+    /// head) instead of logits: what last-token pooling embeds.
+    fn hidden_batch(&self, batch: &[SeqChunk], kv: &mut PagedKv) -> Result<Tensor>;
+
     /// A fresh single-sequence cache holding up to `limit` positions (capped at the
     /// training context).
     fn new_cache(&self, limit: usize) -> Cache {
@@ -145,6 +150,10 @@ impl LanguageModel for Decoder {
 
     fn forward_batch(&self, batch: &[SeqChunk], kv: &mut PagedKv) -> Result<Tensor> {
         Decoder::forward_batch(self, batch, kv)
+    }
+
+    fn hidden_batch(&self, batch: &[SeqChunk], kv: &mut PagedKv) -> Result<Tensor> {
+        Decoder::hidden_batch(self, batch, kv)
     }
 }
 

@@ -6,3 +6,8 @@ pub mod progress;
 pub mod quantize;
 pub mod server;
 pub mod store;
+
+/// Fixture paths for the unit tests (the integration tests include the same file).
+#[cfg(test)]
+#[path = "../../../scripts/fixture_path.rs"]
+mod fixture_path;

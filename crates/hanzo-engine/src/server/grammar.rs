@@ -161,8 +161,10 @@ impl Constraint for CallBody {
 impl Grammars {
     /// The grammar of one tool call's body, after its start marker and newline:
     /// `{"name": "f", "arguments": {...}}` for one of `functions`, its arguments under that
-    /// function's parameter schema. Checked once here (an unsupported schema keyword is an
-    /// `Err`); the returned function makes a fresh matcher for each call.
+    /// function's parameter schema. The arguments' key may also be `"parameters"`, the one
+    /// Llama 3's template teaches; the model picks the key it was trained on. Checked once
+    /// here (an unsupported schema keyword is an `Err`); the returned function makes a fresh
+    /// matcher for each call.
     pub fn tool_call(
         &self,
         p: &Arc<TextGeneration>,
@@ -171,12 +173,14 @@ impl Grammars {
         let f = self.factory.get_or_init(|| factory(p)).clone()?;
         let calls: Vec<Value> = functions
             .iter()
-            .map(|(name, params)| {
-                json!({
-                    "type": "object",
-                    "properties": {"name": {"const": name}, "arguments": params},
-                    "required": ["name", "arguments"],
-                    "additionalProperties": false,
+            .flat_map(|(name, params)| {
+                ["arguments", "parameters"].map(|key| {
+                    json!({
+                        "type": "object",
+                        "properties": {"name": {"const": name}, key: params},
+                        "required": ["name", key],
+                        "additionalProperties": false,
+                    })
                 })
             })
             .collect();
@@ -189,5 +193,44 @@ impl Grammars {
         });
         make()?;
         Ok(make)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixture_path::fixture;
+
+    /// Whether `text`, token by token, is a complete call body under the grammar.
+    fn accepts(make: &super::super::tools::ArgsGrammar, p: &TextGeneration, text: &str) -> bool {
+        let mut body = make().unwrap();
+        for t in p.tokenizer.encode(text, false, false) {
+            if body.consume(t).is_err() {
+                return false;
+            }
+        }
+        body.is_done()
+    }
+
+    #[test]
+    fn tool_calls_take_either_key_for_their_arguments() {
+        let p = Arc::new(TextGeneration::from_gguf(fixture("qwen2")).unwrap());
+        let weather = (
+            "get_weather".to_string(),
+            json!({"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"], "additionalProperties": false}),
+        );
+        let make = Grammars::default().tool_call(&p, &[&weather]).unwrap();
+        for key in ["arguments", "parameters"] {
+            let call = format!(r#"{{"name": "get_weather", "{key}": {{"city": "Paris"}}}}"#);
+            assert!(accepts(&make, &p, &call), "{call}");
+        }
+        for bad in [
+            r#"{"name": "get_weather", "args": {"city": "Paris"}}"#,
+            r#"{"name": "get_time", "arguments": {"city": "Paris"}}"#,
+            r#"{"name": "get_weather", "arguments": {"town": "Paris"}}"#,
+        ] {
+            assert!(!accepts(&make, &p, bad), "{bad}");
+        }
     }
 }

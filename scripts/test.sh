@@ -44,10 +44,10 @@ cargo test --workspace --all-targets
 cargo test --workspace --doc
 
 # The engine's optional features (structured output, MCP), which the default binary leaves
-# out for its size (docs/SERVER.md): linted, their unit tests run, and the server's tests that depend on them run
-# against them (the whole suite ran on the default build above). The engine's manifest turns
-# on the shared crates' features these pull in, so only the engine and its optional
-# dependencies are rebuilt here.
+# out for its size (docs/SERVER.md): linted, with the engine's unit tests and the server's
+# tests that depend on them run against them (the whole suite ran on the default build
+# above). The engine's manifest turns on the shared crates' features these pull in, so only
+# the engine and its optional dependencies are rebuilt here.
 cargo clippy -p hanzo-engine --all-targets --all-features -- -D warnings
 HANZO_SERVER_TESTS="test_structured.py test_tools.py test_mcp.py" \
   cargo test -p hanzo-engine --all-features --lib --test openai_server

@@ -7,7 +7,8 @@ pub mod quantize;
 pub mod server;
 pub mod store;
 
-/// Fixture paths for the unit tests (the integration tests include the same file).
-#[cfg(test)]
+/// Fixture paths for the unit tests that load a model (the grammar's, with the
+/// `structured-output` feature); the integration tests include the same file.
+#[cfg(all(test, feature = "structured-output"))]
 #[path = "../../../scripts/fixture_path.rs"]
 mod fixture_path;

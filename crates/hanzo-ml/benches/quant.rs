@@ -107,6 +107,13 @@ fn bench_in_pool(c: &mut Criterion) {
             g.bench_function(BenchmarkId::new("Q8_0x8", format!("{n}x{k}")), |b| {
                 b.iter(|| black_box(w.forward(&x).unwrap()))
             });
+            // Sixteen decode rows at once, each computed as alone (a batched decode step
+            // through Gemma 3's output head when n = 262,144).
+            let x16 = Tensor::from_vec(weights(16, k), (16, k), &Device::Cpu).unwrap();
+            g.bench_function(
+                BenchmarkId::new("Q8_0x8 16 rows", format!("{n}x{k}")),
+                |b| b.iter(|| black_box(w.forward_rows_alone(&x16, true).unwrap())),
+            );
         }
     }
     g.finish();

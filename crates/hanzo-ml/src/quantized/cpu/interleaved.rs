@@ -10,7 +10,7 @@ use super::sink::{filled, Sink};
 use crate::cpu::par::{for_each_chunk, par_for};
 use crate::quantized::format::interleaved::{XRow, ROWS};
 use crate::quantized::format::{BlockQ8_0, GgmlDType};
-use crate::quantized::kernels::interleaved::{DotFn, InterleavedKernels};
+use crate::quantized::kernels::interleaved::{Ahead, DotFn, InterleavedKernels};
 use crate::quantized::kernels::{isa, Isa, QuantizeRow};
 use crate::{Error, Result};
 
@@ -164,22 +164,33 @@ impl<B: InterleavedKernels> Interleaved<B> {
         }
     }
 
-    /// Rows `8g..8g + 8` times every activation row `j`, four activation rows at a time, into
-    /// `out[j * n + 8g..]`.
+    /// Rows `8g..8g + 8` times every activation row `j`, eight activation rows at a time,
+    /// into `out[j * n + 8g..]`. Only the first call over the group asks for the blocks
+    /// ahead: the later ones find the group in L1.
     fn group_times(&self, g: usize, x: &[XRow], out: &Sink) {
         let (w, at) = (self.group(g), |j: usize| j * self.n + ROWS * g);
+        let mut ahead = Ahead::for_weight(self.streamed());
         let mut j = 0;
-        while j + 4 <= x.len() {
-            let y = B::dot::<4>(false)(w, x[j..j + 4].try_into().expect("four rows"));
-            for (c, y) in y.iter().enumerate() {
-                // SAFETY: only group g's task writes its rows' outputs.
-                unsafe { out.write(at(j + c), y) };
+        while j < x.len() {
+            let c = match x.len() - j {
+                8.. => 8,
+                4..=7 => 4,
+                _ => 1,
+            };
+            let rows = &x[j..j + c];
+            let put = |y: &[[f32; ROWS]]| {
+                for (c, y) in y.iter().enumerate() {
+                    // SAFETY: only group g's task writes its rows' outputs.
+                    unsafe { out.write(at(j + c), y) };
+                }
+            };
+            match c {
+                8 => put(&B::dot::<8>(ahead)(w, rows.try_into().expect("eight rows"))),
+                4 => put(&B::dot::<4>(ahead)(w, rows.try_into().expect("four rows"))),
+                _ => put(&B::dot::<1>(ahead)(w, rows.try_into().expect("one row"))),
             }
-            j += 4;
-        }
-        for (j, x) in x.iter().enumerate().skip(j) {
-            // SAFETY: as above.
-            unsafe { out.write(at(j), &B::dot::<1>(false)(w, std::array::from_ref(x))[0]) };
+            ahead = Ahead::Nothing;
+            j += c;
         }
     }
 
@@ -214,7 +225,7 @@ impl<B: InterleavedKernels> RowGroups for Interleaved<B> {
         Box::new(Job {
             w: self,
             x: Activations::new(x, 1, self.k),
-            dot: B::dot::<1>(self.streamed()),
+            dot: B::dot::<1>(Ahead::for_weight(self.streamed())),
         })
     }
     fn matmul(&self, x: &[f32], m: usize, panels: bool) -> Vec<f32> {
@@ -351,21 +362,26 @@ mod tests {
         w.clear();
         // Blocks 0 and 1 of activation row 0 are all +1 and of row 1 all -1 (levels ±127).
         let width = 32 * blocks;
-        let xs: Vec<f32> = (0..4 * width)
+        let xs: Vec<f32> = (0..8 * width)
             .map(|i| match (i / width, i % width < 64) {
                 (0, true) => 1.0,
                 (1, true) => -1.0,
                 _ => rng.gen_range(-2.0..2.0),
             })
             .collect();
-        let acts = Activations::new(&xs, 4, 32 * blocks);
+        let acts = Activations::new(&xs, 8, 32 * blocks);
+        let all: [XRow; 8] = std::array::from_fn(|j| acts.row(j));
+        assert_eq!(
+            B::dot::<8>(Ahead::Nothing)(&packed.blocks, &all),
+            dot_scalar::<B, 8>(&packed.blocks, &all)
+        );
         let rows: [XRow; 4] = std::array::from_fn(|j| acts.row(j));
         assert_eq!(
-            B::dot::<4>(false)(&packed.blocks, &rows),
+            B::dot::<4>(Ahead::Cached)(&packed.blocks, &rows),
             dot_scalar::<B, 4>(&packed.blocks, &rows)
         );
         assert_eq!(
-            B::dot::<1>(true)(&packed.blocks, &[rows[1]]),
+            B::dot::<1>(Ahead::Streamed)(&packed.blocks, &[rows[1]]),
             dot_scalar::<B, 1>(&packed.blocks, &[rows[1]])
         );
         // The extreme blocks alone: the exact integer sums, scaled by the activation scale.

@@ -11,11 +11,33 @@ pub type DotFn<B, const C: usize> =
 /// `Interleave::unpack` into bytes (`[t][4r + b]` at `32t + 4r + b`).
 pub type ExpandFn<B> = fn(&<B as Interleave>::X8, &mut [u8; 256]);
 
+/// What a dot kernel asks of the memory ahead of the weight blocks it reads (see
+/// `prefetch::prefetch_ahead`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ahead {
+    /// Nothing: the blocks are cached already (a group's later activation rows).
+    Nothing,
+    /// The next bytes, into L2 and L1.
+    Cached,
+    /// The next bytes, non-temporal: a weight larger than the last-level cache.
+    Streamed,
+}
+
+impl Ahead {
+    /// `Cached`, or `Streamed` for a weight larger than the last-level cache.
+    pub fn for_weight(streamed: bool) -> Self {
+        if streamed {
+            Ahead::Streamed
+        } else {
+            Ahead::Cached
+        }
+    }
+}
+
 /// The kernels of one interleaved type at this process's instruction set.
 pub trait InterleavedKernels: Interleave {
-    /// The dot kernel for `C` activation rows; `streamed` for a weight larger than the
-    /// last-level cache (see `prefetch::prefetch_ahead`).
-    fn dot<const C: usize>(streamed: bool) -> DotFn<Self, C>;
+    /// The dot kernel for `C` activation rows, asking for what lies `ahead`.
+    fn dot<const C: usize>(ahead: Ahead) -> DotFn<Self, C>;
     /// The expansion of a block into its unsigned levels.
     fn expand() -> ExpandFn<Self>;
 }
@@ -27,24 +49,24 @@ fn portable_expand<B: Interleave>(b: &B::X8, out: &mut [u8; 256]) {
 macro_rules! interleaved_kernels {
     ($block:ty) => {
         impl InterleavedKernels for $block {
-            fn dot<const C: usize>(streamed: bool) -> DotFn<Self, C> {
+            fn dot<const C: usize>(ahead: Ahead) -> DotFn<Self, C> {
                 #[cfg(target_arch = "x86_64")]
                 if super::has_avx2() {
-                    fn kernel<const C: usize, const STREAMED: bool>(
+                    fn kernel<const C: usize, const FETCH: bool, const STREAMED: bool>(
                         w: &[<$block as Interleave>::X8],
                         x: &[XRow; C],
                     ) -> [[f32; ROWS]; C] {
                         // SAFETY: `has_avx2()` checked AVX2, FMA and F16C; the kernel asserts
                         // that every activation row has `w.len()` blocks.
-                        unsafe { super::interleaved_x86::dot::<_, C, STREAMED>(w, x) }
+                        unsafe { super::interleaved_x86::dot::<_, C, FETCH, STREAMED>(w, x) }
                     }
-                    return if streamed {
-                        kernel::<C, true>
-                    } else {
-                        kernel::<C, false>
+                    return match ahead {
+                        Ahead::Nothing => kernel::<C, false, false>,
+                        Ahead::Cached => kernel::<C, true, false>,
+                        Ahead::Streamed => kernel::<C, true, true>,
                     };
                 }
-                let _ = streamed;
+                let _ = ahead;
                 dot_scalar::<$block, C>
             }
 

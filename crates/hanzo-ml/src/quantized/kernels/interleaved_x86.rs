@@ -132,6 +132,25 @@ pub(super) trait BlockDot: Expand {
     /// # Safety
     /// AVX2 must be enabled in the caller; `x` is readable for 32 bytes.
     unsafe fn sums(levels: &Self::Levels, x: *const i8, sum: i32) -> __m256i;
+
+    /// `sums` of this block with `C` activation blocks at once.
+    ///
+    /// # Safety
+    /// As for `sums`, for every `x[c]`.
+    #[inline(always)]
+    unsafe fn sums_many<const C: usize>(&self, x: [*const i8; C], sum: [i32; C]) -> [__m256i; C] {
+        // SAFETY: forwarded from the caller. (A loop, not `array::from_fn`: a closure would
+        // not inherit the caller's target features, and the intrinsics in it would become
+        // calls.)
+        unsafe {
+            let levels = self.levels();
+            let mut s = [_mm256_setzero_si256(); C];
+            for c in 0..C {
+                s[c] = Self::sums(&levels, x[c], sum[c]);
+            }
+            s
+        }
+    }
 }
 
 /// 4 activation bytes at `x + 4t`, broadcast to every lane.
@@ -216,6 +235,28 @@ impl BlockDot for BlockQ8_0x8 {
             s
         }
     }
+
+    /// Step by step across the activation rows: only one step's levels are live at a time,
+    /// so the `C` sums and the levels fit the sixteen registers (all sixteen vectors of
+    /// levels held across the rows spill).
+    #[inline(always)]
+    unsafe fn sums_many<const C: usize>(&self, x: [*const i8; C], _: [i32; C]) -> [__m256i; C] {
+        // SAFETY: the caller enables AVX2 and makes every `x[c]` readable for 32 bytes; load
+        // `t` reads bytes `32t..32t + 32` of the block's 256.
+        unsafe {
+            let ones = _mm256_set1_epi16(1);
+            let mut s = [_mm256_setzero_si256(); C];
+            for t in 0..8 {
+                let q = _mm256_loadu_si256(self.qs.as_ptr().add(32 * t) as *const __m256i);
+                let q_abs = _mm256_sign_epi8(q, q);
+                for c in 0..C {
+                    let pairs = _mm256_maddubs_epi16(q_abs, _mm256_sign_epi8(x4(x[c], t), q));
+                    s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(pairs, ones));
+                }
+            }
+            s
+        }
+    }
 }
 
 /// `[c][r]` = row `r` times activation row `c`; the same floats as `dot_scalar` (the same
@@ -224,7 +265,7 @@ impl BlockDot for BlockQ8_0x8 {
 /// # Safety
 /// AVX2, FMA and F16C must be available; every `x[c]` has `w.len()` blocks.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn dot<B: BlockDot, const C: usize, const STREAMED: bool>(
+pub(super) unsafe fn dot<B: BlockDot, const C: usize, const FETCH: bool, const STREAMED: bool>(
     w: &[B],
     x: &[XRow; C],
 ) -> [[f32; ROWS]; C] {
@@ -236,14 +277,17 @@ pub(super) unsafe fn dot<B: BlockDot, const C: usize, const STREAMED: bool>(
     unsafe {
         let mut acc = [_mm256_setzero_ps(); C];
         for (i, b) in w.iter().enumerate() {
-            prefetch_ahead::<STREAMED>(b as *const B as *const u8, std::mem::size_of::<B>());
-            let levels = b.levels();
+            if FETCH {
+                prefetch_ahead::<STREAMED>(b as *const B as *const u8, std::mem::size_of::<B>());
+            }
             let d = _mm256_cvtph_ps(_mm_loadu_si128(b.scales().as_ptr() as *const __m128i));
+            let s = b.sums_many::<C>(
+                std::array::from_fn(|c| x[c].q.get_unchecked(i).qs.as_ptr()),
+                std::array::from_fn(|c| *x[c].sum.get_unchecked(i)),
+            );
             for c in 0..C {
-                let xq = x[c].q.get_unchecked(i).qs.as_ptr();
-                let s = B::sums(&levels, xq, *x[c].sum.get_unchecked(i));
                 let scale = _mm256_mul_ps(d, _mm256_set1_ps(*x[c].d.get_unchecked(i)));
-                acc[c] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(s), acc[c]);
+                acc[c] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(s[c]), acc[c]);
             }
         }
         acc.map(|a| {

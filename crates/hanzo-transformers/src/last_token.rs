@@ -85,8 +85,9 @@ impl TextGeneration {
         let mut kv = PagedKv::with_blocks(layout, blocks);
         let seqs: Vec<_> = runs.iter().map(|_| kv.add_sequence()).collect();
         let mut out = vec![Vec::new(); runs.len()];
+        let longest = runs.iter().map(Vec::len).max().unwrap_or(0);
         let mut done = 0;
-        while done < runs.iter().map(Vec::len).max().unwrap_or(0) {
+        while done < longest {
             let mut batch = Vec::new();
             let mut ending = Vec::new();
             for (i, run) in runs.iter().enumerate() {

@@ -2,14 +2,8 @@
 
 mod common;
 
+use common::cosine;
 use hanzo_transformers::Embedder;
-
-fn cosine(a: &[f32], b: &[f64]) -> f64 {
-    let dot: f64 = a.iter().zip(b).map(|(&x, &y)| x as f64 * y).sum();
-    let na = a.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
-    let nb = b.iter().map(|&y| y * y).sum::<f64>().sqrt();
-    dot / (na * nb)
-}
 
 #[test]
 fn minilm_matches_sentence_transformers() {

@@ -8,14 +8,8 @@
 
 mod common;
 
+use common::cosine;
 use hanzo_transformers::{EmbedOptions, Error, TextGeneration};
-
-fn cosine(a: &[f32], b: &[f64]) -> f64 {
-    let dot: f64 = a.iter().zip(b).map(|(&x, &y)| x as f64 * y).sum();
-    let na = a.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
-    let nb = b.iter().map(|&y| y * y).sum::<f64>().sqrt();
-    dot / (na * nb)
-}
 
 fn embed(p: &TextGeneration, texts: &[&str]) -> Vec<Vec<f32>> {
     p.embed_last_token(texts, 4096, EmbedOptions::default())

@@ -399,9 +399,6 @@ impl Decoder {
     }
 }
 
-/// How a batch's rows go through the weights: the first `split` rows (runs shorter than
-/// `QMatMul::PANELS_FROM`) each as alone, the rest together (through the panels where they
-/// apply), so every sequence computes what its own pass would.
 /// A batch after every block: the residual stream `[tokens, hidden]` of the reordered
 /// batch (`order[i]` is the caller's index of `batch[i]`).
 struct Pass<'a> {
@@ -432,6 +429,9 @@ impl Wanted {
     }
 }
 
+/// How a batch's rows go through the weights: the first `split` rows (runs shorter than
+/// `QMatMul::PANELS_FROM`) each as alone, the rest together (through the panels where they
+/// apply), so every sequence computes what its own pass would.
 #[derive(Clone, Copy)]
 struct Rows {
     split: usize,

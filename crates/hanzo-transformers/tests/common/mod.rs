@@ -21,6 +21,14 @@ pub fn reference(name: &str) -> serde_json::Value {
     serde_json::from_str(&text).unwrap()
 }
 
+/// Cosine similarity of a computed vector and a reference one, in f64.
+pub fn cosine(a: &[f32], b: &[f64]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(&x, &y)| x as f64 * y).sum();
+    let na = a.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
+    let nb = b.iter().map(|&y| y * y).sum::<f64>().sqrt();
+    dot / (na * nb)
+}
+
 pub fn ids(v: &serde_json::Value) -> Vec<u32> {
     v.as_array()
         .unwrap()

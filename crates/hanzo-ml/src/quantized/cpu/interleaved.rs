@@ -172,25 +172,20 @@ impl<B: InterleavedKernels> Interleaved<B> {
         let mut ahead = Ahead::for_weight(self.streamed());
         let mut j = 0;
         while j < x.len() {
-            let c = match x.len() - j {
-                8.. => 8,
-                4..=7 => 4,
-                _ => 1,
-            };
-            let rows = &x[j..j + c];
             let put = |y: &[[f32; ROWS]]| {
                 for (c, y) in y.iter().enumerate() {
                     // SAFETY: only group g's task writes its rows' outputs.
                     unsafe { out.write(at(j + c), y) };
                 }
+                y.len()
             };
-            match c {
-                8 => put(&B::dot::<8>(ahead)(w, rows.try_into().expect("eight rows"))),
-                4 => put(&B::dot::<4>(ahead)(w, rows.try_into().expect("four rows"))),
-                _ => put(&B::dot::<1>(ahead)(w, rows.try_into().expect("one row"))),
-            }
+            let rows = &x[j..];
+            j += match rows.len() {
+                8.. => put(&B::dot::<8>(ahead)(w, rows[..8].try_into().expect("eight"))),
+                4..=7 => put(&B::dot::<4>(ahead)(w, rows[..4].try_into().expect("four"))),
+                _ => put(&B::dot::<1>(ahead)(w, rows[..1].try_into().expect("one"))),
+            };
             ahead = Ahead::Nothing;
-            j += c;
         }
     }
 

@@ -1,14 +1,14 @@
-//! Quantized matmul: the weight types of the Gemma 3 Q4_K_M file (Q4_K, Q6_K, Q8_0, Q5_0) at a
-//! 4096x4096 and a 640x2048 ([out, in], Gemma's FFN down projection) weight, times one column
-//! (decode: reported as GB/s of weights streamed) and 512 columns (prefill: reported as
-//! elements = flops, so criterion's Gelem/s reads as GFLOP/s).
+//! Quantized matmul: the weight types of the Gemma 3 Q4_K_M file (Q4_K, Q6_K, Q8_0, Q5_0) and
+//! the two-byte floats (F16, BF16) at a 4096x4096 and a 640x2048 ([out, in], Gemma's FFN down
+//! projection) weight, times one column (decode: reported as GB/s of weights streamed) and 512
+//! columns (prefill: reported as elements = flops, so criterion's Gelem/s reads as GFLOP/s).
 //!
 //! The `qmatvec_dram` group streams weights larger than any cache (a 712 MB Q8_0 matrix with
-//! the 640 columns of Gemma 3's output head, and a 302 MB Q4_K one), so its GB/s compares with
-//! the machine's memory bandwidth (on AVX2, Q8_0 also as decode holds it: `Q8_0x8`, repacked
-//! eight rows at a time). `qmatvec_dram/read` runs alongside: a plain parallel sum over
-//! 1 GiB with hardware prefetch only, a lower bound for that bandwidth (the matvecs prefetch in
-//! software and can beat it).
+//! the 640 columns of Gemma 3's output head, a 302 MB Q4_K one and a 671 MB F16 one), so its
+//! GB/s compares with the machine's memory bandwidth (on AVX2, Q8_0 also as decode holds it:
+//! `Q8_0x8`, repacked eight rows at a time). `qmatvec_dram/read` runs alongside: a plain
+//! parallel sum over 1 GiB with hardware prefetch only, a lower bound for that bandwidth (the
+//! matvecs prefetch in software and can beat it).
 //!
 //! `cargo bench -p hanzo-ml --bench quant` (RAYON_NUM_THREADS sets the thread count). Runs
 //! inside the rayon pool, as a model's forward pass does, so the calling thread computes too
@@ -42,6 +42,8 @@ fn bench_in_pool(c: &mut Criterion) {
         GgmlDType::Q6K,
         GgmlDType::Q8_0,
         GgmlDType::Q5_0,
+        GgmlDType::F16,
+        GgmlDType::BF16,
     ];
     let shapes = [(4096usize, 4096usize), (640, 2048)];
     let mut g = c.benchmark_group("qmatvec");
@@ -85,6 +87,7 @@ fn bench_in_pool(c: &mut Criterion) {
     for (dt, n, k) in [
         (GgmlDType::Q8_0, 1_048_576usize, 640usize),
         (GgmlDType::Q4K, 262_144, 2048),
+        (GgmlDType::F16, 524_288, 640),
     ] {
         let slice = QTensor::quantize_f32(&weights(1024, k), (1024, k), dt).unwrap();
         let bytes = slice.data().repeat(n / 1024);

@@ -16,11 +16,13 @@ use hanzo_ml::quantized::kernels::Kernels;
 use hanzo_ml::quantized::{GgmlDType, QMatMul, QTensor};
 use hanzo_ml::{Device, Tensor};
 
-/// Every quantized weight type (Q8_K is only ever an activation type).
+/// Every weight type QMatMul multiplies in its stored form: the quantized ones (Q8_K is only
+/// ever an activation type) and the two-byte floats.
 fn quant_types() -> impl Iterator<Item = GgmlDType> {
-    GgmlDType::ALL
-        .into_iter()
-        .filter(|&dt| dt.is_quantized() && dt != GgmlDType::Q8K)
+    GgmlDType::ALL.into_iter().filter(|&dt| {
+        (dt.is_quantized() && dt != GgmlDType::Q8K)
+            || matches!(dt, GgmlDType::F16 | GgmlDType::BF16)
+    })
 }
 
 /// The activation row exactly as QMatMul sees it after quantization to `act`.
@@ -121,8 +123,13 @@ fn check_with(dt: GgmlDType, n: usize, k: usize, m: usize, make: fn(QTensor) -> 
 #[test]
 fn qmatmul_matches_dequantized_matmul_for_every_type_and_odd_shapes() {
     for dt in quant_types() {
-        let k_small = dt.block_size() * 3; // 96 or 768: a multiple of the block size only
-        for (n, k) in [(37, k_small), (19, 512 * dt.block_size() / 32)] {
+        // 96 or 768: a multiple of the block size only (float weights: a ragged 75).
+        let k_small = if dt.block_size() == 1 {
+            75
+        } else {
+            dt.block_size() * 3
+        };
+        for (n, k) in [(37, k_small), (19, 512 * dt.block_size().max(32) / 32)] {
             for m in [1, 3, 17, 40] {
                 check(dt, n, k, m);
             }

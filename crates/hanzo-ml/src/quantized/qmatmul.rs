@@ -21,7 +21,8 @@ pub enum QMatMul {
     /// Q4_0/Q5_0/Q8_0 blocks, repacked eight rows at a time (see `interleaved`) on their first
     /// decode product.
     Interleaved(Arc<Repacking>),
-    /// Float weights (F32/F16/BF16 files) go through the dense matmul.
+    /// F32 weights go through the dense matmul. (F16/BF16 ones are `Quantized`: read in
+    /// their two-byte form, half the bytes per decode step.)
     Dense(Tensor),
 }
 
@@ -89,7 +90,7 @@ impl QMatMul {
         Self::from_arc(Arc::new(w))
     }
 
-    /// Float weights go to the dense matmul; Q4_0/Q5_0/Q8_0 ones are repacked where that pays
+    /// F32 weights go to the dense matmul; Q4_0/Q5_0/Q8_0 ones are repacked where that pays
     /// (`interleaved::pays`); the rest stay as stored.
     pub fn from_arc(w: Arc<QTensor>) -> Result<Self> {
         let (n, k) = Self::dims_of(&w)?;
@@ -103,7 +104,7 @@ impl QMatMul {
     pub fn from_arc_as_stored(w: Arc<QTensor>) -> Result<Self> {
         Self::dims_of(&w)?;
         Ok(match w.dtype() {
-            GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16 => QMatMul::Dense(w.dequantize()?),
+            GgmlDType::F32 => QMatMul::Dense(w.dequantize()?),
             _ => QMatMul::Quantized(w),
         })
     }
@@ -168,7 +169,8 @@ impl QMatMul {
     }
 
     /// The block type `rows` activation rows are quantized to before the integer products
-    /// (`None` for float weights, which multiply in floating point).
+    /// (F16/BF16 for those weights' decode, F32 for their prefill; `None` for F32 weights,
+    /// which take the dense matmul).
     pub fn activation_dtype(&self, rows: usize) -> Option<GgmlDType> {
         let w = match self {
             QMatMul::Quantized(w) => w,
@@ -179,6 +181,8 @@ impl QMatMul {
         Some(crate::with_block_type!(w.dtype(), B => {
             if rows > 1 && super::cpu::gemm::applies::<B>(rows, k) {
                 GgmlDType::Q8_0
+            } else if rows > 1 && super::cpu::float::applies::<B>(rows) {
+                GgmlDType::F32
             } else {
                 <<B as GgmlBlock>::Dot as GgmlBlock>::DTYPE
             }

@@ -5,7 +5,8 @@
 //! then every output is an integer dot product of one weight row with one activation row,
 //! done by the kernel `kernels::Kernels` chose. Work is split over weight rows. With several
 //! activation rows, a small tile of weight rows stays in L1 while every activation row passes
-//! over it; from 16 rows on, types with an unpacked form take the panel GEMM (`gemm`) instead.
+//! over it; from 16 rows on, types with an unpacked form take the panel GEMM (`gemm`) instead,
+//! and float weights the f32 GEMM (`float`).
 
 use super::sink::{filled, Sink};
 use crate::cpu::par::{for_each_chunk, par_for_with};
@@ -95,6 +96,9 @@ pub(super) fn chunk_rows(total: usize, threads: usize) -> usize {
 pub fn matmul<B: Kernels>(w: &[B], n: usize, k: usize, x: &[f32], m: usize) -> Vec<f32> {
     if m > 1 && n > 0 {
         if let Some(out) = super::gemm::matmul(w, n, k, x, m) {
+            return out;
+        }
+        if let Some(out) = super::float::matmul(w, n, k, x, m) {
             return out;
         }
     }
@@ -210,8 +214,10 @@ impl<B: Kernels> TileKernels<B> {
         // Several rows per call pay off for the 32-element types, where the activation block
         // and its scale are a large share of each step. The AVX2 k-quant kernels already hold
         // enough state per row that more rows spill registers; AVX-512's 32 registers take 4
-        // rows (`cargo bench --bench quant -- qmatvec`, docs/QUANTIZATION.md).
-        let several_rows = B::BLOCK_SIZE == 32 || isa() >= Isa::Avx512;
+        // rows (`cargo bench --bench quant -- qmatvec`, docs/QUANTIZATION.md). Float weights
+        // (one-element blocks) hold one accumulator per row, and the rows share each widened
+        // activation vector.
+        let several_rows = matches!(B::BLOCK_SIZE, 1 | 32) || isa() >= Isa::Avx512;
         Self {
             one: B::vec_dot(),
             rows: if several_rows { B::tile() } else { None },

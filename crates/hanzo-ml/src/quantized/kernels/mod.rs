@@ -23,6 +23,8 @@ macro_rules! check_tile {
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod float_x86;
 pub mod interleaved;
 #[cfg(target_arch = "x86_64")]
 mod interleaved_x86;
@@ -75,7 +77,7 @@ macro_rules! portable {
         impl Kernels for $block {}
     )*};
 }
-portable!(f32, HalfF16, HalfBF16, BlockQ5_1, BlockQ8_1, BlockQ2K, BlockQ3K);
+portable!(f32, BlockQ5_1, BlockQ8_1, BlockQ2K, BlockQ3K);
 portable!(
     BlockIQ2XXS,
     BlockIQ2XS,
@@ -122,6 +124,10 @@ tiled!(BlockQ5K, pick_q5k, tile_q5k);
 tiled!(BlockQ6K, pick_q6k, tile_q6k);
 tiled!(BlockIQ4NL, pick_iq4nl, tile_iq4nl);
 tiled!(BlockMXFP4, pick_mxfp4, tile_mxfp4);
+tiled!(HalfF16, pick_f16, tile_f16);
+tiled!(HalfBF16, pick_bf16, tile_bf16);
+impl QuantizeRow for HalfF16 {}
+impl QuantizeRow for HalfBF16 {}
 impl QuantizeRow for BlockIQ4NL {}
 impl QuantizeRow for BlockMXFP4 {}
 impl QuantizeRow for BlockQ4_0 {}
@@ -272,6 +278,11 @@ tile_picker!(pick_iq4nl, pick_iq4nl_for, tile_iq4nl, tile_iq4nl_for, BlockIQ4NL,
 tile_picker!(pick_mxfp4, pick_mxfp4_for, tile_mxfp4, tile_mxfp4_for, BlockMXFP4, mxfp4_tile,
     ["x86_64" Avx2 => avx2, "aarch64" Neon => neon,
      "wasm32" + "simd128" Simd128 => simd128]);
+// Float weights: the AVX2 tile at every x86 level (memory bound; wider vectors buy nothing).
+tile_picker!(pick_f16, pick_f16_for, tile_f16, tile_f16_for, HalfF16, f16_tile,
+    ["x86_64" Avx2 => float_x86]);
+tile_picker!(pick_bf16, pick_bf16_for, tile_bf16, tile_bf16_for, HalfBF16, bf16_tile,
+    ["x86_64" Avx2 => float_x86]);
 picker!(pick_q4_1, BlockQ4_1, q4_1_q8_1, q4_1_q8_1);
 
 #[cfg(test)]
@@ -316,7 +327,14 @@ mod tests {
         one_for: fn(Isa) -> VecDotFn<B>,
     ) {
         for isa in Isa::ALL.into_iter().filter(|isa| isa.supported()) {
-            for blocks in [1, 2, 7, 20] {
+            // Float weights are one-element blocks: also widths with a ragged tail of eight.
+            let float = B::BLOCK_SIZE == 1;
+            let counts: &[usize] = if float {
+                &[1, 7, 8, 20, 643]
+            } else {
+                &[1, 2, 7, 20]
+            };
+            for &blocks in counts {
                 let k = blocks * B::BLOCK_SIZE.max(<B::Dot as GgmlBlock>::BLOCK_SIZE);
                 let w: Vec<Vec<B>> = (0..4).map(|r| quantized(k, 11 + r)).collect();
                 let x: Vec<Vec<B::Dot>> = (0..4).map(|c| quantized(k, 101 + c)).collect();
@@ -367,6 +385,8 @@ mod tests {
         check_type::<BlockQ6K>(tile_q6k_for, tile_q6k_for, pick_q6k_for);
         check_type::<BlockIQ4NL>(tile_iq4nl_for, tile_iq4nl_for, pick_iq4nl_for);
         check_type::<BlockMXFP4>(tile_mxfp4_for, tile_mxfp4_for, pick_mxfp4_for);
+        check_type::<HalfF16>(tile_f16_for, tile_f16_for, pick_f16_for);
+        check_type::<HalfBF16>(tile_bf16_for, tile_bf16_for, pick_bf16_for);
     }
 
     /// Q4_1 has a dot product (no tiles) at the process's level.

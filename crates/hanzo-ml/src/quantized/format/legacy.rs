@@ -229,6 +229,19 @@ impl GgmlBlock for BlockQ4_1 {
             })
             .sum()
     }
+
+    /// Levels as stored, the block's `m` as a negated min (element = d·u + m).
+    fn unpacking() -> Option<Unpacking<Self>> {
+        Some(Unpacking {
+            group: QK,
+            max_level: 15,
+            unpack: |b, u, s, m| {
+                u[..QK].copy_from_slice(&nibbles(&b.qs));
+                s[0] = b.d.to_f32();
+                m[0] = -b.m.to_f32();
+            },
+        })
+    }
 }
 
 impl GgmlBlock for BlockQ5_0 {
@@ -307,6 +320,19 @@ impl GgmlBlock for BlockQ5_1 {
                 w.d.to_f32() * x.d.to_f32() * s as f32 + w.m.to_f32() * x.s.to_f32()
             })
             .sum()
+    }
+
+    /// As Q4_1's, with five-bit levels.
+    fn unpacking() -> Option<Unpacking<Self>> {
+        Some(Unpacking {
+            group: QK,
+            max_level: 31,
+            unpack: |b, u, s, m| {
+                u[..QK].copy_from_slice(&nibbles_5(&b.qs, b.qh));
+                s[0] = b.d.to_f32();
+                m[0] = -b.m.to_f32();
+            },
+        })
     }
 }
 

@@ -306,6 +306,26 @@ pub unsafe fn q4_1_q8_1(w: &[BlockQ4_1], x: &[BlockQ8_1]) -> f32 {
     unsafe { hsum(acc) + mins }
 }
 
+/// Q5_1: Q4_1's dot with each level's fifth bit (`bits_32`) or-ed in as 16.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn q5_1_q8_1(w: &[BlockQ5_1], x: &[BlockQ8_1]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    let mut mins = 0f32;
+    for (w, x) in w.iter().zip(x) {
+        // SAFETY: as in q8_0_q8_0.
+        unsafe {
+            let d = _mm256_set1_ps(f16_product(w.d, x.d));
+            mins += f16_to_f32(w.m) * f16_to_f32(x.s);
+            let fifth = _mm256_and_si256(bits_32(w.qh), _mm256_set1_epi8(0x10));
+            let levels = _mm256_or_si256(nibbles_32(&w.qs), fifth);
+            let p = dot_u8_i32(levels, load256_i8(&x.qs));
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+        }
+    }
+    // SAFETY: same features.
+    unsafe { hsum(acc) + mins }
+}
+
 /// Q4_K/Q5_K packed 6-bit scales and mins → 16 i16 lanes: the 8 scales, then the 8 mins.
 #[inline]
 #[target_feature(enable = "avx2,fma")]

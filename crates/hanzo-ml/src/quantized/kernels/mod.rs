@@ -77,7 +77,7 @@ macro_rules! portable {
         impl Kernels for $block {}
     )*};
 }
-portable!(f32, BlockQ5_1, BlockQ8_1, BlockQ2K, BlockQ3K);
+portable!(f32, BlockQ8_1, BlockQ2K, BlockQ3K);
 portable!(
     BlockIQ2XXS,
     BlockIQ2XS,
@@ -93,6 +93,13 @@ impl QuantizeRow for BlockQ4_1 {}
 impl Kernels for BlockQ4_1 {
     fn vec_dot() -> VecDotFn<Self> {
         pick_q4_1()
+    }
+}
+
+impl QuantizeRow for BlockQ5_1 {}
+impl Kernels for BlockQ5_1 {
+    fn vec_dot() -> VecDotFn<Self> {
+        pick_q5_1()
     }
 }
 
@@ -284,6 +291,7 @@ tile_picker!(pick_f16, pick_f16_for, tile_f16, tile_f16_for, HalfF16, f16_tile,
 tile_picker!(pick_bf16, pick_bf16_for, tile_bf16, tile_bf16_for, HalfBF16, bf16_tile,
     ["x86_64" Avx2 => float_x86]);
 picker!(pick_q4_1, BlockQ4_1, q4_1_q8_1, q4_1_q8_1);
+picker!(pick_q5_1, BlockQ5_1, q5_1_q8_1);
 
 #[cfg(test)]
 mod tests {
@@ -389,20 +397,25 @@ mod tests {
         check_type::<HalfBF16>(tile_bf16_for, tile_bf16_for, pick_bf16_for);
     }
 
-    /// Q4_1 has a dot product (no tiles) at the process's level.
+    /// Q4_1 and Q5_1 have a dot product (no tiles) at the process's level.
     #[test]
-    fn q4_1_dot_matches_the_scalar_dot() {
-        for blocks in [1, 3, 8] {
-            let k = blocks * 32;
-            let w = quantized::<BlockQ4_1>(k, 5);
-            let x = quantized::<BlockQ8_1>(k, 6);
-            let (got, want) = (pick_q4_1()(&w, &x), BlockQ4_1::vec_dot_scalar(&w, &x));
-            assert!(
-                (got - want).abs() <= tolerance(isa(), k, want),
-                "{:?} k={k}: {got} vs {want}",
-                isa()
-            );
+    fn q4_1_and_q5_1_dots_match_the_scalar_dot() {
+        fn check<B: GgmlBlock<Dot = BlockQ8_1>>(dot: VecDotFn<B>) {
+            for blocks in [1, 3, 8] {
+                let k = blocks * 32;
+                let w = quantized::<B>(k, 5);
+                let x = quantized::<BlockQ8_1>(k, 6);
+                let (got, want) = (dot(&w, &x), B::vec_dot_scalar(&w, &x));
+                assert!(
+                    (got - want).abs() <= tolerance(isa(), k, want),
+                    "{} {:?} k={k}: {got} vs {want}",
+                    B::DTYPE,
+                    isa()
+                );
+            }
         }
+        check::<BlockQ4_1>(pick_q4_1());
+        check::<BlockQ5_1>(pick_q5_1());
     }
 
     /// Weights at the extremes of their range (Q8_0 at -128, which only foreign files hold)

@@ -4,7 +4,7 @@
 use super::legacy::{BlockQ8_0, QK};
 use super::search::GROUP_MAX_EPS;
 use super::GgmlDType;
-use super::{signed_absmax, GgmlBlock};
+use super::{signed_absmax, GgmlBlock, Unpacking};
 use half::f16;
 
 /// ggml's `kvalues_iq4nl`.
@@ -131,5 +131,20 @@ impl GgmlBlock for BlockIQ4NL {
                 w.d.to_f32() * x.d.to_f32() * s as f32
             })
             .sum()
+    }
+
+    /// The table's levels offset by 128 into bytes, min `128 · d` (as Q8_0's).
+    fn unpacking() -> Option<Unpacking<Self>> {
+        Some(Unpacking {
+            group: QK,
+            max_level: 255,
+            unpack: |b, u, s, m| {
+                for (u, i) in u[..QK].iter_mut().zip(indices(&b.qs)) {
+                    *u = (IQ4NL_VALUES[i as usize] as u8) ^ 0x80;
+                }
+                s[0] = b.d.to_f32();
+                m[0] = 128.0 * s[0];
+            },
+        })
     }
 }

@@ -100,6 +100,18 @@ impl<const GROUP: usize> Levels<GROUP> {
     }
 
     /// `Σ mult[g] · Σ level·q` over the block, in integers.
+    /// The GEMM form (`Unpacking`): each level offset by 128 into a byte, and per group the
+    /// scale `d · mult · factor` with min `128 · scale`.
+    pub fn unpack(&self, factor: f32, u: &mut [u8; 256], s: &mut [f32; 16], m: &mut [f32; 16]) {
+        for (u, &l) in u.iter_mut().zip(&self.level) {
+            *u = (l as u8) ^ 0x80;
+        }
+        for g in 0..QK_K / GROUP {
+            s[g] = self.d * self.mult[g] as f32 * factor;
+            m[g] = 128.0 * s[g];
+        }
+    }
+
     pub fn dot(&self, x: &BlockQ8K) -> i32 {
         self.level
             .chunks_exact(GROUP)
@@ -131,6 +143,11 @@ pub(crate) fn dot_levels<B, const GROUP: usize>(
 
 /// `GgmlBlock` for a type decoded by `$levels` into `Levels` with the factor `$factor`; `$why`
 /// says why it has no quantizer.
+/// The scale-group size of a levels function's type.
+pub(crate) fn group_of<B, const GROUP: usize>(_: fn(&B) -> Levels<GROUP>) -> usize {
+    GROUP
+}
+
 macro_rules! lattice_block {
     ($block:ty, $dtype:expr, $levels:ident, $factor:expr, $why:expr) => {
         impl super::GgmlBlock for $block {
@@ -151,6 +168,14 @@ macro_rules! lattice_block {
 
             fn vec_dot_scalar(w: &[Self], x: &[BlockQ8K]) -> f32 {
                 super::lattice::dot_levels(w, x, $factor, $levels)
+            }
+
+            fn unpacking() -> Option<super::Unpacking<Self>> {
+                Some(super::Unpacking {
+                    group: super::lattice::group_of($levels),
+                    max_level: 255,
+                    unpack: |b, u, s, m| $levels(b).unpack($factor, u, s, m),
+                })
             }
         }
     };

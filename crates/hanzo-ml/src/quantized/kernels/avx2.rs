@@ -289,41 +289,45 @@ pub unsafe fn q5_0_tile<const R: usize, const C: usize>(
     unsafe { legacy_tile::<Madd, _, _, R, C>(w, x, |b| q5_0_levels(b)) }
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn q4_1_q8_1(w: &[BlockQ4_1], x: &[BlockQ8_1]) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    let mut mins = 0f32;
-    for (w, x) in w.iter().zip(x) {
-        // SAFETY: as in q8_0_q8_0.
-        unsafe {
-            let d = _mm256_set1_ps(f16_product(w.d, x.d));
-            mins += f16_to_f32(w.m) * f16_to_f32(x.s);
-            let p = dot_u8_i32(nibbles_32(&w.qs), load256_i8(&x.qs));
-            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
-        }
-    }
-    // SAFETY: same features.
-    unsafe { hsum(acc) + mins }
-}
-
-/// Q5_1: Q4_1's dot with each level's fifth bit (`bits_32`) or-ed in as 16.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn q5_1_q8_1(w: &[BlockQ5_1], x: &[BlockQ8_1]) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    let mut mins = 0f32;
-    for (w, x) in w.iter().zip(x) {
-        // SAFETY: as in q8_0_q8_0.
-        unsafe {
-            let d = _mm256_set1_ps(f16_product(w.d, x.d));
-            mins += f16_to_f32(w.m) * f16_to_f32(x.s);
-            let fifth = _mm256_and_si256(bits_32(w.qh), _mm256_set1_epi8(0x10));
-            let levels = _mm256_or_si256(nibbles_32(&w.qs), fifth);
+/// A Q4_1/Q5_1 row against Q8_1 activations: per block `d_w·d_x·Σ u·q + m·s`, where `parts`
+/// gives the block's unsigned levels `u`, its scale `d_w` and its `m`.
+#[inline(always)]
+unsafe fn affine_q8_1<B>(
+    w: &[B],
+    x: &[BlockQ8_1],
+    parts: impl Fn(&B) -> (__m256i, half::f16, half::f16),
+) -> f32 {
+    // SAFETY: the callers enable AVX2, FMA and F16C; loads stay inside block fields.
+    unsafe {
+        let mut acc = _mm256_setzero_ps();
+        let mut mins = 0f32;
+        for (w, x) in w.iter().zip(x) {
+            let (levels, d, m) = parts(w);
+            let d = _mm256_set1_ps(f16_product(d, x.d));
+            mins += f16_to_f32(m) * f16_to_f32(x.s);
             let p = dot_u8_i32(levels, load256_i8(&x.qs));
             acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
         }
+        hsum(acc) + mins
     }
-    // SAFETY: same features.
-    unsafe { hsum(acc) + mins }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn q4_1_q8_1(w: &[BlockQ4_1], x: &[BlockQ8_1]) -> f32 {
+    // SAFETY: this function enables the features affine_q8_1 and nibbles_32 need.
+    unsafe { affine_q8_1(w, x, |w| (nibbles_32(&w.qs), w.d, w.m)) }
+}
+
+/// Q5_1: Q4_1's levels with each one's fifth bit (`bits_32`) or-ed in as 16.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn q5_1_q8_1(w: &[BlockQ5_1], x: &[BlockQ8_1]) -> f32 {
+    // SAFETY: as in q4_1_q8_1.
+    unsafe {
+        affine_q8_1(w, x, |w| {
+            let fifth = _mm256_and_si256(bits_32(w.qh), _mm256_set1_epi8(0x10));
+            (_mm256_or_si256(nibbles_32(&w.qs), fifth), w.d, w.m)
+        })
+    }
 }
 
 /// Q4_K/Q5_K packed 6-bit scales and mins → 16 i16 lanes: the 8 scales, then the 8 mins.

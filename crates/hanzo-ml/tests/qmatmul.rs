@@ -137,11 +137,20 @@ fn qmatmul_matches_dequantized_matmul_for_every_type_and_odd_shapes() {
     }
 }
 
-/// Q4_0/Q5_0/Q8_0 repacked eight rows at a time (the decode kernel, the small-batch tiles of 4
-/// and 1 activation rows, and the prefill panels from 16 rows on), against the same references.
+/// The types repacked eight rows at a time.
+const INTERLEAVED: [GgmlDType; 4] = [
+    GgmlDType::Q4_0,
+    GgmlDType::Q5_0,
+    GgmlDType::Q8_0,
+    GgmlDType::IQ4NL,
+];
+
+/// Q4_0/Q5_0/Q8_0/IQ4_NL repacked eight rows at a time (the decode kernel, the small-batch
+/// tiles of 4 and 1 activation rows, and the prefill panels from 16 rows on), against the same
+/// references.
 #[test]
-fn interleaved_q4_0_q5_0_q8_0_match_dequantized_matmul() {
-    for dt in [GgmlDType::Q4_0, GgmlDType::Q5_0, GgmlDType::Q8_0] {
+fn interleaved_types_match_dequantized_matmul() {
+    for dt in INTERLEAVED {
         for (n, k) in [(8, 32), (40, 96), (72, 512)] {
             for m in [1, 2, 3, 4, 5, 9, 15, 16, 17, 40] {
                 check_with(dt, n, k, m, |q| QMatMul::interleave(&q).unwrap());
@@ -223,7 +232,7 @@ fn repacking_waits_for_the_first_decode_product() {
 fn interleaved_and_stored_rows_agree() {
     let (k, n) = (256, 64);
     let x = Tensor::from_vec(common::synthetic_weights(1, k, 7), (1, k), &Device::Cpu).unwrap();
-    for dt in [GgmlDType::Q4_0, GgmlDType::Q5_0, GgmlDType::Q8_0] {
+    for dt in INTERLEAVED {
         let q = QTensor::quantize_f32(&common::synthetic_weights(n, k, 3), (n, k), dt).unwrap();
         let stored = QMatMul::from_arc_as_stored(std::sync::Arc::new(q.clone())).unwrap();
         let packed = QMatMul::interleave(&q).unwrap();
@@ -261,7 +270,7 @@ fn interleaved_and_stored_rows_agree() {
 fn repacked_weights_give_back_their_rows() {
     let (n, k) = (24, 96);
     let ids = [0u32, 23, 7, 8, 7];
-    for dt in [GgmlDType::Q4_0, GgmlDType::Q5_0, GgmlDType::Q8_0] {
+    for dt in INTERLEAVED {
         let q = QTensor::quantize_f32(&common::synthetic_weights(n, k, 5), (n, k), dt).unwrap();
         let want = q
             .dequantize_rows(&ids)

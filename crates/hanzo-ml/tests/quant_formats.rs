@@ -3,7 +3,7 @@
 //!   dequantization bit for bit;
 //! - quantization of the types `gguf` implements (Q4_0..Q8_0, F16, BF16) equals its output
 //!   byte for byte;
-//! - k-quant and IQ4_NL quantization equals ggml's C reference (bytes recorded in
+//! - k-quant, IQ4_NL and IQ4_XS quantization equals ggml's C reference (bytes recorded in
 //!   tests/data/ggml_quants, produced by ggml's `ggml_quantize_chunk`), and its error is within
 //!   1% of ggml's on larger synthetic and real weight matrices.
 
@@ -88,6 +88,7 @@ fn every_quantizer_matches_ggml_c_reference_bytes() {
     let x = common::synthetic_weights(8, 512, 7);
     for name in [
         "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "iq4_nl",
+        "iq4_xs",
     ] {
         let dt = GgmlDType::from_name(name).unwrap();
         let want = ggml_bytes(name);

@@ -107,6 +107,11 @@ const RECIPES: &[Recipe] = &[
         base: GgmlDType::IQ4NL,
         file_type: 25,
     },
+    Recipe {
+        name: "IQ4_XS",
+        base: GgmlDType::IQ4XS,
+        file_type: 30,
+    },
     // Ternary weights, for models trained ternary (BitNet b1.58); anything else turns to
     // noise.
     Recipe {
@@ -290,7 +295,7 @@ impl Planner {
                     "Q3_K_M" if i < 2 => T::Q5K,
                     "Q3_K_M" => T::Q4K,
                     "Q3_K_L" => T::Q5K,
-                    "IQ4_NL" if self.n_gqa >= 4 => T::Q5K,
+                    "IQ4_NL" | "IQ4_XS" if self.n_gqa >= 4 => T::Q5K,
                     "Q4_K_M" | "Q5_K_M" if use_more_bits(i, n) => T::Q6K,
                     "Q4_K_S" if i < 4 => T::Q5K,
                     _ => t,
@@ -305,7 +310,7 @@ impl Planner {
                     "Q3_K_M" => T::Q4K,
                     "Q3_K_L" => T::Q5K,
                     "Q4_K_M" | "Q5_K_M" if use_more_bits(i, n) => T::Q6K,
-                    "IQ4_NL" if i < n / 8 => T::Q5K,
+                    "IQ4_NL" | "IQ4_XS" if i < n / 8 => T::Q5K,
                     "Q4_K_S" if i < n / 8 => T::Q5K,
                     _ => t,
                 };

@@ -250,10 +250,11 @@ impl<B: InterleavedKernels> MatvecJob for Job<'_, B> {
     }
 }
 
-/// Whether a `dtype` weight of `n` rows by `k` can be repacked: Q4_0, Q5_0 or Q8_0, in whole
-/// groups of eight rows.
+/// Whether a `dtype` weight of `n` rows by `k` can be repacked: Q4_0, Q5_0, Q8_0 or IQ4_NL, in
+/// whole groups of eight rows.
 pub(crate) fn fits(dtype: GgmlDType, n: usize, k: usize) -> bool {
-    matches!(dtype, GgmlDType::Q4_0 | GgmlDType::Q5_0 | GgmlDType::Q8_0)
+    use GgmlDType as T;
+    matches!(dtype, T::Q4_0 | T::Q5_0 | T::Q8_0 | T::IQ4NL)
         && n.is_multiple_of(ROWS)
         && k.is_multiple_of(32)
 }
@@ -269,7 +270,7 @@ pub(crate) fn pays(dtype: GgmlDType, n: usize, k: usize) -> bool {
 mod tests {
     use super::*;
     use crate::quantized::format::interleaved::dot_scalar;
-    use crate::quantized::format::{BlockQ4_0, BlockQ5_0};
+    use crate::quantized::format::{BlockIQ4NL, BlockQ4_0, BlockQ5_0};
     use half::f16;
     use rand::{Rng, SeedableRng};
 
@@ -286,8 +287,9 @@ mod tests {
         [bytes[0], bytes[1]]
     }
 
-    /// Eight rows whose every level is the largest (`top`) or the smallest, scales 1.
-    fn extreme_block<B: InterleavedKernels>(top: bool) -> B::X8 {
+    /// Eight rows whose every level is the largest (`top`) or the smallest, scales 1, and
+    /// that unsigned level.
+    fn extreme_block<B: InterleavedKernels>(top: bool) -> (B::X8, u8) {
         let mut one = <B as bytemuck::Zeroable>::zeroed();
         let bytes = bytemuck::bytes_of_mut(&mut one);
         // Stored as unsigned bits except Q8_0's signed bytes: 127 on top, -128 at the bottom.
@@ -299,9 +301,15 @@ mod tests {
             (false, true) => 0x80,
         });
         bytes[..2].copy_from_slice(&f16::ONE.to_le_bytes());
-        let level = if top { B::MAX_LEVEL } else { 0 };
+        // IQ4_NL's extreme indices give its table's ends (113 and -127), not 255 and 0.
+        let level = match (top, B::DTYPE) {
+            (true, GgmlDType::IQ4NL) => 113 + 128,
+            (false, GgmlDType::IQ4NL) => 1,
+            (true, _) => B::MAX_LEVEL,
+            (false, _) => 0,
+        };
         assert_eq!(one.levels(), [level; 32]);
-        B::pack([&one; ROWS])
+        (B::pack([&one; ROWS]), level)
     }
 
     /// Every level and scale comes back from the repacked block where the layout says.
@@ -343,6 +351,7 @@ mod tests {
         round_trip::<BlockQ4_0>();
         round_trip::<BlockQ5_0>();
         round_trip::<BlockQ8_0>();
+        round_trip::<BlockIQ4NL>();
     }
 
     /// The SIMD kernel against the portable one, bit for bit, including the largest levels
@@ -352,8 +361,10 @@ mod tests {
         let blocks = 16;
         let mut w = random_blocks::<B>(&mut rng, ROWS * blocks);
         let mut packed = Interleaved::new(&w, ROWS, 32 * blocks).unwrap();
-        packed.blocks[0] = extreme_block::<B>(true);
-        packed.blocks[1] = extreme_block::<B>(false);
+        let (top, top_level) = extreme_block::<B>(true);
+        let (bottom, bottom_level) = extreme_block::<B>(false);
+        packed.blocks[0] = top;
+        packed.blocks[1] = bottom;
         w.clear();
         // Blocks 0 and 1 of activation row 0 are all +1 and of row 1 all -1 (levels ±127).
         let width = 32 * blocks;
@@ -380,7 +391,7 @@ mod tests {
             dot_scalar::<B, 1>(&packed.blocks, &[rows[1]])
         );
         // The extreme blocks alone: the exact integer sums, scaled by the activation scale.
-        for (i, u) in [(0, B::MAX_LEVEL as i32), (1, 0)] {
+        for (i, u) in [(0, top_level as i32), (1, bottom_level as i32)] {
             let one = dot_scalar::<B, 4>(
                 &packed.blocks[i..i + 1],
                 &std::array::from_fn(|j| XRow {
@@ -407,5 +418,6 @@ mod tests {
         kernels_agree::<BlockQ4_0>();
         kernels_agree::<BlockQ5_0>();
         kernels_agree::<BlockQ8_0>();
+        kernels_agree::<BlockIQ4NL>();
     }
 }

@@ -14,9 +14,13 @@
 //!
 //! Q8_0 takes the same layout with its levels kept signed (`BlockQ8_0x8`): `level + 128`
 //! would overflow `maddubs`' pair sums, so its kernel moves each weight's sign onto the
-//! broadcast activation instead. docs/QUANTIZATION.md has the measurements behind the layout.
+//! broadcast activation instead. IQ4_NL stores Q4_0's nibble planes (`BlockIQ4NLx8`); its
+//! kernel looks the nibbles up in the level table and then proceeds as Q8_0's.
+//! docs/QUANTIZATION.md has the measurements behind the layout.
 
-use super::{nibbles, nibbles_5, BlockQ4_0, BlockQ5_0, BlockQ8_0, GgmlBlock};
+use super::{
+    nibbles, nibbles_5, BlockIQ4NL, BlockQ4_0, BlockQ5_0, BlockQ8_0, GgmlBlock, IQ4NL_VALUES,
+};
 use half::f16;
 
 /// Rows per interleaved group.
@@ -52,7 +56,17 @@ pub struct BlockQ8_0x8 {
     pub qs: [i8; 256],
 }
 
+/// Block `i` of eight consecutive rows of IQ4_NL: the table indices laid out as
+/// `BlockQ4_0x8`'s nibbles; the unsigned level is `IQ4NL_VALUES[index] + 128`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct BlockIQ4NLx8 {
+    pub d: [f16; ROWS],
+    pub qs: [u8; 128],
+}
+
 const _: () = assert!(std::mem::size_of::<BlockQ4_0x8>() == ROWS * 18);
+const _: () = assert!(std::mem::size_of::<BlockIQ4NLx8>() == ROWS * 18);
 const _: () = assert!(std::mem::size_of::<BlockQ5_0x8>() == ROWS * 22);
 const _: () = assert!(std::mem::size_of::<BlockQ8_0x8>() == ROWS * 34);
 
@@ -166,6 +180,30 @@ impl Interleave for BlockQ8_0 {
         std::array::from_fn(|t| std::array::from_fn(|p| b.qs[32 * t + p] as u8 ^ 0x80))
     }
     fn scales(b: &BlockQ8_0x8) -> &[f16; ROWS] {
+        &b.d
+    }
+}
+
+impl Interleave for BlockIQ4NL {
+    type X8 = BlockIQ4NLx8;
+    const OFFSET: i32 = 128;
+    const MAX_LEVEL: u8 = 255;
+
+    fn levels(&self) -> [u8; 32] {
+        nibbles(&self.qs).map(|i| IQ4NL_VALUES[i as usize] as u8 ^ 0x80)
+    }
+    fn pack(rows: [&Self; ROWS]) -> BlockIQ4NLx8 {
+        BlockIQ4NLx8 {
+            d: rows.map(|b| b.d),
+            qs: interleave_qs(rows.map(|b| &b.qs)),
+        }
+    }
+    fn unpack(b: &BlockIQ4NLx8) -> Steps {
+        std::array::from_fn(|t| {
+            std::array::from_fn(|p| IQ4NL_VALUES[nibble_of(&b.qs, t, p) as usize] as u8 ^ 0x80)
+        })
+    }
+    fn scales(b: &BlockIQ4NLx8) -> &[f16; ROWS] {
         &b.d
     }
 }

@@ -32,7 +32,7 @@ fn indices(qs: &[u8; 16]) -> [u8; 32] {
 }
 
 /// Index of the table value nearest to `x` (the lower one on exact ties).
-fn best_index(x: f32) -> usize {
+pub(crate) fn best_index(x: f32) -> usize {
     let v = &IQ4NL_VALUES;
     if x <= v[0] as f32 {
         return 0;
@@ -56,18 +56,14 @@ fn best_index(x: f32) -> usize {
     }
 }
 
-/// ggml's IQ4_NL quantizer as `llama-quantize` runs it (7 refinement steps each way,
-/// x²-weighted least squares for the scale).
-fn quantize_block(x: &[f32]) -> BlockIQ4NL {
+/// The scale of one group of table levels as ggml searches it without an importance matrix
+/// (IQ4_NL's blocks, IQ4_XS's groups of 32): 7 refinement steps each way around
+/// `-max / VALUES[0]`, x²-weighted least squares for each. 0 for an all-zero group.
+pub(crate) fn group_scale(x: &[f32]) -> f32 {
     const NTRY: i32 = 7;
     let max = signed_absmax(x);
     if max.abs() < GROUP_MAX_EPS {
-        // ggml still re-indexes with a zero inverse scale, so every index is that of the
-        // table value nearest 0 (8).
-        return BlockIQ4NL {
-            d: f16::ZERO,
-            qs: [0x88; 16],
-        };
+        return 0.0;
     }
     let fit = |id: f32| {
         let (mut sumqx, mut sumq2) = (0f32, 0f32);
@@ -91,11 +87,24 @@ fn quantize_block(x: &[f32]) -> BlockIQ4NL {
             best = d * sumqx;
         }
     }
-    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    d
+}
+
+/// The 16 bytes of 32 table indices for the inverse scale `id`: element `j` in the low
+/// nibble of byte `j`, element `16 + j` in its high nibble.
+pub(crate) fn pack_indices(x: &[f32], id: f32) -> [u8; 16] {
     let l: [u8; 32] = std::array::from_fn(|i| best_index(id * x[i]) as u8);
+    std::array::from_fn(|j| l[j] | (l[j + 16] << 4))
+}
+
+/// ggml's IQ4_NL quantizer as `llama-quantize` runs it. An all-zero block gets scale 0 and
+/// the index of the level nearest 0 (8) everywhere, as ggml re-indexes with a zero inverse.
+fn quantize_block(x: &[f32]) -> BlockIQ4NL {
+    let d = group_scale(x);
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
     BlockIQ4NL {
         d: f16::from_f32(d),
-        qs: std::array::from_fn(|j| l[j] | (l[j + 16] << 4)),
+        qs: pack_indices(x, id),
     }
 }
 

@@ -1,10 +1,11 @@
 //! IQ4_XS (4.25 bits per weight): IQ4_NL's non-linear 4-bit levels under a 6-bit signed scale
 //! per 32 weights and one f16 scale per 256. Element `i` is `d · (s − 32) · VALUES[q]`.
 
-use super::iq4nl::IQ4NL_VALUES;
+use super::iq4nl::{group_scale, pack_indices, IQ4NL_VALUES};
 use super::kquants::{BlockQ8K, QK_K};
 use super::lattice::{lattice_block, Levels};
-use super::GgmlDType;
+use super::search::nearest_int;
+use super::{signed_absmax, GgmlDType};
 use half::f16;
 
 #[repr(C)]
@@ -36,12 +37,42 @@ fn iq4xs_levels(b: &BlockIQ4XS) -> Levels<32> {
     out
 }
 
-const NO_QUANTIZER: &str = "quantizing to IQ4_XS is not supported yet";
+/// ggml's IQ4_XS quantizer without an importance matrix (what `llama-quantize` runs): each
+/// group of 32 gets IQ4_NL's scale search; the super-block scale is the largest of those
+/// over -32, each group's 6-bit multiplier the nearest integer, and the levels are indexed
+/// again against the scale the multiplier gives.
+fn quantize_block(x: &[f32]) -> BlockIQ4XS {
+    let scales: [f32; 8] = std::array::from_fn(|g| group_scale(&x[32 * g..32 * g + 32]));
+    let d = -signed_absmax(&scales) / 32.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let mut b = BlockIQ4XS {
+        d: f16::from_f32(d),
+        scales_h: 0,
+        scales_l: [0; QK_K / 64],
+        qs: [0; QK_K / 2],
+    };
+    for (g, &scale) in scales.iter().enumerate() {
+        let l = nearest_int(id * scale).clamp(-32, 31);
+        let dl = d * l as f32;
+        let idl = if dl != 0.0 { 1.0 / dl } else { 0.0 };
+        b.qs[16 * g..16 * g + 16].copy_from_slice(&pack_indices(&x[32 * g..32 * g + 32], idl));
+        let biased = (l + 32) as u8;
+        b.scales_l[g / 2] |= (biased & 15) << (4 * (g % 2));
+        b.scales_h |= ((biased >> 4) as u16) << (2 * g);
+    }
+    b
+}
+
+fn quantize(xs: &[f32], out: &mut [BlockIQ4XS]) {
+    for (x, b) in xs.chunks_exact(QK_K).zip(out) {
+        *b = quantize_block(x);
+    }
+}
 
 lattice_block!(
     BlockIQ4XS,
     GgmlDType::IQ4XS,
     iq4xs_levels,
     1.0,
-    NO_QUANTIZER
+    quantize = quantize
 );

@@ -99,7 +99,6 @@ impl<const GROUP: usize> Levels<GROUP> {
         }
     }
 
-    /// `Σ mult[g] · Σ level·q` over the block, in integers.
     /// The GEMM form (`Unpacking`): each level offset by 128 into a byte, and per group the
     /// scale `d · mult · factor` with min `128 · scale`.
     pub fn unpack(&self, factor: f32, u: &mut [u8; 256], s: &mut [f32; 16], m: &mut [f32; 16]) {
@@ -112,6 +111,7 @@ impl<const GROUP: usize> Levels<GROUP> {
         }
     }
 
+    /// `Σ mult[g] · Σ level·q` over the block, in integers.
     pub fn dot(&self, x: &BlockQ8K) -> i32 {
         self.level
             .chunks_exact(GROUP)
@@ -141,19 +141,28 @@ pub(crate) fn dot_levels<B, const GROUP: usize>(
     factor * sum
 }
 
-/// `GgmlBlock` for a type decoded by `$levels` into `Levels` with the factor `$factor`; `$why`
-/// says why it has no quantizer.
 /// The scale-group size of a levels function's type.
 pub(crate) fn group_of<B, const GROUP: usize>(_: fn(&B) -> Levels<GROUP>) -> usize {
     GROUP
 }
 
+/// `GgmlBlock` for a type decoded by `$levels` into `Levels` with the factor `$factor`; the
+/// last argument is either `quantize = f` (its quantizer of whole rows) or the message that
+/// says why it has none.
 macro_rules! lattice_block {
+    ($block:ty, $dtype:expr, $levels:ident, $factor:expr, quantize = $quantize:path) => {
+        lattice_block!(@impl $block, $dtype, $levels, $factor, None, $quantize);
+    };
     ($block:ty, $dtype:expr, $levels:ident, $factor:expr, $why:expr) => {
+        lattice_block!(@impl $block, $dtype, $levels, $factor, Some($why),
+            |_: &[f32], _: &mut [$block]| unreachable!("{}", $why));
+    };
+    (@impl $block:ty, $dtype:expr, $levels:ident, $factor:expr, $unsupported:expr,
+     $quantize:expr) => {
         impl super::GgmlBlock for $block {
             const DTYPE: GgmlDType = $dtype;
             const BLOCK_SIZE: usize = QK_K;
-            const QUANTIZE_UNSUPPORTED: Option<&'static str> = Some($why);
+            const QUANTIZE_UNSUPPORTED: Option<&'static str> = $unsupported;
             type Dot = BlockQ8K;
 
             fn dequantize(blocks: &[Self], out: &mut [f32]) {
@@ -162,8 +171,8 @@ macro_rules! lattice_block {
                 }
             }
 
-            fn quantize(_: &[f32], _: &mut [Self]) {
-                unreachable!("{}", $why)
+            fn quantize(xs: &[f32], out: &mut [Self]) {
+                ($quantize)(xs, out)
             }
 
             fn vec_dot_scalar(w: &[Self], x: &[BlockQ8K]) -> f32 {

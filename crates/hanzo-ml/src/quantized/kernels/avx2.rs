@@ -253,6 +253,50 @@ pub unsafe fn iq4nl_tile<const R: usize, const C: usize>(
     unsafe { legacy_tile::<Madd, _, _, R, C>(w, x, |b| iq4nl_levels(b)) }
 }
 
+/// IQ4_XS against Q8_K: per group of 32, the nibbles looked up in IQ4_NL's table, summed in
+/// i16 pairs and then by the group's multiplier (6 bits stored +32) into i32; one f16 scale
+/// per 256. `sign_epi8` cannot negate an activation level of -128 (ggml's Q8_K has them; ours
+/// stop at -127), so the activations' sign moves onto the weights (|level| ≤ 127) and `|x|`
+/// (at most 128) is the unsigned operand.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn iq4xs_tile<const R: usize, const C: usize>(
+    w: [&[BlockIQ4XS]; R],
+    x: [&[BlockQ8K]; C],
+) -> [[f32; C]; R] {
+    check_tile!(w, x);
+    // SAFETY: this function enables the features used; every load is 16 bytes of a group's
+    // `qs` or 32 bytes of the activations' `qs`.
+    unsafe {
+        let table = table16(&IQ4NL_VALUES);
+        let mut acc = [[_mm256_setzero_ps(); C]; R];
+        for i in 0..x[0].len() {
+            let xb: [&BlockQ8K; C] = std::array::from_fn(|c| &x[c][i]);
+            for r in 0..R {
+                let b = &w[r][i];
+                let mut sumi = [_mm256_setzero_si256(); C];
+                for (g, qs) in b.qs.chunks_exact(16).enumerate() {
+                    let low = b.scales_l[g / 2] >> (4 * (g % 2)) & 15;
+                    let high = (b.scales_h >> (2 * g) & 3) as u8;
+                    let mult = _mm256_set1_epi16((low | high << 4) as i16 - 32);
+                    let q = _mm256_shuffle_epi8(table, nibbles_32(qs.try_into().unwrap()));
+                    for c in 0..C {
+                        let x = load256_i8(&xb[c].qs[32 * g..]);
+                        let (ax, sq) = (_mm256_abs_epi8(x), _mm256_sign_epi8(q, x));
+                        let p = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sq), mult);
+                        sumi[c] = _mm256_add_epi32(sumi[c], p);
+                    }
+                }
+                let d = f16_to_f32(b.d);
+                for c in 0..C {
+                    let s = _mm256_set1_ps(d * xb[c].d);
+                    acc[r][c] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(sumi[c]), acc[r][c]);
+                }
+            }
+        }
+        acc.map(|row| row.map(|a| hsum(a)))
+    }
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn mxfp4_tile<const R: usize, const C: usize>(
     w: [&[BlockMXFP4]; R],
@@ -372,15 +416,23 @@ pub(super) unsafe fn k4_scales(d: half::f16, dmin: half::f16) -> (f32, f32) {
     unsafe { (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_movehdup_ps(dd))) }
 }
 
-/// Q6_K levels are stored +32: `-32 · Σ scale·group sum`, the block's integer correction in
-/// 8 i32 lanes (`scales16`: the 16 scales as i16; `bsums`: the 16 group sums).
+/// Levels stored `+ 2^SHIFT` (Q6_K: 32, Q3_K: 4): `-2^SHIFT · Σ scale·group sum`, the
+/// block's integer correction in 8 i32 lanes (`scales16`: the 16 scales as i16; `bsums`: the
+/// 16 group sums).
 #[inline(always)]
-pub(super) unsafe fn q6k_offset(scales16: __m256i, bsums: __m256i) -> __m256i {
+pub(super) unsafe fn stored_offset<const SHIFT: i32>(scales16: __m256i, bsums: __m256i) -> __m256i {
     // SAFETY: register-only AVX2, which the callers enable.
     unsafe {
-        let offset = _mm256_slli_epi32(_mm256_madd_epi16(scales16, bsums), 5);
+        let offset = _mm256_slli_epi32::<SHIFT>(_mm256_madd_epi16(scales16, bsums));
         _mm256_sub_epi32(_mm256_setzero_si256(), offset)
     }
+}
+
+/// Q6_K's correction for its levels stored +32.
+#[inline(always)]
+pub(super) unsafe fn q6k_offset(scales16: __m256i, bsums: __m256i) -> __m256i {
+    // SAFETY: forwarded from the caller.
+    unsafe { stored_offset::<5>(scales16, bsums) }
 }
 
 /// The Q4_K/Q5_K tile. `levels(block, c)` yields the 64 unsigned levels of sub-blocks 2c and
@@ -495,16 +547,28 @@ pub unsafe fn q5k_tile<const R: usize, const C: usize>(
     }
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn q6k_tile<const R: usize, const C: usize>(
-    w: [&[BlockQ6K]; R],
+/// A block of the k-quants with 16-element groups (Q2_K, Q3_K, Q6_K) as `k16_tile` reads it:
+/// the scale, the 16 group multipliers as i16, and for Q2_K the min scale and 16 mins.
+pub(super) struct K16Header {
+    pub d: f32,
+    pub scales: __m256i,
+    pub mins: Option<(f32, __m256i)>,
+}
+
+/// The tile of the k-quants with 16-element groups. `levels(block, n)` gives the unsigned
+/// levels of elements `128n..128n + 128` as four vectors of 32 (two groups each); each pair
+/// of products is summed by `maddubs`, then by its group's multiplier into i32. Levels stored
+/// `+ 2^SHIFT` (SHIFT > 0) come off through the activations' group sums, as do Q2_K's mins.
+#[inline(always)]
+unsafe fn k16_tile<B, const R: usize, const C: usize, const SHIFT: i32>(
+    w: [&[B]; R],
     x: [&[BlockQ8K]; C],
+    header: impl Fn(&B) -> K16Header,
+    levels: impl Fn(&B, usize) -> [__m256i; 4],
 ) -> [[f32; C]; R] {
     check_tile!(w, x);
-    let low = _mm256_set1_epi8(0x0F);
-    let three = _mm256_set1_epi8(3);
-    // SAFETY: this function enables the features used; the scale and bsum loads read exactly
-    // 16 and 32 bytes, every other load 32 bytes inside ql, qh or qs.
+    // SAFETY: the callers enable AVX2, FMA and F16C; the bsum loads read exactly 32 bytes,
+    // the activation loads 32 bytes inside `qs`.
     unsafe {
         let mut acc = [[_mm256_setzero_ps(); C]; R];
         for i in 0..x[0].len() {
@@ -512,37 +576,21 @@ pub unsafe fn q6k_tile<const R: usize, const C: usize>(
             let bsums = xb.map(|x| _mm256_loadu_si256(x.bsums.as_ptr() as *const __m256i));
             for r in 0..R {
                 let b = &w[r][i];
-                let scales8 = _mm_loadu_si128(b.scales.as_ptr() as *const __m128i);
-                let scales16 = _mm256_cvtepi8_epi16(scales8);
+                let h = header(b);
                 // Scales 0-7 in both halves, then 8-15: one byte shuffle per 32 levels picks a
                 // pair of them (the first for the low 16 products, the second for the high).
                 let halves = [
-                    _mm256_permute2x128_si256::<0x00>(scales16, scales16),
-                    _mm256_permute2x128_si256::<0x11>(scales16, scales16),
+                    _mm256_permute2x128_si256::<0x00>(h.scales, h.scales),
+                    _mm256_permute2x128_si256::<0x11>(h.scales, h.scales),
                 ];
-                let mut sumi: [__m256i; C] =
-                    std::array::from_fn(|c| q6k_offset(scales16, bsums[c]));
+                let mut sumi = [_mm256_setzero_si256(); C];
+                if SHIFT > 0 {
+                    for c in 0..C {
+                        sumi[c] = stored_offset::<SHIFT>(h.scales, bsums[c]);
+                    }
+                }
                 for n in 0..2 {
-                    let ql1 = load256(&b.ql[64 * n..]);
-                    let ql2 = load256(&b.ql[64 * n + 32..]);
-                    let qh = load256(&b.qh[32 * n..]);
-                    let parts = [
-                        (_mm256_and_si256(ql1, low), _mm256_and_si256(qh, three)),
-                        (
-                            _mm256_and_si256(ql2, low),
-                            _mm256_and_si256(_mm256_srli_epi16(qh, 2), three),
-                        ),
-                        (
-                            _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low),
-                            _mm256_and_si256(_mm256_srli_epi16(qh, 4), three),
-                        ),
-                        (
-                            _mm256_and_si256(_mm256_srli_epi16(ql2, 4), low),
-                            _mm256_and_si256(_mm256_srli_epi16(qh, 6), three),
-                        ),
-                    ];
-                    for (k, (lo, hi)) in parts.into_iter().enumerate() {
-                        let q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+                    for (k, q) in levels(b, n).into_iter().enumerate() {
                         let g = 8 * n + 2 * k;
                         let (lo, hi) = (g % 8, g % 8 + 1);
                         let pick = _mm256_set_m128i(
@@ -557,14 +605,159 @@ pub unsafe fn q6k_tile<const R: usize, const C: usize>(
                         }
                     }
                 }
-                let d = f16_to_f32(b.d);
                 for c in 0..C {
-                    let s = _mm256_set1_ps(d * xb[c].d);
+                    let s = _mm256_set1_ps(h.d * xb[c].d);
                     acc[r][c] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(sumi[c]), acc[r][c]);
+                    if let Some((dmin, mins)) = h.mins {
+                        let m = _mm256_cvtepi32_ps(_mm256_madd_epi16(mins, bsums[c]));
+                        let s = _mm256_set1_ps(-dmin * xb[c].d);
+                        acc[r][c] = _mm256_fmadd_ps(s, m, acc[r][c]);
+                    }
                 }
             }
         }
         acc.map(|row| row.map(|a| hsum(a)))
+    }
+}
+
+/// The 2-bit planes of Q2_K and Q3_K: element `128n + 32k + i` is bits `2k, 2k + 1` of
+/// `qs[32n + i]`.
+#[inline(always)]
+unsafe fn two_bit_planes(qs: &[u8; 64], n: usize) -> [__m256i; 4] {
+    // SAFETY: the caller enables AVX2; the load reads 32 of the 64 bytes.
+    unsafe {
+        let q = load256(&qs[32 * n..]);
+        let three = _mm256_set1_epi8(3);
+        [
+            _mm256_and_si256(q, three),
+            _mm256_and_si256(_mm256_srli_epi16::<2>(q), three),
+            _mm256_and_si256(_mm256_srli_epi16::<4>(q), three),
+            _mm256_and_si256(_mm256_srli_epi16::<6>(q), three),
+        ]
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn q2k_tile<const R: usize, const C: usize>(
+    w: [&[BlockQ2K]; R],
+    x: [&[BlockQ8K]; C],
+) -> [[f32; C]; R] {
+    // SAFETY: this function enables the features k16_tile needs; the scale load reads the 16
+    // bytes of `scales`.
+    unsafe {
+        k16_tile::<_, R, C, 0>(
+            w,
+            x,
+            |b| {
+                let (d, dmin) = k4_scales(b.d, b.dmin);
+                let packed = _mm_loadu_si128(b.scales.as_ptr() as *const __m128i);
+                let low = _mm_set1_epi8(0x0F);
+                let scales = _mm256_cvtepu8_epi16(_mm_and_si128(packed, low));
+                let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(packed), low));
+                K16Header {
+                    d,
+                    scales,
+                    mins: Some((dmin, mins)),
+                }
+            },
+            |b, n| two_bit_planes(&b.qs, n),
+        )
+    }
+}
+
+/// Q3_K's sixteen 6-bit scales (biased by 32) as i16, bias removed: four low bits from
+/// `q[0..8]` (low nibbles, then high), two high bits from `q[8..12]`.
+#[inline(always)]
+unsafe fn q3k_scales16(q: &[u8; 12]) -> __m256i {
+    const LOW: u32 = 0x0f0f_0f0f;
+    const HIGH: u32 = 0x0303_0303;
+    let u = |i: usize| u32::from_le_bytes([q[4 * i], q[4 * i + 1], q[4 * i + 2], q[4 * i + 3]]);
+    let (a, b, h) = (u(0), u(1), u(2));
+    let s = [
+        (a & LOW) | (h & HIGH) << 4,
+        (b & LOW) | (h >> 2 & HIGH) << 4,
+        (a >> 4 & LOW) | (h >> 4 & HIGH) << 4,
+        (b >> 4 & LOW) | (h >> 6 & HIGH) << 4,
+    ];
+    // SAFETY: register-only AVX2, which the callers enable.
+    unsafe {
+        let bytes = _mm_set_epi32(s[3] as i32, s[2] as i32, s[1] as i32, s[0] as i32);
+        _mm256_sub_epi16(_mm256_cvtepu8_epi16(bytes), _mm256_set1_epi16(32))
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn q3k_tile<const R: usize, const C: usize>(
+    w: [&[BlockQ3K]; R],
+    x: [&[BlockQ8K]; C],
+) -> [[f32; C]; R] {
+    // SAFETY: this function enables the features k16_tile needs; the hmask load reads its 32
+    // bytes.
+    unsafe {
+        k16_tile::<_, R, C, 2>(
+            w,
+            x,
+            |b| K16Header {
+                d: f16_to_f32(b.d),
+                scales: q3k_scales16(&b.scales),
+                mins: None,
+            },
+            |b, n| {
+                // Stored level + 4: the two low bits, plus 4 where bit 4n + k of hmask is set.
+                let hm = load256(&b.hmask);
+                let four = _mm256_set1_epi8(4);
+                let mut q = two_bit_planes(&b.qs, n);
+                for (k, q) in q.iter_mut().enumerate() {
+                    let bit = _mm256_set1_epi8(1 << (4 * n + k));
+                    let set = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit);
+                    *q = _mm256_or_si256(*q, _mm256_and_si256(set, four));
+                }
+                q
+            },
+        )
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn q6k_tile<const R: usize, const C: usize>(
+    w: [&[BlockQ6K]; R],
+    x: [&[BlockQ8K]; C],
+) -> [[f32; C]; R] {
+    let low = _mm256_set1_epi8(0x0F);
+    let three = _mm256_set1_epi8(3);
+    // SAFETY: this function enables the features k16_tile needs; the scale load reads exactly
+    // 16 bytes, every other load 32 bytes inside ql or qh.
+    unsafe {
+        k16_tile::<_, R, C, 5>(
+            w,
+            x,
+            |b| K16Header {
+                d: f16_to_f32(b.d),
+                scales: _mm256_cvtepi8_epi16(_mm_loadu_si128(b.scales.as_ptr() as *const __m128i)),
+                mins: None,
+            },
+            |b, n| {
+                let ql1 = load256(&b.ql[64 * n..]);
+                let ql2 = load256(&b.ql[64 * n + 32..]);
+                let qh = load256(&b.qh[32 * n..]);
+                let parts = [
+                    (_mm256_and_si256(ql1, low), _mm256_and_si256(qh, three)),
+                    (
+                        _mm256_and_si256(ql2, low),
+                        _mm256_and_si256(_mm256_srli_epi16(qh, 2), three),
+                    ),
+                    (
+                        _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low),
+                        _mm256_and_si256(_mm256_srli_epi16(qh, 4), three),
+                    ),
+                    (
+                        _mm256_and_si256(_mm256_srli_epi16(ql2, 4), low),
+                        _mm256_and_si256(_mm256_srli_epi16(qh, 6), three),
+                    ),
+                ];
+                parts.map(|(lo, hi)| _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)))
+            },
+        )
     }
 }
 

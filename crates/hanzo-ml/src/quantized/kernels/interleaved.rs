@@ -2,7 +2,7 @@
 //! instruction set has it (`interleaved_x86`), the portable ones of `format` otherwise.
 
 use crate::quantized::format::interleaved::{dot_scalar, Interleave, XRow, ROWS};
-use crate::quantized::format::{BlockQ4_0, BlockQ5_0, BlockQ8_0};
+use crate::quantized::format::{BlockIQ4NL, BlockQ4_0, BlockQ5_0, BlockQ8_0};
 
 /// `[c][r]` = row `r` of a group (`w`, one block per 32 elements) times activation row `c`.
 pub type DotFn<B, const C: usize> =
@@ -87,3 +87,4 @@ macro_rules! interleaved_kernels {
 interleaved_kernels!(BlockQ4_0);
 interleaved_kernels!(BlockQ5_0);
 interleaved_kernels!(BlockQ8_0);
+interleaved_kernels!(BlockIQ4NL);

@@ -4,7 +4,10 @@
 //! driver (`dot`) serves every type; `BlockDot` is each type's integer step.
 
 use super::prefetch::prefetch_ahead;
-use crate::quantized::format::interleaved::{BlockQ4_0x8, BlockQ5_0x8, BlockQ8_0x8, XRow, ROWS};
+use crate::quantized::format::interleaved::{
+    BlockIQ4NLx8, BlockQ4_0x8, BlockQ5_0x8, BlockQ8_0x8, XRow, ROWS,
+};
+use crate::quantized::format::IQ4NL_VALUES;
 use std::arch::x86_64::*;
 
 /// A repacked block's eight steps of unsigned levels.
@@ -97,6 +100,34 @@ impl Expand for BlockQ8_0x8 {
                 let q = _mm256_loadu_si256(self.qs.as_ptr().add(32 * t) as *const __m256i);
                 _mm256_xor_si256(q, flip)
             })
+        }
+    }
+
+    fn scales(&self) -> &[half::f16; ROWS] {
+        &self.d
+    }
+}
+
+/// IQ4_NL's table, in both 128-bit lanes, for `shuffle_epi8` lookups.
+///
+/// # Safety
+/// AVX2 must be enabled in the caller.
+#[inline(always)]
+unsafe fn iq4nl_table() -> __m256i {
+    // SAFETY: the table is 16 bytes; the caller enables AVX2.
+    unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(IQ4NL_VALUES.as_ptr() as *const __m128i)) }
+}
+
+impl Expand for BlockIQ4NLx8 {
+    const OFFSET: i32 = 128;
+
+    /// The table levels `+ 128`, for the GEMM panels (decode looks them up in `step`).
+    #[inline(always)]
+    unsafe fn expand(&self) -> [__m256i; 8] {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            let (table, flip) = (iq4nl_table(), _mm256_set1_epi8(i8::MIN));
+            nibble_steps(&self.qs).map(|n| _mm256_xor_si256(_mm256_shuffle_epi8(table, n), flip))
         }
     }
 
@@ -201,63 +232,111 @@ macro_rules! unsigned_block_dot {
 }
 unsigned_block_dot!(BlockQ4_0x8, BlockQ5_0x8);
 
-/// Q8_0's levels stay signed (`u = q + 128` would overflow `maddubs`' pair sums): `maddubs`
-/// takes `|q|` as its unsigned operand and the broadcast activation bytes carrying `q`'s sign
-/// (`sign_epi8`), so every pair sum stays within 2 · 128 · 127 (a level of -128 gives `|q|` =
-/// 0x80, read unsigned as 128; activation levels are within ±127, so negating them is exact).
-/// The sums are `Σ q·x` itself, the integers `dot_scalar` reaches through
-/// `Σ (q + 128)·x - 128 · Σ x`.
-impl BlockDot for BlockQ8_0x8 {
-    /// The signed levels and their absolute values, step by step.
-    type Levels = ([__m256i; 8], [__m256i; 8]);
+/// A repacked block whose levels are signed bytes, step by step.
+trait SignedSteps: Expand {
+    /// The signed levels of step `t`.
+    ///
+    /// # Safety
+    /// AVX2 must be enabled in the caller; `t < 8`.
+    unsafe fn step(&self, t: usize) -> __m256i;
+}
 
+impl SignedSteps for BlockQ8_0x8 {
     #[inline(always)]
-    unsafe fn levels(&self) -> Self::Levels {
-        // SAFETY: the caller enables AVX2; load `t` reads bytes `32t..32t + 32` of the 256.
-        unsafe {
-            let q: [__m256i; 8] = std::array::from_fn(|t| {
-                _mm256_loadu_si256(self.qs.as_ptr().add(32 * t) as *const __m256i)
-            });
-            (q, q.map(|q| _mm256_sign_epi8(q, q)))
-        }
+    unsafe fn step(&self, t: usize) -> __m256i {
+        // SAFETY: the caller enables AVX2; the load reads bytes `32t..32t + 32` of the 256.
+        unsafe { _mm256_loadu_si256(self.qs.as_ptr().add(32 * t) as *const __m256i) }
     }
+}
 
+impl SignedSteps for BlockIQ4NLx8 {
     #[inline(always)]
-    unsafe fn sums((q, q_abs): &Self::Levels, x: *const i8, _sum: i32) -> __m256i {
-        // SAFETY: forwarded from the caller.
+    unsafe fn step(&self, t: usize) -> __m256i {
+        // SAFETY: the caller enables AVX2; the load reads bytes `32 (t % 4)..` + 32 of the 128.
         unsafe {
-            let ones = _mm256_set1_epi16(1);
-            let mut s = _mm256_setzero_si256();
-            for t in 0..8 {
-                let pairs = _mm256_maddubs_epi16(q_abs[t], _mm256_sign_epi8(x4(x, t), q[t]));
-                s = _mm256_add_epi32(s, _mm256_madd_epi16(pairs, ones));
-            }
-            s
-        }
-    }
-
-    /// Step by step across the activation rows: only one step's levels are live at a time,
-    /// so the `C` sums and the levels fit the sixteen registers (all sixteen vectors of
-    /// levels held across the rows spill).
-    #[inline(always)]
-    unsafe fn sums_many<const C: usize>(&self, x: [*const i8; C], _: [i32; C]) -> [__m256i; C] {
-        // SAFETY: the caller enables AVX2 and makes every `x[c]` readable for 32 bytes; load
-        // `t` reads bytes `32t..32t + 32` of the block's 256.
-        unsafe {
-            let ones = _mm256_set1_epi16(1);
-            let mut s = [_mm256_setzero_si256(); C];
-            for t in 0..8 {
-                let q = _mm256_loadu_si256(self.qs.as_ptr().add(32 * t) as *const __m256i);
-                let q_abs = _mm256_sign_epi8(q, q);
-                for c in 0..C {
-                    let pairs = _mm256_maddubs_epi16(q_abs, _mm256_sign_epi8(x4(x[c], t), q));
-                    s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(pairs, ones));
-                }
-            }
-            s
+            let raw = _mm256_loadu_si256(self.qs.as_ptr().add(32 * (t % 4)) as *const __m256i);
+            let nibble = if t < 4 {
+                raw
+            } else {
+                _mm256_srli_epi16::<4>(raw)
+            };
+            _mm256_shuffle_epi8(
+                iq4nl_table(),
+                _mm256_and_si256(nibble, _mm256_set1_epi8(15)),
+            )
         }
     }
 }
+
+/// Signed levels (Q8_0's bytes, IQ4_NL's looked-up table values) stay signed: `u = q + 128`
+/// would overflow `maddubs`' pair sums. `maddubs` takes `|q|` as its unsigned operand and the
+/// broadcast activation bytes carrying `q`'s sign (`sign_epi8`), so every pair sum stays
+/// within 2 · 128 · 127 (a level of -128 gives `|q|` = 0x80, read unsigned as 128; activation
+/// levels are within ±127, so negating them is exact). The sums are `Σ q·x` itself, the
+/// integers `dot_scalar` reaches through `Σ (q + 128)·x - 128 · Σ x`.
+macro_rules! signed_block_dot {
+    ($($x8:ty),+) => {$(
+        impl BlockDot for $x8 {
+            /// The signed levels and their absolute values, step by step.
+            type Levels = ([__m256i; 8], [__m256i; 8]);
+
+            #[inline(always)]
+            unsafe fn levels(&self) -> Self::Levels {
+                // SAFETY: forwarded from the caller.
+                unsafe {
+                    let mut q = [_mm256_setzero_si256(); 8];
+                    for (t, q) in q.iter_mut().enumerate() {
+                        *q = self.step(t);
+                    }
+                    (q, q.map(|q| _mm256_sign_epi8(q, q)))
+                }
+            }
+
+            #[inline(always)]
+            unsafe fn sums((q, q_abs): &Self::Levels, x: *const i8, _sum: i32) -> __m256i {
+                // SAFETY: forwarded from the caller.
+                unsafe {
+                    let ones = _mm256_set1_epi16(1);
+                    let mut s = _mm256_setzero_si256();
+                    for t in 0..8 {
+                        let pairs =
+                            _mm256_maddubs_epi16(q_abs[t], _mm256_sign_epi8(x4(x, t), q[t]));
+                        s = _mm256_add_epi32(s, _mm256_madd_epi16(pairs, ones));
+                    }
+                    s
+                }
+            }
+
+            /// Step by step across the activation rows: only one step's levels are live at a
+            /// time, so the `C` sums and the levels fit the sixteen registers (all sixteen
+            /// vectors of levels held across the rows spill).
+            #[inline(always)]
+            unsafe fn sums_many<const C: usize>(
+                &self,
+                x: [*const i8; C],
+                _: [i32; C],
+            ) -> [__m256i; C] {
+                // SAFETY: the caller enables AVX2 and makes every `x[c]` readable for 32
+                // bytes; `step` reads inside the block.
+                unsafe {
+                    let ones = _mm256_set1_epi16(1);
+                    let mut s = [_mm256_setzero_si256(); C];
+                    for t in 0..8 {
+                        let q = self.step(t);
+                        let q_abs = _mm256_sign_epi8(q, q);
+                        for c in 0..C {
+                            let pairs =
+                                _mm256_maddubs_epi16(q_abs, _mm256_sign_epi8(x4(x[c], t), q));
+                            s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(pairs, ones));
+                        }
+                    }
+                    s
+                }
+            }
+        }
+    )+};
+}
+signed_block_dot!(BlockQ8_0x8, BlockIQ4NLx8);
 
 /// `[c][r]` = row `r` times activation row `c`; the same floats as `dot_scalar` (the same
 /// integer block sums, then one fused multiply-add per block and row).

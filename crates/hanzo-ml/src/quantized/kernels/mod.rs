@@ -77,7 +77,7 @@ macro_rules! portable {
         impl Kernels for $block {}
     )*};
 }
-portable!(f32, BlockQ8_1, BlockQ2K, BlockQ3K);
+portable!(f32, BlockQ8_1);
 portable!(
     BlockIQ2XXS,
     BlockIQ2XS,
@@ -87,7 +87,7 @@ portable!(
     BlockIQ1S,
     BlockIQ1M
 );
-portable!(BlockIQ4XS, BlockTQ1_0, BlockTQ2_0);
+portable!(BlockTQ1_0, BlockTQ2_0);
 
 impl QuantizeRow for BlockQ4_1 {}
 impl Kernels for BlockQ4_1 {
@@ -129,19 +129,25 @@ tiled!(BlockQ8_0, pick_q8_0, tile_q8_0);
 tiled!(BlockQ4K, pick_q4k, tile_q4k);
 tiled!(BlockQ5K, pick_q5k, tile_q5k);
 tiled!(BlockQ6K, pick_q6k, tile_q6k);
+tiled!(BlockQ2K, pick_q2k, tile_q2k);
+tiled!(BlockQ3K, pick_q3k, tile_q3k);
 tiled!(BlockIQ4NL, pick_iq4nl, tile_iq4nl);
+tiled!(BlockIQ4XS, pick_iq4xs, tile_iq4xs);
 tiled!(BlockMXFP4, pick_mxfp4, tile_mxfp4);
 tiled!(HalfF16, pick_f16, tile_f16);
 tiled!(HalfBF16, pick_bf16, tile_bf16);
 impl QuantizeRow for HalfF16 {}
 impl QuantizeRow for HalfBF16 {}
 impl QuantizeRow for BlockIQ4NL {}
+impl QuantizeRow for BlockIQ4XS {}
 impl QuantizeRow for BlockMXFP4 {}
 impl QuantizeRow for BlockQ4_0 {}
 impl QuantizeRow for BlockQ5_0 {}
 impl QuantizeRow for BlockQ4K {}
 impl QuantizeRow for BlockQ5K {}
 impl QuantizeRow for BlockQ6K {}
+impl QuantizeRow for BlockQ2K {}
+impl QuantizeRow for BlockQ3K {}
 impl QuantizeRow for BlockQ8_0 {
     fn quantize_row() -> QuantizeFn<Self> {
         pick_quantize_q8_0()
@@ -277,11 +283,18 @@ tile_picker!(pick_q5k, pick_q5k_for, tile_q5k, tile_q5k_for, BlockQ5K, q5k_tile,
 tile_picker!(pick_q6k, pick_q6k_for, tile_q6k, tile_q6k_for, BlockQ6K, q6k_tile,
     ["x86_64" Avx512 => avx512, "x86_64" Avx2 => avx2, "aarch64" Neon => neon,
      "wasm32" + "simd128" Simd128 => simd128]);
+// Q2_K and Q3_K: the AVX2 tile at every x86 level (no wider form yet).
+tile_picker!(pick_q2k, pick_q2k_for, tile_q2k, tile_q2k_for, BlockQ2K, q2k_tile,
+    ["x86_64" Avx2 => avx2]);
+tile_picker!(pick_q3k, pick_q3k_for, tile_q3k, tile_q3k_for, BlockQ3K, q3k_tile,
+    ["x86_64" Avx2 => avx2]);
 // The table-lookup types run the AVX2 tile at every x86 level (an AVX-512 CPU may lack
 // AVX-VNNI, and they have no AVX-512 form yet).
 tile_picker!(pick_iq4nl, pick_iq4nl_for, tile_iq4nl, tile_iq4nl_for, BlockIQ4NL, iq4nl_tile,
     ["x86_64" Avx2 => avx2, "aarch64" Neon => neon,
      "wasm32" + "simd128" Simd128 => simd128]);
+tile_picker!(pick_iq4xs, pick_iq4xs_for, tile_iq4xs, tile_iq4xs_for, BlockIQ4XS, iq4xs_tile,
+    ["x86_64" Avx2 => avx2]);
 tile_picker!(pick_mxfp4, pick_mxfp4_for, tile_mxfp4, tile_mxfp4_for, BlockMXFP4, mxfp4_tile,
     ["x86_64" Avx2 => avx2, "aarch64" Neon => neon,
      "wasm32" + "simd128" Simd128 => simd128]);
@@ -391,7 +404,10 @@ mod tests {
         check_type::<BlockQ4K>(tile_q4k_for, tile_q4k_for, pick_q4k_for);
         check_type::<BlockQ5K>(tile_q5k_for, tile_q5k_for, pick_q5k_for);
         check_type::<BlockQ6K>(tile_q6k_for, tile_q6k_for, pick_q6k_for);
+        check_type::<BlockQ2K>(tile_q2k_for, tile_q2k_for, pick_q2k_for);
+        check_type::<BlockQ3K>(tile_q3k_for, tile_q3k_for, pick_q3k_for);
         check_type::<BlockIQ4NL>(tile_iq4nl_for, tile_iq4nl_for, pick_iq4nl_for);
+        check_type::<BlockIQ4XS>(tile_iq4xs_for, tile_iq4xs_for, pick_iq4xs_for);
         check_type::<BlockMXFP4>(tile_mxfp4_for, tile_mxfp4_for, pick_mxfp4_for);
         check_type::<HalfF16>(tile_f16_for, tile_f16_for, pick_f16_for);
         check_type::<HalfBF16>(tile_bf16_for, tile_bf16_for, pick_bf16_for);
@@ -416,6 +432,100 @@ mod tests {
         }
         check::<BlockQ4_1>(pick_q4_1());
         check::<BlockQ5_1>(pick_q5_1());
+    }
+
+    /// Blocks of random bytes (every scale, min, sign and level pattern the format can hold,
+    /// scales then set to ±1 so nothing overflows f16) against Q8_K activations of random
+    /// levels in [-128, 127], through every tile shape at every level.
+    #[test]
+    fn k_quant_tiles_match_the_scalar_dot_on_random_bit_patterns() {
+        fn random_bytes<T: bytemuck::Pod>(n: usize, seed: u64) -> Vec<T> {
+            let mut s = seed | 1;
+            let mut out = vec![<T as bytemuck::Zeroable>::zeroed(); n];
+            for b in bytemuck::cast_slice_mut::<T, u8>(&mut out) {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                *b = (s >> 32) as u8;
+            }
+            out
+        }
+        fn check<B: GgmlBlock<Dot = BlockQ8K>>(
+            fix: fn(&mut B, f32),
+            tile_for: fn(Isa) -> Option<TileFn<B, 2, 4>>,
+            rows_for: fn(Isa) -> Option<TileFn<B, 4, 1>>,
+        ) {
+            let nb = 3;
+            let w: Vec<Vec<B>> = (0..4)
+                .map(|r| {
+                    let mut w = random_bytes::<B>(nb, 7 + r);
+                    for (i, b) in w.iter_mut().enumerate() {
+                        fix(b, if (i + r as usize) % 2 == 0 { 1.0 } else { -1.0 });
+                    }
+                    w
+                })
+                .collect();
+            let x: Vec<Vec<BlockQ8K>> = (0..4)
+                .map(|c| {
+                    let mut x = random_bytes::<BlockQ8K>(nb, 91 + c);
+                    for b in &mut x {
+                        b.d = 0.5;
+                        for g in 0..16 {
+                            b.bsums[g] = b.qs[16 * g..16 * g + 16].iter().map(|&q| q as i16).sum();
+                        }
+                    }
+                    x
+                })
+                .collect();
+            for isa in Isa::ALL.into_iter().filter(|isa| isa.supported()) {
+                let want = |r: usize, c: usize| B::vec_dot_scalar(&w[r], &x[c]);
+                let close = |got: f32, want: f32| {
+                    let tol = tolerance(isa, nb * 256, want);
+                    assert!(
+                        (got - want).abs() <= tol,
+                        "{} {isa:?}: {got} vs {want}",
+                        B::DTYPE
+                    );
+                };
+                if let Some(tile) = tile_for(isa) {
+                    let got = tile([&w[0], &w[1]], std::array::from_fn(|c| &x[c][..]));
+                    for (r, row) in got.iter().enumerate() {
+                        for (c, &g) in row.iter().enumerate() {
+                            close(g, want(r, c));
+                        }
+                    }
+                }
+                if let Some(rows) = rows_for(isa) {
+                    let got = rows(std::array::from_fn(|r| &w[r][..]), [&x[2]]);
+                    for (r, row) in got.iter().enumerate() {
+                        close(row[0], want(r, 2));
+                    }
+                }
+            }
+        }
+        use half::f16;
+        check::<BlockQ2K>(
+            |b, d| (b.d, b.dmin) = (f16::from_f32(d), f16::from_f32(-d)),
+            tile_q2k_for,
+            tile_q2k_for,
+        );
+        check::<BlockQ3K>(|b, d| b.d = f16::from_f32(d), tile_q3k_for, tile_q3k_for);
+        check::<BlockQ4K>(
+            |b, d| (b.d, b.dmin) = (f16::from_f32(d), f16::from_f32(d)),
+            tile_q4k_for,
+            tile_q4k_for,
+        );
+        check::<BlockQ5K>(
+            |b, d| (b.d, b.dmin) = (f16::from_f32(d), f16::from_f32(d)),
+            tile_q5k_for,
+            tile_q5k_for,
+        );
+        check::<BlockQ6K>(|b, d| b.d = f16::from_f32(d), tile_q6k_for, tile_q6k_for);
+        check::<BlockIQ4XS>(
+            |b, d| b.d = f16::from_f32(d),
+            tile_iq4xs_for,
+            tile_iq4xs_for,
+        );
     }
 
     /// Weights at the extremes of their range (Q8_0 at -128, which only foreign files hold)

@@ -27,8 +27,7 @@ pub struct Args {
     pub output: PathBuf,
     /// Target: a llama.cpp mixture (Q4_K_M, Q5_K_M, Q4_K_S, Q5_K_S, Q3_K_M, Q3_K_L, Q3_K_S,
     /// Q2_K, Q6_K, IQ4_XS) or a single type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, F16,
-    /// BF16, F32;
-    /// TQ1_0 and TQ2_0 for models trained ternary).
+    /// BF16, F32; TQ1_0 and TQ2_0 for models trained ternary).
     #[arg(long = "type", value_name = "TYPE")]
     pub qtype: String,
     /// Use the base type for every quantizable tensor (no mixture, no output-layer bump).

@@ -149,8 +149,25 @@ impl Recipe {
             "MXFP4" => "MXFP4_MOE".into(),
             _ => up,
         };
+        // llama-quantize's lattice types, which need a lattice search (and for IQ1/IQ2 an
+        // importance matrix) that this writer does not have.
+        const LATTICE: &[&str] = &[
+            "IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ3_XXS", "IQ3_XS", "IQ3_S",
+            "IQ3_M",
+        ];
         match RECIPES.iter().find(|r| r.name == up) {
             Some(r) => Ok(*r),
+            None if LATTICE.contains(&up.as_str()) => {
+                let imatrix = if up.starts_with("IQ3") {
+                    ""
+                } else {
+                    " and, as llama-quantize requires, an importance matrix (--imatrix)"
+                };
+                bail!(
+                    "writing {up} is not supported yet: it needs ggml's lattice search{imatrix}; \
+                     IQ4_XS, IQ4_NL and the k-quants can be written"
+                )
+            }
             None => {
                 let names: Vec<&str> = RECIPES.iter().map(|r| r.name).collect();
                 bail!(
@@ -352,6 +369,9 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("Q4_K_M"));
+        assert_eq!(Recipe::parse("iq4_xs").unwrap().file_type, 30);
+        let err = Recipe::parse("IQ2_XXS").unwrap_err().to_string();
+        assert!(err.contains("importance matrix"), "{err}");
     }
 
     #[test]

@@ -460,7 +460,14 @@ mod tests {
                 .map(|r| {
                     let mut w = random_bytes::<B>(nb, 7 + r);
                     for (i, b) in w.iter_mut().enumerate() {
-                        fix(b, if (i + r as usize) % 2 == 0 { 1.0 } else { -1.0 });
+                        fix(
+                            b,
+                            if (i + r as usize).is_multiple_of(2) {
+                                1.0
+                            } else {
+                                -1.0
+                            },
+                        );
                     }
                     w
                 })

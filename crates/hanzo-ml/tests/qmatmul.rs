@@ -138,14 +138,15 @@ fn qmatmul_matches_dequantized_matmul_for_every_type_and_odd_shapes() {
 }
 
 /// The types repacked eight rows at a time.
-const INTERLEAVED: [GgmlDType; 4] = [
+const INTERLEAVED: [GgmlDType; 5] = [
     GgmlDType::Q4_0,
+    GgmlDType::Q4_1,
     GgmlDType::Q5_0,
     GgmlDType::Q8_0,
     GgmlDType::IQ4NL,
 ];
 
-/// Q4_0/Q5_0/Q8_0/IQ4_NL repacked eight rows at a time (the decode kernel, the small-batch
+/// Q4_0/Q4_1/Q5_0/Q8_0/IQ4_NL repacked eight rows at a time (the decode kernel, the small-batch
 /// tiles of 4 and 1 activation rows, and the prefill panels from 16 rows on), against the same
 /// references.
 #[test]
@@ -227,7 +228,9 @@ fn repacking_waits_for_the_first_decode_product() {
 }
 
 /// The repacked form gives the row form's outputs to float rounding, through `forward_many`
-/// (one decode pass over several weights) as through `forward`.
+/// (one decode pass over several weights) as through `forward`. Q4_1 row by row takes Q8_1
+/// activations, whose block sum `d·Σq` is stored as an f16; repacked it takes the exact integer
+/// sum, so the two differ by that rounding of the min's term.
 #[test]
 fn interleaved_and_stored_rows_agree() {
     let (k, n) = (256, 64);
@@ -242,8 +245,9 @@ fn interleaved_and_stored_rows_agree() {
         for got in [packed.forward(&x).unwrap(), many[0].clone()] {
             let got = got.to_vec_flat::<f32>().unwrap();
             let scale = a.iter().fold(0f32, |s, v| s.max(v.abs()));
+            let tol = if dt == GgmlDType::Q4_1 { 1e-3 } else { 1e-5 };
             for (g, a) in got.iter().zip(&a) {
-                assert!((g - a).abs() <= 1e-5 * scale, "{dt}: {g} vs {a}");
+                assert!((g - a).abs() <= tol * scale, "{dt}: {g} vs {a}");
             }
         }
     }

@@ -8,7 +8,7 @@
 
 use super::cpu::interleaved::{self, Interleaved, RowGroups};
 use super::cpu::matvec::{self, matvec_many, Matvec, MatvecJob};
-use super::format::{BlockIQ4NL, BlockQ4_0, BlockQ5_0, BlockQ8_0, GgmlDType};
+use super::format::{BlockIQ4NL, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ8_0, GgmlDType};
 use super::QTensor;
 use crate::{DType, Error, Result, Tensor};
 use std::sync::{Arc, OnceLock};
@@ -46,7 +46,7 @@ impl Repacking {
             return Err(Error::invalid(
                 "QMatMul::interleave",
                 format!(
-                    "{} weight [{n}, {k}]: only Q4_0, Q5_0, Q8_0 and IQ4_NL weights of whole groups of {} rows are repacked",
+                    "{} weight [{n}, {k}]: only Q4_0, Q4_1, Q5_0, Q8_0 and IQ4_NL weights of whole groups of {} rows are repacked",
                     stored.dtype(),
                     super::format::interleaved::ROWS
                 ),
@@ -66,6 +66,7 @@ impl Repacking {
                 let (n, k) = (w.shape().dims()[0], w.shape().dims()[1]);
                 let packed: Box<dyn RowGroups> = match w.dtype() {
                     GgmlDType::Q4_0 => Box::new(Self::pack::<BlockQ4_0>(w, n, k)),
+                    GgmlDType::Q4_1 => Box::new(Self::pack::<BlockQ4_1>(w, n, k)),
                     GgmlDType::Q5_0 => Box::new(Self::pack::<BlockQ5_0>(w, n, k)),
                     GgmlDType::IQ4NL => Box::new(Self::pack::<BlockIQ4NL>(w, n, k)),
                     _ => Box::new(Self::pack::<BlockQ8_0>(w, n, k)),

@@ -130,8 +130,10 @@ impl<B: InterleavedKernels> Interleaved<B> {
         let (g, p) = (r / ROWS, r % ROWS);
         for (b, out) in self.group(g).iter().zip(out.chunks_exact_mut(32)) {
             let (u, d) = (B::unpack(b), B::scales(b)[p].to_f32());
+            let m = B::mins(b).map(|m| m[p].to_f32());
             for (j, o) in out.iter_mut().enumerate() {
-                *o = (u[j / 4][4 * p + j % 4] as i32 - B::OFFSET) as f32 * d;
+                let level = (u[j / 4][4 * p + j % 4] as i32 - B::OFFSET) as f32 * d;
+                *o = m.map_or(level, |m| level + m);
             }
         }
     }
@@ -181,9 +183,17 @@ impl<B: InterleavedKernels> Interleaved<B> {
             };
             let rows = &x[j..];
             j += match rows.len() {
-                8.. => put(&B::dot::<8>(ahead)(w, rows[..8].try_into().expect("eight"))),
-                4..=7 => put(&B::dot::<4>(ahead)(w, rows[..4].try_into().expect("four"))),
-                _ => put(&B::dot::<1>(ahead)(w, rows[..1].try_into().expect("one"))),
+                8.. => put(&B::dot::<8>()(
+                    w,
+                    rows[..8].try_into().expect("eight"),
+                    ahead,
+                )),
+                4..=7 => put(&B::dot::<4>()(
+                    w,
+                    rows[..4].try_into().expect("four"),
+                    ahead,
+                )),
+                _ => put(&B::dot::<1>()(w, rows[..1].try_into().expect("one"), ahead)),
             };
             ahead = Ahead::Nothing;
         }
@@ -196,9 +206,13 @@ impl<B: InterleavedKernels> Interleaved<B> {
         let (levels, _) = u.as_chunks_mut::<256>();
         for ((i, b), levels) in self.group(r0 / ROWS).iter().enumerate().zip(levels) {
             expand(b, levels);
+            // The panels compute `s·u − min` per group.
             for (r, d) in B::scales(b).iter().enumerate() {
                 scale[i * ROWS + r] = d.to_f32();
-                min[i * ROWS + r] = B::OFFSET as f32 * d.to_f32();
+                min[i * ROWS + r] = match B::mins(b) {
+                    Some(m) => -m[r].to_f32(),
+                    None => B::OFFSET as f32 * d.to_f32(),
+                };
             }
         }
     }
@@ -220,7 +234,8 @@ impl<B: InterleavedKernels> RowGroups for Interleaved<B> {
         Box::new(Job {
             w: self,
             x: Activations::new(x, 1, self.k),
-            dot: B::dot::<1>(Ahead::for_weight(self.streamed())),
+            dot: B::dot::<1>(),
+            ahead: Ahead::for_weight(self.streamed()),
         })
     }
     fn matmul(&self, x: &[f32], m: usize, panels: bool) -> Vec<f32> {
@@ -235,6 +250,7 @@ struct Job<'a, B: InterleavedKernels> {
     w: &'a Interleaved<B>,
     x: Activations,
     dot: DotFn<B, 1>,
+    ahead: Ahead,
 }
 
 impl<B: InterleavedKernels> MatvecJob for Job<'_, B> {
@@ -245,16 +261,17 @@ impl<B: InterleavedKernels> MatvecJob for Job<'_, B> {
     fn run(&self, r0: usize, out: &mut [f32]) {
         debug_assert!(r0.is_multiple_of(ROWS) && out.len().is_multiple_of(ROWS));
         for (g, y) in out.chunks_exact_mut(ROWS).enumerate() {
-            y.copy_from_slice(&(self.dot)(self.w.group(r0 / ROWS + g), &[self.x.row(0)])[0]);
+            let w = self.w.group(r0 / ROWS + g);
+            y.copy_from_slice(&(self.dot)(w, &[self.x.row(0)], self.ahead)[0]);
         }
     }
 }
 
-/// Whether a `dtype` weight of `n` rows by `k` can be repacked: Q4_0, Q5_0, Q8_0 or IQ4_NL, in
-/// whole groups of eight rows.
+/// Whether a `dtype` weight of `n` rows by `k` can be repacked: Q4_0, Q4_1, Q5_0, Q8_0 or
+/// IQ4_NL, in whole groups of eight rows.
 pub(crate) fn fits(dtype: GgmlDType, n: usize, k: usize) -> bool {
     use GgmlDType as T;
-    matches!(dtype, T::Q4_0 | T::Q5_0 | T::Q8_0 | T::IQ4NL)
+    matches!(dtype, T::Q4_0 | T::Q4_1 | T::Q5_0 | T::Q8_0 | T::IQ4NL)
         && n.is_multiple_of(ROWS)
         && k.is_multiple_of(32)
 }
@@ -270,7 +287,7 @@ pub(crate) fn pays(dtype: GgmlDType, n: usize, k: usize) -> bool {
 mod tests {
     use super::*;
     use crate::quantized::format::interleaved::dot_scalar;
-    use crate::quantized::format::{BlockIQ4NL, BlockQ4_0, BlockQ5_0};
+    use crate::quantized::format::{BlockIQ4NL, BlockQ4_0, BlockQ4_1, BlockQ5_0};
     use half::f16;
     use rand::{Rng, SeedableRng};
 
@@ -301,6 +318,10 @@ mod tests {
             (false, true) => 0x80,
         });
         bytes[..2].copy_from_slice(&f16::ONE.to_le_bytes());
+        if B::DTYPE == GgmlDType::Q4_1 {
+            // Its min (bytes 2..4): zero, so the sums below are the levels' alone.
+            bytes[2..4].fill(0);
+        }
         // IQ4_NL's extreme indices give its table's ends (113 and -127), not 255 and 0.
         let level = match (top, B::DTYPE) {
             (true, GgmlDType::IQ4NL) => 113 + 128,
@@ -349,6 +370,7 @@ mod tests {
     #[test]
     fn repacking_keeps_every_level_and_scale() {
         round_trip::<BlockQ4_0>();
+        round_trip::<BlockQ4_1>();
         round_trip::<BlockQ5_0>();
         round_trip::<BlockQ8_0>();
         round_trip::<BlockIQ4NL>();
@@ -378,16 +400,16 @@ mod tests {
         let acts = Activations::new(&xs, 8, 32 * blocks);
         let all: [XRow; 8] = std::array::from_fn(|j| acts.row(j));
         assert_eq!(
-            B::dot::<8>(Ahead::Nothing)(&packed.blocks, &all),
+            B::dot::<8>()(&packed.blocks, &all, Ahead::Nothing),
             dot_scalar::<B, 8>(&packed.blocks, &all)
         );
         let rows: [XRow; 4] = std::array::from_fn(|j| acts.row(j));
         assert_eq!(
-            B::dot::<4>(Ahead::Cached)(&packed.blocks, &rows),
+            B::dot::<4>()(&packed.blocks, &rows, Ahead::Cached),
             dot_scalar::<B, 4>(&packed.blocks, &rows)
         );
         assert_eq!(
-            B::dot::<1>(Ahead::Streamed)(&packed.blocks, &[rows[1]]),
+            B::dot::<1>()(&packed.blocks, &[rows[1]], Ahead::Streamed),
             dot_scalar::<B, 1>(&packed.blocks, &[rows[1]])
         );
         // The extreme blocks alone: the exact integer sums, scaled by the activation scale.
@@ -416,6 +438,7 @@ mod tests {
     fn simd_kernels_equal_the_portable_one() {
         crate::cpu::features::test_kernels_at(Isa::Avx2, "interleaved dot kernels");
         kernels_agree::<BlockQ4_0>();
+        kernels_agree::<BlockQ4_1>();
         kernels_agree::<BlockQ5_0>();
         kernels_agree::<BlockQ8_0>();
         kernels_agree::<BlockIQ4NL>();

@@ -15,11 +15,14 @@
 //! Q8_0 takes the same layout with its levels kept signed (`BlockQ8_0x8`): `level + 128`
 //! would overflow `maddubs`' pair sums, so its kernel moves each weight's sign onto the
 //! broadcast activation instead. IQ4_NL stores Q4_0's nibble planes (`BlockIQ4NLx8`); its
-//! kernel looks the nibbles up in the level table and then proceeds as Q8_0's.
+//! kernel looks the nibbles up in the level table and then proceeds as Q8_0's. Q4_1 stores
+//! Q4_0's planes with its eight mins beside the scales (`BlockQ4_1x8`); the min comes in as
+//! `m · d_x · Σ x` per block and row, so its activations are Q8_0 too.
 //! docs/QUANTIZATION.md has the measurements behind the layout.
 
 use super::{
-    nibbles, nibbles_5, BlockIQ4NL, BlockQ4_0, BlockQ5_0, BlockQ8_0, GgmlBlock, IQ4NL_VALUES,
+    nibbles, nibbles_5, BlockIQ4NL, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ8_0, GgmlBlock,
+    IQ4NL_VALUES,
 };
 use half::f16;
 
@@ -65,7 +68,18 @@ pub struct BlockIQ4NLx8 {
     pub qs: [u8; 128],
 }
 
+/// Block `i` of eight consecutive rows of Q4_1: as `BlockQ4_0x8` with `u` the nibble itself,
+/// and each row's min `m` (element = `d · u + m`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct BlockQ4_1x8 {
+    pub d: [f16; ROWS],
+    pub m: [f16; ROWS],
+    pub qs: [u8; 128],
+}
+
 const _: () = assert!(std::mem::size_of::<BlockQ4_0x8>() == ROWS * 18);
+const _: () = assert!(std::mem::size_of::<BlockQ4_1x8>() == ROWS * 20);
 const _: () = assert!(std::mem::size_of::<BlockIQ4NLx8>() == ROWS * 18);
 const _: () = assert!(std::mem::size_of::<BlockQ5_0x8>() == ROWS * 22);
 const _: () = assert!(std::mem::size_of::<BlockQ8_0x8>() == ROWS * 34);
@@ -73,8 +87,10 @@ const _: () = assert!(std::mem::size_of::<BlockQ8_0x8>() == ROWS * 34);
 /// Unsigned levels of a repacked block: `[t][4r + b]` is level `4t + b` of row `r`.
 pub type Steps = [[u8; 32]; 8];
 
-/// A 32-element type with symmetric levels that can be stored eight rows at a time.
-pub trait Interleave: GgmlBlock<Dot = BlockQ8_0> {
+/// A 32-element type that can be stored eight rows at a time: element = `d · (u − OFFSET)`,
+/// plus the row's min where the type has one. Its interleaved products take Q8_0 activations
+/// whatever the type's own row-by-row partner.
+pub trait Interleave: GgmlBlock {
     type X8: bytemuck::Pod + Send + Sync + std::fmt::Debug;
     /// `u = level + OFFSET` is unsigned.
     const OFFSET: i32;
@@ -88,6 +104,10 @@ pub trait Interleave: GgmlBlock<Dot = BlockQ8_0> {
     /// The unsigned levels, by the portable code the SIMD expansion is checked against.
     fn unpack(b: &Self::X8) -> Steps;
     fn scales(b: &Self::X8) -> &[f16; ROWS];
+    /// The eight rows' mins, for the types that have them.
+    fn mins(_: &Self::X8) -> Option<&[f16; ROWS]> {
+        None
+    }
 }
 
 /// The interleaved nibble planes are the rows' own `qs` bytes, four at a time: byte `j < 16`
@@ -184,6 +204,32 @@ impl Interleave for BlockQ8_0 {
     }
 }
 
+impl Interleave for BlockQ4_1 {
+    type X8 = BlockQ4_1x8;
+    const OFFSET: i32 = 0;
+    const MAX_LEVEL: u8 = 15;
+
+    fn levels(&self) -> [u8; 32] {
+        nibbles(&self.qs)
+    }
+    fn pack(rows: [&Self; ROWS]) -> BlockQ4_1x8 {
+        BlockQ4_1x8 {
+            d: rows.map(|b| b.d),
+            m: rows.map(|b| b.m),
+            qs: interleave_qs(rows.map(|b| &b.qs)),
+        }
+    }
+    fn unpack(b: &BlockQ4_1x8) -> Steps {
+        std::array::from_fn(|t| std::array::from_fn(|p| nibble_of(&b.qs, t, p)))
+    }
+    fn scales(b: &BlockQ4_1x8) -> &[f16; ROWS] {
+        &b.d
+    }
+    fn mins(b: &BlockQ4_1x8) -> Option<&[f16; ROWS]> {
+        Some(&b.m)
+    }
+}
+
 impl Interleave for BlockIQ4NL {
     type X8 = BlockIQ4NLx8;
     const OFFSET: i32 = 128;
@@ -218,12 +264,13 @@ pub struct XRow<'a> {
 }
 
 /// The portable kernel; the SIMD ones give the same floats (the same integer block sums,
-/// then one fused multiply-add per block and row).
+/// then one fused multiply-add per block and row, and one more for a min).
 pub fn dot_scalar<B: Interleave, const C: usize>(w: &[B::X8], x: &[XRow; C]) -> [[f32; ROWS]; C] {
     let mut acc = [[0f32; ROWS]; C];
     for (i, b) in w.iter().enumerate() {
         let u = B::unpack(b);
         let d = B::scales(b).map(f16::to_f32);
+        let m = B::mins(b).map(|m| m.map(f16::to_f32));
         for (acc, x) in acc.iter_mut().zip(x) {
             let q = &x.q[i].qs;
             for (r, acc) in acc.iter_mut().enumerate() {
@@ -234,6 +281,9 @@ pub fn dot_scalar<B: Interleave, const C: usize>(w: &[B::X8], x: &[XRow; C]) -> 
                     }
                 }
                 *acc = (d[r] * x.d[i]).mul_add(s as f32, *acc);
+                if let Some(m) = m {
+                    *acc = (m[r] * x.d[i]).mul_add(x.sum[i] as f32, *acc);
+                }
             }
         }
     }

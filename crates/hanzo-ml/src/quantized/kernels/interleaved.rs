@@ -2,11 +2,14 @@
 //! instruction set has it (`interleaved_x86`), the portable ones of `format` otherwise.
 
 use crate::quantized::format::interleaved::{dot_scalar, Interleave, XRow, ROWS};
-use crate::quantized::format::{BlockIQ4NL, BlockQ4_0, BlockQ5_0, BlockQ8_0};
+use crate::quantized::format::{BlockIQ4NL, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ8_0};
 
-/// `[c][r]` = row `r` of a group (`w`, one block per 32 elements) times activation row `c`.
+/// `[c][r]` = row `r` of a group (`w`, one block per 32 elements) times activation row `c`,
+/// asking for what lies ahead of the blocks as the `Ahead` says. (A run-time argument rather
+/// than a kernel per choice: one copy of each kernel per row count keeps the binary small, and
+/// the branch per block is always taken the same way.)
 pub type DotFn<B, const C: usize> =
-    fn(&[<B as Interleave>::X8], &[XRow<'_>; C]) -> [[f32; ROWS]; C];
+    fn(&[<B as Interleave>::X8], &[XRow<'_>; C], Ahead) -> [[f32; ROWS]; C];
 
 /// `Interleave::unpack` into bytes (`[t][4r + b]` at `32t + 4r + b`).
 pub type ExpandFn<B> = fn(&<B as Interleave>::X8, &mut [u8; 256]);
@@ -36,8 +39,8 @@ impl Ahead {
 
 /// The kernels of one interleaved type at this process's instruction set.
 pub trait InterleavedKernels: Interleave {
-    /// The dot kernel for `C` activation rows, asking for what lies `ahead`.
-    fn dot<const C: usize>(ahead: Ahead) -> DotFn<Self, C>;
+    /// The dot kernel for `C` activation rows.
+    fn dot<const C: usize>() -> DotFn<Self, C>;
     /// The expansion of a block into its unsigned levels.
     fn expand() -> ExpandFn<Self>;
 }
@@ -49,25 +52,21 @@ fn portable_expand<B: Interleave>(b: &B::X8, out: &mut [u8; 256]) {
 macro_rules! interleaved_kernels {
     ($block:ty) => {
         impl InterleavedKernels for $block {
-            fn dot<const C: usize>(ahead: Ahead) -> DotFn<Self, C> {
+            fn dot<const C: usize>() -> DotFn<Self, C> {
                 #[cfg(target_arch = "x86_64")]
                 if super::has_avx2() {
-                    fn kernel<const C: usize, const FETCH: bool, const STREAMED: bool>(
+                    fn kernel<const C: usize>(
                         w: &[<$block as Interleave>::X8],
                         x: &[XRow; C],
+                        ahead: Ahead,
                     ) -> [[f32; ROWS]; C] {
                         // SAFETY: `has_avx2()` checked AVX2, FMA and F16C; the kernel asserts
                         // that every activation row has `w.len()` blocks.
-                        unsafe { super::interleaved_x86::dot::<_, C, FETCH, STREAMED>(w, x) }
+                        unsafe { super::interleaved_x86::dot::<_, C>(w, x, ahead) }
                     }
-                    return match ahead {
-                        Ahead::Nothing => kernel::<C, false, false>,
-                        Ahead::Cached => kernel::<C, true, false>,
-                        Ahead::Streamed => kernel::<C, true, true>,
-                    };
+                    return kernel::<C>;
                 }
-                let _ = ahead;
-                dot_scalar::<$block, C>
+                |w, x, _| dot_scalar::<$block, C>(w, x)
             }
 
             fn expand() -> ExpandFn<Self> {
@@ -85,6 +84,7 @@ macro_rules! interleaved_kernels {
     };
 }
 interleaved_kernels!(BlockQ4_0);
+interleaved_kernels!(BlockQ4_1);
 interleaved_kernels!(BlockQ5_0);
 interleaved_kernels!(BlockQ8_0);
 interleaved_kernels!(BlockIQ4NL);

@@ -3,9 +3,10 @@
 //! row, and `maddubs` against those 4 activation bytes broadcast advances all eight rows. One
 //! driver (`dot`) serves every type; `BlockDot` is each type's integer step.
 
+use super::interleaved::Ahead;
 use super::prefetch::prefetch_ahead;
 use crate::quantized::format::interleaved::{
-    BlockIQ4NLx8, BlockQ4_0x8, BlockQ5_0x8, BlockQ8_0x8, XRow, ROWS,
+    BlockIQ4NLx8, BlockQ4_0x8, BlockQ4_1x8, BlockQ5_0x8, BlockQ8_0x8, XRow, ROWS,
 };
 use crate::quantized::format::IQ4NL_VALUES;
 use std::arch::x86_64::*;
@@ -17,6 +18,10 @@ pub(super) trait Expand: bytemuck::Pod {
     /// AVX2 must be enabled in the caller.
     unsafe fn expand(&self) -> [__m256i; 8];
     fn scales(&self) -> &[half::f16; ROWS];
+    /// The rows' mins, for the types that have them.
+    fn mins(&self) -> Option<&[half::f16; ROWS]> {
+        None
+    }
 }
 
 /// The low four bits of all eight steps: step `p` in the low nibbles of `qs[32p..]`, step
@@ -49,6 +54,24 @@ impl Expand for BlockQ4_0x8 {
 
     fn scales(&self) -> &[half::f16; ROWS] {
         &self.d
+    }
+}
+
+impl Expand for BlockQ4_1x8 {
+    const OFFSET: i32 = 0;
+
+    #[inline(always)]
+    unsafe fn expand(&self) -> [__m256i; 8] {
+        // SAFETY: forwarded from the caller.
+        unsafe { nibble_steps(&self.qs) }
+    }
+
+    fn scales(&self) -> &[half::f16; ROWS] {
+        &self.d
+    }
+
+    fn mins(&self) -> Option<&[half::f16; ROWS]> {
+        Some(&self.m)
     }
 }
 
@@ -230,7 +253,7 @@ macro_rules! unsigned_block_dot {
         }
     )+};
 }
-unsigned_block_dot!(BlockQ4_0x8, BlockQ5_0x8);
+unsigned_block_dot!(BlockQ4_0x8, BlockQ4_1x8, BlockQ5_0x8);
 
 /// A repacked block whose levels are signed bytes, step by step.
 trait SignedSteps: Expand {
@@ -344,9 +367,10 @@ signed_block_dot!(BlockQ8_0x8, BlockIQ4NLx8);
 /// # Safety
 /// AVX2, FMA and F16C must be available; every `x[c]` has `w.len()` blocks.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn dot<B: BlockDot, const C: usize, const FETCH: bool, const STREAMED: bool>(
+pub(super) unsafe fn dot<B: BlockDot, const C: usize>(
     w: &[B],
     x: &[XRow; C],
+    ahead: Ahead,
 ) -> [[f32; ROWS]; C] {
     assert!(x
         .iter()
@@ -356,8 +380,11 @@ pub(super) unsafe fn dot<B: BlockDot, const C: usize, const FETCH: bool, const S
     unsafe {
         let mut acc = [_mm256_setzero_ps(); C];
         for (i, b) in w.iter().enumerate() {
-            if FETCH {
-                prefetch_ahead::<STREAMED>(b as *const B as *const u8, std::mem::size_of::<B>());
+            let at = b as *const B as *const u8;
+            match ahead {
+                Ahead::Nothing => {}
+                Ahead::Cached => prefetch_ahead::<false>(at, std::mem::size_of::<B>()),
+                Ahead::Streamed => prefetch_ahead::<true>(at, std::mem::size_of::<B>()),
             }
             let d = _mm256_cvtph_ps(_mm_loadu_si128(b.scales().as_ptr() as *const __m128i));
             let s = b.sums_many::<C>(
@@ -367,6 +394,15 @@ pub(super) unsafe fn dot<B: BlockDot, const C: usize, const FETCH: bool, const S
             for c in 0..C {
                 let scale = _mm256_mul_ps(d, _mm256_set1_ps(*x[c].d.get_unchecked(i)));
                 acc[c] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(s[c]), acc[c]);
+            }
+            if let Some(m) = b.mins() {
+                // The min times the activation block's sum, after the levels (as `dot_scalar`).
+                let m = _mm256_cvtph_ps(_mm_loadu_si128(m.as_ptr() as *const __m128i));
+                for c in 0..C {
+                    let dx = _mm256_set1_ps(*x[c].d.get_unchecked(i));
+                    let sum = _mm256_set1_ps(*x[c].sum.get_unchecked(i) as f32);
+                    acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(m, dx), sum, acc[c]);
+                }
             }
         }
         acc.map(|a| {

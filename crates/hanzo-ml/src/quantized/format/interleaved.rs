@@ -128,6 +128,11 @@ fn nibble_of(qs: &[u8; 128], t: usize, p: usize) -> u8 {
     (qs[32 * (t % 4) + p] >> (4 * (t / 4))) & 15
 }
 
+/// Every step's nibbles of interleaved nibble planes (Q4_0, Q4_1, IQ4_NL).
+fn nibble_steps(qs: &[u8; 128]) -> Steps {
+    std::array::from_fn(|t| std::array::from_fn(|p| nibble_of(qs, t, p)))
+}
+
 impl Interleave for BlockQ4_0 {
     type X8 = BlockQ4_0x8;
     const OFFSET: i32 = 8;
@@ -143,7 +148,7 @@ impl Interleave for BlockQ4_0 {
         }
     }
     fn unpack(b: &BlockQ4_0x8) -> Steps {
-        std::array::from_fn(|t| std::array::from_fn(|p| nibble_of(&b.qs, t, p)))
+        nibble_steps(&b.qs)
     }
     fn scales(b: &BlockQ4_0x8) -> &[f16; ROWS] {
         &b.d
@@ -220,7 +225,7 @@ impl Interleave for BlockQ4_1 {
         }
     }
     fn unpack(b: &BlockQ4_1x8) -> Steps {
-        std::array::from_fn(|t| std::array::from_fn(|p| nibble_of(&b.qs, t, p)))
+        nibble_steps(&b.qs)
     }
     fn scales(b: &BlockQ4_1x8) -> &[f16; ROWS] {
         &b.d
@@ -245,9 +250,7 @@ impl Interleave for BlockIQ4NL {
         }
     }
     fn unpack(b: &BlockIQ4NLx8) -> Steps {
-        std::array::from_fn(|t| {
-            std::array::from_fn(|p| IQ4NL_VALUES[nibble_of(&b.qs, t, p) as usize] as u8 ^ 0x80)
-        })
+        nibble_steps(&b.qs).map(|step| step.map(|i| IQ4NL_VALUES[i as usize] as u8 ^ 0x80))
     }
     fn scales(b: &BlockIQ4NLx8) -> &[f16; ROWS] {
         &b.d

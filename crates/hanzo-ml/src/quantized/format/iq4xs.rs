@@ -22,12 +22,21 @@ pub struct BlockIQ4XS {
 
 const _: () = assert!(std::mem::size_of::<BlockIQ4XS>() == 136);
 
+impl BlockIQ4XS {
+    /// The multiplier of group `g` (of 32), in [-32, 31]: its 6 bits stored +32, the low four
+    /// in `scales_l`, the top two in `scales_h`.
+    #[inline(always)]
+    pub fn group_mult(&self, g: usize) -> i32 {
+        let low = self.scales_l[g / 2] >> (4 * (g % 2)) & 15;
+        let high = (self.scales_h >> (2 * g) & 3) as u8;
+        (low | high << 4) as i32 - 32
+    }
+}
+
 fn iq4xs_levels(b: &BlockIQ4XS) -> Levels<32> {
     let mut out = Levels::new(b.d.to_f32());
     for ib in 0..QK_K / 32 {
-        let low = b.scales_l[ib / 2] >> (4 * (ib % 2)) & 15;
-        let high = (b.scales_h >> (2 * ib) & 3) as u8;
-        out.mult[ib] = (low | high << 4) as i32 - 32;
+        out.mult[ib] = b.group_mult(ib);
         let qs = &b.qs[16 * ib..16 * ib + 16];
         for (j, &q) in qs.iter().enumerate() {
             out.level[32 * ib + j] = IQ4NL_VALUES[(q & 15) as usize];

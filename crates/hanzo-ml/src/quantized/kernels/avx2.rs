@@ -275,9 +275,7 @@ pub unsafe fn iq4xs_tile<const R: usize, const C: usize>(
                 let b = &w[r][i];
                 let mut sumi = [_mm256_setzero_si256(); C];
                 for (g, qs) in b.qs.chunks_exact(16).enumerate() {
-                    let low = b.scales_l[g / 2] >> (4 * (g % 2)) & 15;
-                    let high = (b.scales_h >> (2 * g) & 3) as u8;
-                    let mult = _mm256_set1_epi16((low | high << 4) as i16 - 32);
+                    let mult = _mm256_set1_epi16(b.group_mult(g) as i16);
                     let q = _mm256_shuffle_epi8(table, nibbles_32(qs.try_into().unwrap()));
                     for c in 0..C {
                         let x = load256_i8(&xb[c].qs[32 * g..]);

@@ -89,19 +89,23 @@ portable!(
 );
 portable!(BlockTQ1_0, BlockTQ2_0);
 
-impl QuantizeRow for BlockQ4_1 {}
-impl Kernels for BlockQ4_1 {
-    fn vec_dot() -> VecDotFn<Self> {
-        pick_q4_1()
-    }
+/// Q4_1 and Q5_1: an AVX2 dot product (their decode on x86 runs from rows repacked eight at
+/// a time, `interleaved`), tiles on SIMD128.
+macro_rules! affine {
+    ($block:ty, $one:ident, $tile:ident) => {
+        impl QuantizeRow for $block {}
+        impl Kernels for $block {
+            fn vec_dot() -> VecDotFn<Self> {
+                $one()
+            }
+            fn tile<const R: usize, const C: usize>() -> Option<TileFn<Self, R, C>> {
+                $tile::<R, C>()
+            }
+        }
+    };
 }
-
-impl QuantizeRow for BlockQ5_1 {}
-impl Kernels for BlockQ5_1 {
-    fn vec_dot() -> VecDotFn<Self> {
-        pick_q5_1()
-    }
-}
+affine!(BlockQ4_1, pick_q4_1, tile_q4_1);
+affine!(BlockQ5_1, pick_q5_1, tile_q5_1);
 
 impl QuantizeRow for BlockQ8K {
     fn quantize_row() -> QuantizeFn<Self> {
@@ -303,8 +307,13 @@ tile_picker!(pick_f16, pick_f16_for, tile_f16, tile_f16_for, HalfF16, f16_tile,
     ["x86_64" Avx2 => float_x86]);
 tile_picker!(pick_bf16, pick_bf16_for, tile_bf16, tile_bf16_for, HalfBF16, bf16_tile,
     ["x86_64" Avx2 => float_x86]);
+// Q4_1 and Q5_1: tiles on SIMD128 only; `picker!`'s dot on AVX2 and SIMD128.
+tile_picker!(tile_q4_1_one, tile_q4_1_one_for, tile_q4_1, tile_q4_1_for, BlockQ4_1, q4_1_tile,
+    ["wasm32" + "simd128" Simd128 => simd128]);
+tile_picker!(tile_q5_1_one, tile_q5_1_one_for, tile_q5_1, tile_q5_1_for, BlockQ5_1, q5_1_tile,
+    ["wasm32" + "simd128" Simd128 => simd128]);
 picker!(pick_q4_1, BlockQ4_1, q4_1_q8_1, q4_1_q8_1);
-picker!(pick_q5_1, BlockQ5_1, q5_1_q8_1);
+picker!(pick_q5_1, BlockQ5_1, q5_1_q8_1, q5_1_q8_1);
 
 #[cfg(test)]
 mod tests {
@@ -401,6 +410,8 @@ mod tests {
         check_type::<BlockQ4_0>(tile_q4_0_for, tile_q4_0_for, pick_q4_0_for);
         check_type::<BlockQ5_0>(tile_q5_0_for, tile_q5_0_for, pick_q5_0_for);
         check_type::<BlockQ8_0>(tile_q8_0_for, tile_q8_0_for, pick_q8_0_for);
+        check_type::<BlockQ4_1>(tile_q4_1_for, tile_q4_1_for, tile_q4_1_one_for);
+        check_type::<BlockQ5_1>(tile_q5_1_for, tile_q5_1_for, tile_q5_1_one_for);
         check_type::<BlockQ4K>(tile_q4k_for, tile_q4k_for, pick_q4k_for);
         check_type::<BlockQ5K>(tile_q5k_for, tile_q5k_for, pick_q5k_for);
         check_type::<BlockQ6K>(tile_q6k_for, tile_q6k_for, pick_q6k_for);

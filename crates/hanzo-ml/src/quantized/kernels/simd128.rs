@@ -1,4 +1,4 @@
-//! WebAssembly SIMD128: the Q4_0/Q4_1/Q5_0/Q8_0, IQ4_NL/MXFP4 and Q4_K/Q5_K/Q6_K kernels, in
+//! WebAssembly SIMD128: the Q4_0/Q4_1/Q5_0/Q5_1/Q8_0, IQ4_NL/MXFP4 and Q4_K/Q5_K/Q6_K kernels, in
 //! a build compiled with the `simd128` target feature (see `cpu::simd::simd128`). Signed
 //! bytes widen to i16 and `i32x4.dot_i16x8_s` sums their products in pairs into i32 lanes,
 //! which is exact; each block's integer sum is then scaled in f32 by the scalar dot's own
@@ -25,6 +25,22 @@ fn f16_to_f32(h: half::f16) -> f32 {
         f32::from_bits(em << 13) * f32::from_bits(0x7780_0000)
     };
     f32::from_bits(v.to_bits() | ((h & 0x8000) << 16))
+}
+
+/// `f16_to_f32` of four values at once, bit for bit the same.
+#[inline(always)]
+fn f16x4_to_f32(h: [half::f16; 4]) -> v128 {
+    let h = h.map(|h| h.to_bits() as u32);
+    let h = u32x4(h[0], h[1], h[2], h[3]);
+    let em = v128_and(h, u32x4_splat(0x7fff));
+    let shifted = i32x4_shl(em, 13);
+    let finite = f32x4_mul(shifted, f32x4_splat(f32::from_bits(0x7780_0000)));
+    let special = v128_or(shifted, u32x4_splat(0x7f80_0000));
+    // Infinities and NaNs: `shifted` read as an f32 is at least 0x7c00 << 13 read as one (a
+    // float compare, which engines lower to one instruction, where an unsigned one takes three).
+    let is_special = f32x4_ge(shifted, f32x4_splat(f32::from_bits(0x7c00 << 13)));
+    let v = v128_bitselect(special, finite, is_special);
+    v128_or(v, i32x4_shl(v128_and(h, u32x4_splat(0x8000)), 16))
 }
 
 #[inline(always)]
@@ -83,60 +99,275 @@ fn hsum4(v: [v128; 4]) -> v128 {
     )
 }
 
+/// A 32-level weight block of the legacy and table types, as the SIMD128 tiles read it: its
+/// levels as signed bytes, its scale (and min) as the scalar dot converts them. Per block, the
+/// scalar dot adds `(scale · d_x) · Σ levels·x`, plus `min · s_x` for the types with a min
+/// (Q4_1, Q5_1), to a running sum; every tile here adds the same terms in the same order.
+trait Legacy32: GgmlBlock<Dot: Act32> {
+    const HAS_MIN: bool = false;
+    fn levels(&self) -> Levels;
+    fn scale(&self) -> f32;
+    /// Four blocks' scales, one per lane.
+    fn scales(b: [&Self; 4]) -> v128 {
+        f32x4(b[0].scale(), b[1].scale(), b[2].scale(), b[3].scale())
+    }
+    fn min(&self) -> f32 {
+        0.0
+    }
+    fn mins(b: [&Self; 4]) -> v128 {
+        f32x4(b[0].min(), b[1].min(), b[2].min(), b[3].min())
+    }
+}
+
+/// Q8_0 and Q8_1 activation blocks: levels, f16 scale and (Q8_1) f16 sum.
+trait Act32 {
+    fn qs(&self) -> &[i8; 32];
+    fn d(&self) -> half::f16;
+    fn s(&self) -> half::f16;
+}
+
+impl Act32 for BlockQ8_0 {
+    fn qs(&self) -> &[i8; 32] {
+        &self.qs
+    }
+    fn d(&self) -> half::f16 {
+        self.d
+    }
+    fn s(&self) -> half::f16 {
+        unreachable!("Q8_0 carries no sum")
+    }
+}
+
+impl Act32 for BlockQ8_1 {
+    fn qs(&self) -> &[i8; 32] {
+        &self.qs
+    }
+    fn d(&self) -> half::f16 {
+        self.d
+    }
+    fn s(&self) -> half::f16 {
+        self.s
+    }
+}
+
+/// x's 32 levels widened to i16 once, shared by every weight row of a decode tile.
 #[inline(always)]
-fn legacy_tile<B, const R: usize, const C: usize>(
+fn widen(x: Levels) -> [v128; 4] {
+    [
+        i16x8_extend_low_i8x16(x.0),
+        i16x8_extend_high_i8x16(x.0),
+        i16x8_extend_low_i8x16(x.1),
+        i16x8_extend_high_i8x16(x.1),
+    ]
+}
+
+/// Σ w·x over a block whose x is already widened, in four i32 lanes (exact).
+#[inline(always)]
+fn dot_widened(w: Levels, x: &[v128; 4]) -> v128 {
+    let a = i32x4_dot_i16x8(i16x8_extend_low_i8x16(w.0), x[0]);
+    let b = i32x4_dot_i16x8(i16x8_extend_high_i8x16(w.0), x[1]);
+    let c = i32x4_dot_i16x8(i16x8_extend_low_i8x16(w.1), x[2]);
+    let d = i32x4_dot_i16x8(i16x8_extend_high_i8x16(w.1), x[3]);
+    i32x4_add(i32x4_add(a, b), i32x4_add(c, d))
+}
+
+/// Four rows against one activation row, each row's running sum in one lane. The lanes are
+/// rows, so the per-block terms (scales, mins, integer sums) are vectors across rows and the
+/// one cross-lane step per block, `hsum4`, serves all four.
+#[inline(always)]
+fn four_rows<B: Legacy32>(w: [&[B]; 4], x: &[B::Dot]) -> v128 {
+    let w = w.map(|w| &w[..x.len()]);
+    let mut sums = f32x4_splat(0.0);
+    for (i, xb) in x.iter().enumerate() {
+        let b = [&w[0][i], &w[1][i], &w[2][i], &w[3][i]];
+        let xw = widen(load_i8(xb.qs()));
+        let ints = f32x4_convert_i32x4(hsum4([
+            dot_widened(b[0].levels(), &xw),
+            dot_widened(b[1].levels(), &xw),
+            dot_widened(b[2].levels(), &xw),
+            dot_widened(b[3].levels(), &xw),
+        ]));
+        let scale = f32x4_mul(B::scales(b), f32x4_splat(f16_to_f32(xb.d())));
+        let mut term = f32x4_mul(scale, ints);
+        if B::HAS_MIN {
+            let min = f32x4_mul(B::mins(b), f32x4_splat(f16_to_f32(xb.s())));
+            term = f32x4_add(term, min);
+        }
+        sums = f32x4_add(sums, term);
+    }
+    sums
+}
+
+/// One row against four activation rows, each column's running sum in one lane (the prefill
+/// tile's form of `four_rows`).
+#[inline(always)]
+fn four_columns<B: Legacy32>(w: &[B], x: [&[B::Dot]; 4]) -> v128 {
+    let x = x.map(|x| &x[..w.len()]);
+    let mut sums = f32x4_splat(0.0);
+    for (i, b) in w.iter().enumerate() {
+        let xb = [&x[0][i], &x[1][i], &x[2][i], &x[3][i]];
+        let q = b.levels();
+        let ints = f32x4_convert_i32x4(hsum4(xb.map(|xb| {
+            let xq = load_i8(xb.qs());
+            i32x4_add(dot16_lanes(q.0, xq.0), dot16_lanes(q.1, xq.1))
+        })));
+        let xd = f16x4_to_f32(xb.map(|xb| xb.d()));
+        let mut term = f32x4_mul(f32x4_mul(f32x4_splat(b.scale()), xd), ints);
+        if B::HAS_MIN {
+            let xs = f16x4_to_f32(xb.map(|xb| xb.s()));
+            term = f32x4_add(term, f32x4_mul(f32x4_splat(b.min()), xs));
+        }
+        sums = f32x4_add(sums, term);
+    }
+    sums
+}
+
+fn lanes(v: v128) -> [f32; 4] {
+    [
+        f32x4_extract_lane::<0>(v),
+        f32x4_extract_lane::<1>(v),
+        f32x4_extract_lane::<2>(v),
+        f32x4_extract_lane::<3>(v),
+    ]
+}
+
+#[inline(always)]
+fn legacy_tile<B: Legacy32, const R: usize, const C: usize>(
     w: [&[B]; R],
-    x: [&[BlockQ8_0]; C],
-    levels: impl Fn(&B) -> (Levels, f32),
+    x: [&[B::Dot]; C],
 ) -> [[f32; C]; R] {
     check_tile!(w, x);
     let mut acc = [[0f32; C]; R];
     if C == 1 && R.is_multiple_of(4) {
-        // A decode product: four rows at a time share one cross-lane sum and keep their
-        // running sums in the lanes of one vector. Each lane computes what the scalar dot
-        // does for its row, (d_w * d_x) * sum added block by block, so the bits are the same.
         for g in (0..R).step_by(4) {
-            let mut sums = f32x4_splat(0.0);
-            for i in 0..x[0].len() {
-                let xq = load_i8(&x[0][i].qs);
-                let xd = f32x4_splat(f16_to_f32(x[0][i].d));
-                let mut d = [0f32; 4];
-                let dots: [v128; 4] = std::array::from_fn(|k| {
-                    let (q, dk) = levels(&w[g + k][i]);
-                    d[k] = dk;
-                    i32x4_add(dot16_lanes(q.0, xq.0), dot16_lanes(q.1, xq.1))
-                });
-                let ints = f32x4_convert_i32x4(hsum4(dots));
-                let scale = f32x4_mul(f32x4(d[0], d[1], d[2], d[3]), xd);
-                sums = f32x4_add(sums, f32x4_mul(scale, ints));
+            let sums = lanes(four_rows(std::array::from_fn(|k| w[g + k]), x[0]));
+            for k in 0..4 {
+                acc[g + k][0] = sums[k];
             }
-            acc[g][0] = f32x4_extract_lane::<0>(sums);
-            acc[g + 1][0] = f32x4_extract_lane::<1>(sums);
-            acc[g + 2][0] = f32x4_extract_lane::<2>(sums);
-            acc[g + 3][0] = f32x4_extract_lane::<3>(sums);
         }
-        return acc;
-    }
-    for i in 0..x[0].len() {
-        let xs: [(Levels, f32); C] =
-            std::array::from_fn(|c| (load_i8(&x[c][i].qs), f16_to_f32(x[c][i].d)));
+    } else if C == 4 {
         for r in 0..R {
-            let (q, d) = levels(&w[r][i]);
-            for c in 0..C {
-                acc[r][c] += d * xs[c].1 * block_dot(q, xs[c].0) as f32;
+            acc[r].copy_from_slice(&lanes(four_columns(w[r], std::array::from_fn(|c| x[c]))));
+        }
+    } else {
+        for (r, acc) in acc.iter_mut().enumerate() {
+            for (c, acc) in acc.iter_mut().enumerate() {
+                for (b, xb) in w[r].iter().zip(x[c]) {
+                    let s = block_dot(b.levels(), load_i8(xb.qs()));
+                    let mut term = b.scale() * f16_to_f32(xb.d()) * s as f32;
+                    if B::HAS_MIN {
+                        term += b.min() * f16_to_f32(xb.s());
+                    }
+                    *acc += term;
+                }
             }
         }
     }
     acc
 }
 
-/// # Safety
-/// None: SIMD128 is compiled in. `unsafe` to match the other kernel sets.
-pub unsafe fn q8_0_tile<const R: usize, const C: usize>(
-    w: [&[BlockQ8_0]; R],
-    x: [&[BlockQ8_0]; C],
-) -> [[f32; C]; R] {
-    legacy_tile(w, x, |b| (load_i8(&b.qs), f16_to_f32(b.d)))
+/// A type whose scale is the f16 `d`: four of them convert in one vector.
+macro_rules! f16_scale {
+    () => {
+        fn scale(&self) -> f32 {
+            f16_to_f32(self.d)
+        }
+        fn scales(b: [&Self; 4]) -> v128 {
+            f16x4_to_f32(b.map(|b| b.d))
+        }
+    };
+}
+
+impl Legacy32 for BlockQ8_0 {
+    fn levels(&self) -> Levels {
+        load_i8(&self.qs)
+    }
+    f16_scale!();
+}
+
+impl Legacy32 for BlockIQ4NL {
+    fn levels(&self) -> Levels {
+        table_levels(&IQ4NL_VALUES, &self.qs)
+    }
+    f16_scale!();
+}
+
+impl Legacy32 for BlockMXFP4 {
+    fn levels(&self) -> Levels {
+        table_levels(&MXFP4_VALUES, &self.qs)
+    }
+    fn scale(&self) -> f32 {
+        e8m0_half(self.e)
+    }
+}
+
+impl Legacy32 for BlockQ4_0 {
+    fn levels(&self) -> Levels {
+        let (lo, hi) = nibbles(&self.qs);
+        let eight = i8x16_splat(8);
+        (i8x16_sub(lo, eight), i8x16_sub(hi, eight))
+    }
+    f16_scale!();
+}
+
+impl Legacy32 for BlockQ4_1 {
+    const HAS_MIN: bool = true;
+    fn levels(&self) -> Levels {
+        nibbles(&self.qs)
+    }
+    f16_scale!();
+    fn min(&self) -> f32 {
+        f16_to_f32(self.m)
+    }
+    fn mins(b: [&Self; 4]) -> v128 {
+        f16x4_to_f32(b.map(|b| b.m))
+    }
+}
+
+/// All ones in byte j where bit j of the 32-bit `qh` is set: levels 0..16, then 16..32.
+#[inline(always)]
+fn fifth_bits(qh: [u8; 4]) -> (v128, v128) {
+    let v = u32x4_splat(u32::from_le_bytes(qh));
+    let bit = u8x16(1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128);
+    let lo = i8x16_shuffle::<0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1>(v, v);
+    let hi = i8x16_shuffle::<2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3>(v, v);
+    let set = |bytes| i8x16_eq(v128_and(bytes, bit), bit);
+    (set(lo), set(hi))
+}
+
+impl Legacy32 for BlockQ5_0 {
+    fn levels(&self) -> Levels {
+        let (lo, hi) = nibbles(&self.qs);
+        let (set_lo, set_hi) = fifth_bits(self.qh);
+        // level - 16 as a signed byte: the nibble where the bit is set, the nibble with 0xF0
+        // or-ed in (minus 16) where it is not.
+        let f0 = u8x16_splat(0xF0);
+        (
+            v128_or(lo, v128_andnot(f0, set_lo)),
+            v128_or(hi, v128_andnot(f0, set_hi)),
+        )
+    }
+    f16_scale!();
+}
+
+impl Legacy32 for BlockQ5_1 {
+    const HAS_MIN: bool = true;
+    fn levels(&self) -> Levels {
+        let (lo, hi) = nibbles(&self.qs);
+        let (set_lo, set_hi) = fifth_bits(self.qh);
+        let sixteen = u8x16_splat(0x10);
+        (
+            v128_or(lo, v128_and(set_lo, sixteen)),
+            v128_or(hi, v128_and(set_hi, sixteen)),
+        )
+    }
+    f16_scale!();
+    fn min(&self) -> f32 {
+        f16_to_f32(self.m)
+    }
+    fn mins(b: [&Self; 4]) -> v128 {
+        f16x4_to_f32(b.map(|b| b.m))
+    }
 }
 
 /// The 32 levels of 16 packed nibbles looked up in a 16-entry table.
@@ -147,83 +378,35 @@ fn table_levels(table: &[i8; 16], qs: &[u8; 16]) -> Levels {
     (i8x16_swizzle(t, lo), i8x16_swizzle(t, hi))
 }
 
-/// # Safety
-/// As `q8_0_tile`.
-pub unsafe fn iq4nl_tile<const R: usize, const C: usize>(
-    w: [&[BlockIQ4NL]; R],
-    x: [&[BlockQ8_0]; C],
-) -> [[f32; C]; R] {
-    legacy_tile(w, x, |b| {
-        (table_levels(&IQ4NL_VALUES, &b.qs), f16_to_f32(b.d))
-    })
+macro_rules! legacy_kernels {
+    ($($tile:ident: $block:ty),*) => {$(
+        /// # Safety
+        /// None: SIMD128 is compiled in. `unsafe` to match the other kernel sets.
+        pub unsafe fn $tile<const R: usize, const C: usize>(
+            w: [&[$block]; R],
+            x: [&[<$block as GgmlBlock>::Dot]; C],
+        ) -> [[f32; C]; R] {
+            legacy_tile(w, x)
+        }
+    )*};
 }
+legacy_kernels!(q8_0_tile: BlockQ8_0, iq4nl_tile: BlockIQ4NL, mxfp4_tile: BlockMXFP4,
+    q4_0_tile: BlockQ4_0, q5_0_tile: BlockQ5_0, q4_1_tile: BlockQ4_1, q5_1_tile: BlockQ5_1);
 
-/// # Safety
-/// As `q8_0_tile`.
-pub unsafe fn mxfp4_tile<const R: usize, const C: usize>(
-    w: [&[BlockMXFP4]; R],
-    x: [&[BlockQ8_0]; C],
-) -> [[f32; C]; R] {
-    legacy_tile(w, x, |b| {
-        (table_levels(&MXFP4_VALUES, &b.qs), e8m0_half(b.e))
-    })
-}
-
-/// # Safety
-/// As `q8_0_tile`.
-pub unsafe fn q4_0_tile<const R: usize, const C: usize>(
-    w: [&[BlockQ4_0]; R],
-    x: [&[BlockQ8_0]; C],
-) -> [[f32; C]; R] {
-    legacy_tile(w, x, |b| {
-        let (lo, hi) = nibbles(&b.qs);
-        let eight = i8x16_splat(8);
-        (
-            (i8x16_sub(lo, eight), i8x16_sub(hi, eight)),
-            f16_to_f32(b.d),
-        )
-    })
-}
-
-/// # Safety
-/// As `q8_0_tile`.
-pub unsafe fn q5_0_tile<const R: usize, const C: usize>(
-    w: [&[BlockQ5_0]; R],
-    x: [&[BlockQ8_0]; C],
-) -> [[f32; C]; R] {
-    let bit = u8x16(1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128);
-    legacy_tile(w, x, |b| {
-        let (lo, hi) = nibbles(&b.qs);
-        // Level j's fifth bit is bit j of qh: all ones where it is set.
-        let set = |a: u8, b: u8| {
-            let bytes = u8x16(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b);
-            i8x16_ne(v128_and(bytes, bit), u8x16_splat(0))
-        };
-        let (set_lo, set_hi) = (set(b.qh[0], b.qh[1]), set(b.qh[2], b.qh[3]));
-        // level - 16 as a signed byte: the nibble where the bit is set, the nibble with 0xF0
-        // or-ed in (minus 16) where it is not.
-        let f0 = u8x16_splat(0xF0);
-        let q = (
-            v128_or(lo, v128_andnot(f0, set_lo)),
-            v128_or(hi, v128_andnot(f0, set_hi)),
-        );
-        (q, f16_to_f32(b.d))
-    })
-}
-
-/// Q4_1 against Q8_1, block by block in the scalar dot's order and formula.
+/// Q4_1 against Q8_1: the 1x1 tile (the edges of a matrix product, rows alone).
 ///
 /// # Safety
 /// As `q8_0_tile`.
 pub unsafe fn q4_1_q8_1(w: &[BlockQ4_1], x: &[BlockQ8_1]) -> f32 {
-    w.iter()
-        .zip(x)
-        .map(|(w, x)| {
-            let (lo, hi) = nibbles(&w.qs);
-            let s = block_dot((lo, hi), load_i8(&x.qs));
-            f16_to_f32(w.d) * f16_to_f32(x.d) * s as f32 + f16_to_f32(w.m) * f16_to_f32(x.s)
-        })
-        .sum()
+    legacy_tile::<_, 1, 1>([w], [x])[0][0]
+}
+
+/// As `q4_1_q8_1`, for Q5_1.
+///
+/// # Safety
+/// As `q8_0_tile`.
+pub unsafe fn q5_1_q8_1(w: &[BlockQ5_1], x: &[BlockQ8_1]) -> f32 {
+    legacy_tile::<_, 1, 1>([w], [x])[0][0]
 }
 
 /// Two 32-level sub-blocks of a Q4_K/Q5_K block (levels 0..=31, so they are valid `i8`).

@@ -1,6 +1,7 @@
 // WebAssembly decode speed against the native binary on one thread (a benchmark, not a
 // test): for each model, greedy generation of N tokens after a short prompt, median of three
-// runs, in Node and in headless Chromium, with the SIMD128 and the scalar builds.
+// runs, in Node and in headless Chromium, with each build the engine runs (relaxed SIMD,
+// SIMD128, scalar).
 //   node scripts/bench_wasm.mjs --native target/release/hanzo-engine MODEL.gguf...
 // Needs scripts/build_wasm.sh, and `npm ci` in crates/hanzo-wasm plus Debian's chromium for
 // the browser rows. Prints a Markdown table.
@@ -14,12 +15,15 @@ const at = args.indexOf("--native");
 const nativeBin = at >= 0 ? args.splice(at, 2)[1] : null;
 const models = args;
 const TOKENS = 32;
+const BUILDS = ["relaxed", "simd", "scalar"];
+const NAMES = { relaxed: "relaxed SIMD", simd: "SIMD128", scalar: "scalar" };
 const PROMPT = "The history of the river begins";
 
 // Runs in Node or in the page alike: load, then three greedy runs; median tokens/s.
-async function measure(lib, source, simd, tokens, prompt) {
-  const { Model, init, memoryBytes } = lib;
-  await init({ simd });
+async function measure(lib, source, build, tokens, prompt) {
+  const { Model, init, memoryBytes, relaxedSimdSupported } = lib;
+  if (build === "relaxed" && !relaxedSimdSupported()) return null;
+  await init({ build });
   const t0 = performance.now();
   const model = await Model.load(source);
   const load = (performance.now() - t0) / 1000;
@@ -42,14 +46,14 @@ for (const path of models) {
     const tg = JSON.parse(json).find((r) => r.test === `tg${TOKENS}`);
     rows.push({ name, where: `native (${tg.kernels}), 1 thread`, tps: tg.tokens_per_second });
   }
-  for (const simd of [true, false]) {
+  for (const build of BUILDS) {
     // A fresh process per build: a module is loaded once per process.
     const script = `import * as lib from ${JSON.stringify(new URL("../crates/hanzo-wasm/js/index.js", import.meta.url).href)};
       import { readFile } from "node:fs/promises";
       const measure = ${measure.toString()};
-      console.log(JSON.stringify(await measure(lib, await readFile(${JSON.stringify(path)}), ${simd}, ${TOKENS}, ${JSON.stringify(PROMPT)})));`;
+      console.log(JSON.stringify(await measure(lib, await readFile(${JSON.stringify(path)}), ${JSON.stringify(build)}, ${TOKENS}, ${JSON.stringify(PROMPT)})));`;
     const r = JSON.parse(execFileSync("node", ["--input-type=module", "-e", script], { encoding: "utf8" }));
-    rows.push({ name, where: `Node ${process.version}, ${simd ? "SIMD128" : "scalar"}`, ...r });
+    if (r) rows.push({ name, where: `Node ${process.version}, ${NAMES[build]}`, ...r });
   }
 }
 
@@ -74,7 +78,7 @@ if (chromium && executablePath) {
   for (const path of models) {
     const server = await serve(0, { "/model/": dirname(path) });
     const origin = `http://127.0.0.1:${server.address().port}`;
-    for (const simd of [true, false]) {
+    for (const build of BUILDS) {
       const browser = await chromium.launch({
         executablePath,
         args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -84,14 +88,14 @@ if (chromium && executablePath) {
       await page.goto(`${origin}/web/`);
       const version = await browser.version();
       const r = await page.evaluate(
-        async ([src, url, simd, tokens, prompt]) => {
+        async ([src, url, build, tokens, prompt]) => {
           const lib = await import("/crates/hanzo-wasm/js/index.js");
           const measure = (0, eval)(`(${src})`);
-          return measure(lib, url, simd, tokens, prompt);
+          return measure(lib, url, build, tokens, prompt);
         },
-        [measure.toString(), `${origin}/model/${basename(path)}`, simd, TOKENS, PROMPT],
+        [measure.toString(), `${origin}/model/${basename(path)}`, build, TOKENS, PROMPT],
       );
-      rows.push({ name: basename(path), where: `Chromium ${version}, ${simd ? "SIMD128" : "scalar"}`, ...r });
+      if (r) rows.push({ name: basename(path), where: `Chromium ${version}, ${NAMES[build]}`, ...r });
       await browser.close();
     }
     server.close();

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Builds crates/hanzo-wasm for WebAssembly: crates/hanzo-wasm/pkg/simd (SIMD128 kernels) and
-# pkg/scalar (for engines without SIMD), each wasm-bindgen's ES-module glue and the .wasm.
+# Builds crates/hanzo-wasm for WebAssembly: crates/hanzo-wasm/pkg/relaxed (SIMD128 kernels with
+# relaxed SIMD's 8-bit dot product), pkg/simd (SIMD128 alone) and pkg/scalar (for engines
+# without SIMD), each wasm-bindgen's ES-module glue and the .wasm.
 # Installs what it needs: Rust's
 # wasm32-unknown-unknown standard library (rustup) and wasm-bindgen-cli at exactly the
 # version Cargo.lock gives the wasm-bindgen crate (from crates.io, cached in
 # ~/.cache/hanzo-ml/tools or $HANZO_TOOLS).
-#   bash scripts/build_wasm.sh [simd|scalar]...   (default: both)
+#   bash scripts/build_wasm.sh [relaxed|simd|scalar]...   (default: all three)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,14 +24,15 @@ if ! "$bindgen" --version 2>/dev/null | grep -qF " $version"; then
 fi
 
 builds=("$@")
-[ ${#builds[@]} -gt 0 ] || builds=(simd scalar)
+[ ${#builds[@]} -gt 0 ] || builds=(relaxed simd scalar)
 for build in "${builds[@]}"; do
   # rustflags replace the ones .cargo/config.toml sets for the target, so repeat its cfg.
   flags='--cfg getrandom_backend="wasm_js"'
   case "$build" in
+    relaxed) flags="$flags -C target-feature=+simd128,+relaxed-simd" ;;
     simd) flags="$flags -C target-feature=+simd128" ;;
     scalar) ;;
-    *) echo "unknown build $build (simd or scalar)" >&2; exit 2 ;;
+    *) echo "unknown build $build (relaxed, simd or scalar)" >&2; exit 2 ;;
   esac
   # One target directory per build: they differ in rustflags, which would otherwise rebuild
   # every crate at each switch. The release profile strips symbols, which would also drop the

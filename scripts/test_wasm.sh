@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The WebAssembly build's own checks, and what the Node and Chromium tests need:
 #  1. the kernel tests (quantized dot products, f32 row kernels) compiled for WebAssembly
-#     with SIMD128 and run under Node's WASI, so the SIMD128 kernels are held to the scalar
-#     ones in a WebAssembly build itself; clippy over the SIMD128 code;
-#  2. the packages crates/hanzo-wasm/pkg/{simd,scalar} (scripts/build_wasm.sh);
+#     with SIMD128, and again with relaxed SIMD, and run under Node's WASI, so those kernels
+#     are held to the scalar ones in a WebAssembly build itself; clippy over that code;
+#  2. the packages crates/hanzo-wasm/pkg/{relaxed,simd,scalar} (scripts/build_wasm.sh);
 #  3. playwright-core (npm ci, from the committed lock file) and Debian's Chromium.
 # The Node and Chromium tests themselves (crates/hanzo-wasm/tests/*.test.mjs) run from
 # `cargo test` (crates/hanzo-engine/tests/wasm.rs), beside the native binary they compare with.
@@ -16,17 +16,22 @@ for target in wasm32-wasip1 wasm32-unknown-unknown; do
   fi
 done
 simd_flags="-C target-feature=+simd128"
+relaxed_flags="-C target-feature=+simd128,+relaxed-simd"
 wasi_test() {
-  CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS="$simd_flags" \
+  local flags=$1 dir=$2
+  shift 2
+  CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS="$flags" \
   CARGO_TARGET_WASM32_WASIP1_RUNNER="node --no-warnings $PWD/scripts/wasi_run.mjs" \
-    cargo test -p hanzo-ml --target wasm32-wasip1 --target-dir target/wasi "$@"
+    cargo test -p hanzo-ml --target wasm32-wasip1 --target-dir "$dir" "$@"
 }
 # One thread: WASI has none to spare.
-wasi_test --lib -- --test-threads=1 quantized::kernels cpu::simd
-wasi_test --test simd -- --test-threads=1
-for build in simd scalar; do
+wasi_test "$simd_flags" target/wasi --lib -- --test-threads=1 quantized::kernels cpu::simd
+wasi_test "$simd_flags" target/wasi --test simd -- --test-threads=1
+wasi_test "$relaxed_flags" target/wasi-relaxed --lib -- --test-threads=1 quantized::kernels
+for build in relaxed simd scalar; do
   flags='--cfg getrandom_backend="wasm_js"'
   [ "$build" = simd ] && flags="$flags $simd_flags"
+  [ "$build" = relaxed ] && flags="$flags $relaxed_flags"
   CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="$flags" \
     cargo clippy -p hanzo-wasm --target wasm32-unknown-unknown --target-dir "target/wasm-$build" \
     -- -D warnings

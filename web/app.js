@@ -38,7 +38,8 @@ worker.onmessage = ({ data }) => {
     $("progress").hidden = true;
     $("status").textContent = `${i.architecture}: ${i.layers} layers, ${i.vocabSize} tokens, ` +
       `loaded in ${i.seconds.toFixed(2)} s.`;
-    $("build").textContent = `WebAssembly build: ${i.build === "simd" ? "SIMD128" : "scalar (no SIMD in this browser)"}`;
+    const builds = { relaxed: "relaxed SIMD", simd: "SIMD128", scalar: "scalar (no SIMD in this browser)" };
+    $("build").textContent = `WebAssembly build: ${builds[i.build]}`;
     document.body.dataset.model = "loaded";
     setBusy(false);
     $("message").focus();

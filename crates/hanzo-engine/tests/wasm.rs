@@ -11,7 +11,7 @@ use std::process::Command;
 #[test]
 fn the_webassembly_build_computes_what_the_native_one_does() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../hanzo-wasm");
-    for build in ["simd", "scalar"] {
+    for build in ["relaxed", "simd", "scalar"] {
         assert!(
             dir.join("pkg")
                 .join(build)

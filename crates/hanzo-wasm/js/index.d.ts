@@ -3,8 +3,13 @@
 /** Where a model's bytes come from: copied into WebAssembly memory piece by piece. */
 export type ModelSource = Uint8Array | ArrayBuffer | Blob | Response | URL | string;
 
+/** The three builds: relaxed SIMD's 8-bit dot products, SIMD128 alone, no SIMD. */
+export type Build = "relaxed" | "simd" | "scalar";
+
 export interface InitOptions {
-  /** Force the SIMD128 build (true) or the scalar one (false); by default the engine decides. */
+  /** Force a build; by default the best one the engine validates. */
+  build?: Build;
+  /** Force the SIMD128 build (true) or the scalar one (false). */
   simd?: boolean;
 }
 
@@ -12,8 +17,10 @@ export interface InitOptions {
 export function init(options?: InitOptions): Promise<unknown>;
 /** Whether this engine runs WebAssembly SIMD128. */
 export function simdSupported(): boolean;
-/** The build in use: "simd" or "scalar"; null before `init`. */
-export function build(): "simd" | "scalar" | null;
+/** Whether this engine runs relaxed SIMD. */
+export function relaxedSimdSupported(): boolean;
+/** The build in use; null before `init`. */
+export function build(): Build | null;
 /** Bytes of WebAssembly memory the module holds now (it grows, never shrinks). */
 export function memoryBytes(): number;
 

@@ -1,6 +1,6 @@
 // Hanzo ML in WebAssembly: GGUF chat models and BERT-family embedders for Node and the
-// browser. `init` loads the build that fits the engine (SIMD128 where it validates, scalar
-// otherwise); `Model` and `Embedder` wrap the raw bindings of `../pkg/<build>/`.
+// browser. `init` loads the build that fits the engine (relaxed SIMD where it validates, else
+// SIMD128, else scalar); `Model` and `Embedder` wrap the raw bindings of `../pkg/<build>/`.
 
 // A module whose one function returns `i8x16.splat(0)`: valid exactly where SIMD128 is.
 const SIMD_PROBE = new Uint8Array([
@@ -9,6 +9,19 @@ const SIMD_PROBE = new Uint8Array([
   3, 2, 1, 0, // one function of type 0
   10, 8, 1, 6, 0, 0x41, 0, 0xfd, 0x0f, 0x0b, // body: i32.const 0; i8x16.splat; end
 ]);
+
+// A module whose one function returns `i32x4.relaxed_dot_i8x16_i7x16_add_s` of three
+// `i8x16.splat(0)`s: valid exactly where relaxed SIMD is.
+const RELAXED_PROBE = new Uint8Array([
+  0, 97, 115, 109, 1, 0, 0, 0, // "\0asm", version 1
+  1, 5, 1, 0x60, 0, 1, 0x7b, // types: () -> v128
+  3, 2, 1, 0, // one function of type 0
+  10, 19, 1, 17, 0, // code: one body of 17 bytes, no locals
+  0x41, 0, 0xfd, 0x0f, 0x41, 0, 0xfd, 0x0f, 0x41, 0, 0xfd, 0x0f, // three zero vectors
+  0xfd, 0x93, 0x02, 0x0b, // i32x4.relaxed_dot_i8x16_i7x16_add_s; end
+]);
+
+const BUILDS = ["relaxed", "simd", "scalar"];
 
 const isNode = typeof process !== "undefined" && !!process.versions?.node;
 let bindings = null;
@@ -20,12 +33,24 @@ export function simdSupported() {
 }
 
 /**
- * Loads the WebAssembly module once (later calls return the same one). `simd: false` forces
- * the scalar build, `true` the SIMD128 one; by default the engine decides.
+ * Whether this engine runs relaxed SIMD (Chromium 114 and later, Node 22 and later), whose
+ * 8-bit dot product the "relaxed" build's kernels use.
  */
-export async function init({ simd } = {}) {
+export function relaxedSimdSupported() {
+  return WebAssembly.validate(RELAXED_PROBE);
+}
+
+/**
+ * Loads the WebAssembly module once (later calls return the same one). `build` picks one of
+ * "relaxed", "simd" (SIMD128 alone) and "scalar"; `simd: true` or `false` is "simd" or
+ * "scalar". By default the engine decides. All three compute the same numbers, bit for bit.
+ */
+export async function init({ simd, build } = {}) {
   if (bindings) return bindings;
-  const build = (simd ?? simdSupported()) ? "simd" : "scalar";
+  build ??= simd === undefined
+    ? (relaxedSimdSupported() ? "relaxed" : simdSupported() ? "simd" : "scalar")
+    : (simd ? "simd" : "scalar");
+  if (!BUILDS.includes(build)) throw new Error(`unknown build ${build} (one of ${BUILDS})`);
   const glue = await import(`../pkg/${build}/hanzo_wasm.js`);
   const url = new URL(`../pkg/${build}/hanzo_wasm_bg.wasm`, import.meta.url);
   if (isNode) {
@@ -43,9 +68,10 @@ function loaded() {
   return bindings;
 }
 
-/** Which build is running: "simd" or "scalar" (null before `init`). */
+/** Which build is running: "relaxed", "simd" or "scalar" (null before `init`). */
 export function build() {
-  return bindings ? (bindings.simd128() ? "simd" : "scalar") : null;
+  if (!bindings) return null;
+  return bindings.relaxedSimd() ? "relaxed" : bindings.simd128() ? "simd" : "scalar";
 }
 
 /** Bytes of WebAssembly memory the module holds now (it grows, never shrinks). */

@@ -275,3 +275,9 @@ impl Embedder {
 pub fn simd128() -> bool {
     cfg!(target_feature = "simd128")
 }
+
+/// Whether this build's kernels also use relaxed SIMD's 8-bit dot product.
+#[wasm_bindgen(js_name = relaxedSimd)]
+pub fn relaxed_simd() -> bool {
+    cfg!(target_feature = "relaxed-simd")
+}

@@ -12,7 +12,7 @@ use super::sink::{filled, Sink};
 use crate::cpu::par::{for_each_chunk, par_for_with};
 use crate::quantized::format::interleaved::ROWS;
 use crate::quantized::format::GgmlBlock;
-use crate::quantized::kernels::prefetch::{prefetch_ahead, streamed};
+use crate::quantized::kernels::prefetch::{prefetch_ahead, streamed, PREFETCH_DISTANCE};
 use crate::quantized::kernels::{isa, Isa, Kernels, QuantizeRow, TileFn, VecDotFn};
 
 /// Fewest weight rows per task for decode.
@@ -156,6 +156,9 @@ pub fn matmul_rows_alone<B: Kernels>(w: &[B], n: usize, k: usize, x: &[f32], m: 
 /// Decode: ask for the bytes of rows `r..r + n` a fixed distance ahead (see `kernels::prefetch`).
 #[inline(always)]
 fn prefetch_rows<B>(w: &Rows<B>, r: usize, n: usize) {
+    if cfg!(target_arch = "wasm32") {
+        return touch_ahead(w, r, n);
+    }
     let span = w.span(r, n);
     let (at, bytes) = (span.as_ptr() as *const u8, std::mem::size_of_val(span));
     if w.streamed {
@@ -163,6 +166,24 @@ fn prefetch_rows<B>(w: &Rows<B>, r: usize, n: usize) {
     } else {
         prefetch_ahead::<false>(at, bytes)
     }
+}
+
+/// WebAssembly has no prefetch instruction: decode loads one byte of each cache line of rows
+/// `r..r + n` `PREFETCH_DISTANCE` ahead itself, so those lines are on their way from memory
+/// (several misses in flight at once) before the kernel reaches them.
+#[inline(always)]
+fn touch_ahead<B>(w: &Rows<B>, r: usize, n: usize) {
+    let all = std::mem::size_of_val(w.blocks);
+    let start = r * w.per_row * std::mem::size_of::<B>() + PREFETCH_DISTANCE;
+    let end = (start + n * w.per_row * std::mem::size_of::<B>()).min(all);
+    let base = w.blocks.as_ptr() as *const u8;
+    let mut any = 0u8;
+    for at in (start..end).step_by(64) {
+        // SAFETY: `at < all`: a byte inside the matrix, whose blocks (GGUF block types and
+        // floats) are plain bytes with no padding.
+        any ^= unsafe { *base.add(at) };
+    }
+    std::hint::black_box(any);
 }
 
 /// A matrix of blocks stored row after row.

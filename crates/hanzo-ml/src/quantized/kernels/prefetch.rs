@@ -8,7 +8,7 @@
 /// matrices into other threads' rows and, at 32 KiB, fill all of a Zen 3 core's L1. The
 /// distance was chosen with `hanzo-engine bench -n 64` on Gemma 3 (docs/QUANTIZATION.md has
 /// the sweep).
-const PREFETCH_DISTANCE: usize = 3 * 1024;
+pub(crate) const PREFETCH_DISTANCE: usize = 3 * 1024;
 
 /// Asks for the cache lines of `bytes` bytes starting `PREFETCH_DISTANCE` past `start`. Every
 /// line is asked for twice (into L2, then into L1): on Zen 3 a prefetch that finds the miss

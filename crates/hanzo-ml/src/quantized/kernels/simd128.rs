@@ -72,6 +72,22 @@ fn dot16_lanes(w: v128, x: v128) -> v128 {
     i32x4_add(lo, hi)
 }
 
+/// `acc` + Σ u·x over 16 bytes in four i32 lanes, where every `u` is in 0..=127. With relaxed
+/// SIMD this is `i32x4.relaxed_dot_i8x16_i7x16_add_s`, which x86 engines lower to
+/// `pmaddubsw` + `pmaddwd` (no widening); its result is fixed, and exact, for such `u`: a pair
+/// of products stays within i16 (2 · 128 · 127 < 2^15).
+#[inline(always)]
+fn dot16_small(u: v128, x: v128, acc: v128) -> v128 {
+    #[cfg(target_feature = "relaxed-simd")]
+    {
+        i32x4_relaxed_dot_i8x16_i7x16_add(x, u, acc)
+    }
+    #[cfg(not(target_feature = "relaxed-simd"))]
+    {
+        i32x4_add(acc, dot16_lanes(u, x))
+    }
+}
+
 #[inline(always)]
 fn hsum_i32(v: v128) -> i32 {
     let v = i32x4_add(v, i32x4_shuffle::<2, 3, 0, 1>(v, v));
@@ -105,7 +121,14 @@ fn hsum4(v: [v128; 4]) -> v128 {
 /// (Q4_1, Q5_1), to a running sum; every tile here adds the same terms in the same order.
 trait Legacy32: GgmlBlock<Dot: Act32> {
     const HAS_MIN: bool = false;
+    /// For the types whose levels plus this offset lie in 0..=31 (every one but Q8_0 and the
+    /// table types): `offset_levels` gives them so, and the relaxed-SIMD build multiplies
+    /// them as bytes, then takes `offset · Σx` off.
+    const OFFSET: Option<i32> = None;
     fn levels(&self) -> Levels;
+    fn offset_levels(&self) -> Levels {
+        self.levels()
+    }
     fn scale(&self) -> f32;
     /// Four blocks' scales, one per lane.
     fn scales(b: [&Self; 4]) -> v128 {
@@ -171,6 +194,53 @@ fn dot_widened(w: Levels, x: &[v128; 4]) -> v128 {
     i32x4_add(i32x4_add(a, b), i32x4_add(c, d))
 }
 
+/// Σ u·x over a block, `u` in 0..=127 (see `dot16_small`), in four i32 lanes.
+#[inline(always)]
+fn dot_small(u: Levels, x: Levels) -> v128 {
+    dot16_small(u.1, x.1, dot16_small(u.0, x.0, i32x4_splat(0)))
+}
+
+/// Σ x over a block, in four i32 lanes (engines lower the pairwise sums to `pmaddubsw` and
+/// `pmaddwd` with constant ones).
+#[inline(always)]
+fn sum_lanes(x: Levels) -> v128 {
+    let pairs = i16x8_add(
+        i16x8_extadd_pairwise_i8x16(x.0),
+        i16x8_extadd_pairwise_i8x16(x.1),
+    );
+    i32x4_extadd_pairwise_i16x8(pairs)
+}
+
+/// The integer sums Σ level·x of four rows' blocks against one activation block, one per lane.
+#[inline(always)]
+fn rows_ints<B: Legacy32>(b: [&B; 4], x: Levels) -> v128 {
+    if let (true, Some(offset)) = (cfg!(target_feature = "relaxed-simd"), B::OFFSET) {
+        let ints = hsum4(b.map(|b| dot_small(b.offset_levels(), x)));
+        if offset == 0 {
+            return ints;
+        }
+        return i32x4_sub(ints, i32x4_splat(offset * hsum_i32(sum_lanes(x))));
+    }
+    let xw = widen(x);
+    hsum4(b.map(|b| dot_widened(b.levels(), &xw)))
+}
+
+/// The integer sums Σ level·x of one block against four activation blocks, one per lane.
+#[inline(always)]
+fn columns_ints<B: Legacy32>(b: &B, x: [Levels; 4]) -> v128 {
+    if let (true, Some(offset)) = (cfg!(target_feature = "relaxed-simd"), B::OFFSET) {
+        let u = b.offset_levels();
+        let ints = hsum4(x.map(|x| dot_small(u, x)));
+        if offset == 0 {
+            return ints;
+        }
+        let sums = hsum4(x.map(sum_lanes));
+        return i32x4_sub(ints, i32x4_mul(i32x4_splat(offset), sums));
+    }
+    let q = b.levels();
+    hsum4(x.map(|x| i32x4_add(dot16_lanes(q.0, x.0), dot16_lanes(q.1, x.1))))
+}
+
 /// Four rows against one activation row, each row's running sum in one lane. The lanes are
 /// rows, so the per-block terms (scales, mins, integer sums) are vectors across rows and the
 /// one cross-lane step per block, `hsum4`, serves all four.
@@ -180,13 +250,7 @@ fn four_rows<B: Legacy32>(w: [&[B]; 4], x: &[B::Dot]) -> v128 {
     let mut sums = f32x4_splat(0.0);
     for (i, xb) in x.iter().enumerate() {
         let b = [&w[0][i], &w[1][i], &w[2][i], &w[3][i]];
-        let xw = widen(load_i8(xb.qs()));
-        let ints = f32x4_convert_i32x4(hsum4([
-            dot_widened(b[0].levels(), &xw),
-            dot_widened(b[1].levels(), &xw),
-            dot_widened(b[2].levels(), &xw),
-            dot_widened(b[3].levels(), &xw),
-        ]));
+        let ints = f32x4_convert_i32x4(rows_ints(b, load_i8(xb.qs())));
         let scale = f32x4_mul(B::scales(b), f32x4_splat(f16_to_f32(xb.d())));
         let mut term = f32x4_mul(scale, ints);
         if B::HAS_MIN {
@@ -206,11 +270,7 @@ fn four_columns<B: Legacy32>(w: &[B], x: [&[B::Dot]; 4]) -> v128 {
     let mut sums = f32x4_splat(0.0);
     for (i, b) in w.iter().enumerate() {
         let xb = [&x[0][i], &x[1][i], &x[2][i], &x[3][i]];
-        let q = b.levels();
-        let ints = f32x4_convert_i32x4(hsum4(xb.map(|xb| {
-            let xq = load_i8(xb.qs());
-            i32x4_add(dot16_lanes(q.0, xq.0), dot16_lanes(q.1, xq.1))
-        })));
+        let ints = f32x4_convert_i32x4(columns_ints(b, xb.map(|xb| load_i8(xb.qs()))));
         let xd = f16x4_to_f32(xb.map(|xb| xb.d()));
         let mut term = f32x4_mul(f32x4_mul(f32x4_splat(b.scale()), xd), ints);
         if B::HAS_MIN {
@@ -278,6 +338,18 @@ macro_rules! f16_scale {
     };
 }
 
+/// A type with a min, the f16 `m` (Q4_1, Q5_1).
+macro_rules! f16_min {
+    () => {
+        fn min(&self) -> f32 {
+            f16_to_f32(self.m)
+        }
+        fn mins(b: [&Self; 4]) -> v128 {
+            f16x4_to_f32(b.map(|b| b.m))
+        }
+    };
+}
+
 impl Legacy32 for BlockQ8_0 {
     fn levels(&self) -> Levels {
         load_i8(&self.qs)
@@ -302,26 +374,26 @@ impl Legacy32 for BlockMXFP4 {
 }
 
 impl Legacy32 for BlockQ4_0 {
+    const OFFSET: Option<i32> = Some(8);
     fn levels(&self) -> Levels {
         let (lo, hi) = nibbles(&self.qs);
         let eight = i8x16_splat(8);
         (i8x16_sub(lo, eight), i8x16_sub(hi, eight))
+    }
+    fn offset_levels(&self) -> Levels {
+        nibbles(&self.qs)
     }
     f16_scale!();
 }
 
 impl Legacy32 for BlockQ4_1 {
     const HAS_MIN: bool = true;
+    const OFFSET: Option<i32> = Some(0);
     fn levels(&self) -> Levels {
         nibbles(&self.qs)
     }
     f16_scale!();
-    fn min(&self) -> f32 {
-        f16_to_f32(self.m)
-    }
-    fn mins(b: [&Self; 4]) -> v128 {
-        f16x4_to_f32(b.map(|b| b.m))
-    }
+    f16_min!();
 }
 
 /// All ones in byte j where bit j of the 32-bit `qh` is set: levels 0..16, then 16..32.
@@ -335,7 +407,23 @@ fn fifth_bits(qh: [u8; 4]) -> (v128, v128) {
     (set(lo), set(hi))
 }
 
+/// The 5-bit levels (0..=31) of Q5_0/Q5_1 nibbles and fifth bits.
+#[inline(always)]
+fn five_bit_levels(qs: &[u8; 16], qh: [u8; 4]) -> Levels {
+    let (lo, hi) = nibbles(qs);
+    let (set_lo, set_hi) = fifth_bits(qh);
+    let sixteen = u8x16_splat(0x10);
+    (
+        v128_or(lo, v128_and(set_lo, sixteen)),
+        v128_or(hi, v128_and(set_hi, sixteen)),
+    )
+}
+
 impl Legacy32 for BlockQ5_0 {
+    const OFFSET: Option<i32> = Some(16);
+    fn offset_levels(&self) -> Levels {
+        five_bit_levels(&self.qs, self.qh)
+    }
     fn levels(&self) -> Levels {
         let (lo, hi) = nibbles(&self.qs);
         let (set_lo, set_hi) = fifth_bits(self.qh);
@@ -352,22 +440,12 @@ impl Legacy32 for BlockQ5_0 {
 
 impl Legacy32 for BlockQ5_1 {
     const HAS_MIN: bool = true;
+    const OFFSET: Option<i32> = Some(0);
     fn levels(&self) -> Levels {
-        let (lo, hi) = nibbles(&self.qs);
-        let (set_lo, set_hi) = fifth_bits(self.qh);
-        let sixteen = u8x16_splat(0x10);
-        (
-            v128_or(lo, v128_and(set_lo, sixteen)),
-            v128_or(hi, v128_and(set_hi, sixteen)),
-        )
+        five_bit_levels(&self.qs, self.qh)
     }
     f16_scale!();
-    fn min(&self) -> f32 {
-        f16_to_f32(self.m)
-    }
-    fn mins(b: [&Self; 4]) -> v128 {
-        f16x4_to_f32(b.map(|b| b.m))
-    }
+    f16_min!();
 }
 
 /// The 32 levels of 16 packed nibbles looked up in a 16-entry table.
@@ -439,8 +517,7 @@ fn k4_tile<B, const R: usize, const C: usize>(
                 for (c, lanes) in lanes.iter_mut().enumerate() {
                     let xq = &x[c][i].qs[64 * k..];
                     let (x0, x1) = (load_i8(xq), load_i8(&xq[32..]));
-                    let p0 = i32x4_add(dot16_lanes(l0.0, x0.0), dot16_lanes(l0.1, x0.1));
-                    let p1 = i32x4_add(dot16_lanes(l1.0, x1.0), dot16_lanes(l1.1, x1.1));
+                    let (p0, p1) = (dot_small(l0, x0), dot_small(l1, x1));
                     *lanes = i32x4_add(*lanes, i32x4_add(i32x4_mul(s0, p0), i32x4_mul(s1, p1)));
                 }
             }

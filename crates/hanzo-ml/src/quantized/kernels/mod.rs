@@ -90,13 +90,17 @@ portable!(
 portable!(BlockTQ1_0, BlockTQ2_0);
 
 /// Q4_1 and Q5_1: an AVX2 dot product (their decode on x86 runs from rows repacked eight at
-/// a time, `interleaved`), tiles on SIMD128.
+/// a time, `interleaved`), tiles on SIMD128, whose 1x1 tile is then the dot product.
 macro_rules! affine {
-    ($block:ty, $one:ident, $tile:ident) => {
+    ($block:ty, $avx2_dot:ident, $tile:ident, $tile_one:ident) => {
         impl QuantizeRow for $block {}
         impl Kernels for $block {
             fn vec_dot() -> VecDotFn<Self> {
-                $one()
+                if $tile::<1, 1>().is_some() {
+                    $tile_one()
+                } else {
+                    $avx2_dot()
+                }
             }
             fn tile<const R: usize, const C: usize>() -> Option<TileFn<Self, R, C>> {
                 $tile::<R, C>()
@@ -104,8 +108,8 @@ macro_rules! affine {
         }
     };
 }
-affine!(BlockQ4_1, pick_q4_1, tile_q4_1);
-affine!(BlockQ5_1, pick_q5_1, tile_q5_1);
+affine!(BlockQ4_1, pick_q4_1, tile_q4_1, tile_q4_1_one);
+affine!(BlockQ5_1, pick_q5_1, tile_q5_1, tile_q5_1_one);
 
 impl QuantizeRow for BlockQ8K {
     fn quantize_row() -> QuantizeFn<Self> {
@@ -190,8 +194,9 @@ quantize_picker!(
 );
 quantize_picker!(pick_quantize_q8k, BlockQ8K, quantize_q8k, quantize_q8k_ref);
 
+/// The AVX2 dot product where this CPU has AVX2, the portable one otherwise.
 macro_rules! picker {
-    ($name:ident, $block:ty, $avx2:ident $(, $simd128:ident)?) => {
+    ($name:ident, $block:ty, $avx2:ident) => {
         pub fn $name() -> VecDotFn<$block> {
             #[cfg(target_arch = "x86_64")]
             if has_avx2() {
@@ -202,16 +207,6 @@ macro_rules! picker {
                 }
                 return kernel;
             }
-            $(
-                #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-                if isa() >= Isa::Simd128 {
-                    fn kernel(w: &[$block], x: &[<$block as GgmlBlock>::Dot]) -> f32 {
-                        // SAFETY: SIMD128 is compiled into this build.
-                        unsafe { simd128::$simd128(w, x) }
-                    }
-                    return kernel;
-                }
-            )?
             <$block as GgmlBlock>::vec_dot_scalar
         }
     };
@@ -307,13 +302,13 @@ tile_picker!(pick_f16, pick_f16_for, tile_f16, tile_f16_for, HalfF16, f16_tile,
     ["x86_64" Avx2 => float_x86]);
 tile_picker!(pick_bf16, pick_bf16_for, tile_bf16, tile_bf16_for, HalfBF16, bf16_tile,
     ["x86_64" Avx2 => float_x86]);
-// Q4_1 and Q5_1: tiles on SIMD128 only; `picker!`'s dot on AVX2 and SIMD128.
+// Q4_1 and Q5_1: tiles on SIMD128 only (`affine!`), `picker!`'s dot on AVX2.
 tile_picker!(tile_q4_1_one, tile_q4_1_one_for, tile_q4_1, tile_q4_1_for, BlockQ4_1, q4_1_tile,
     ["wasm32" + "simd128" Simd128 => simd128]);
 tile_picker!(tile_q5_1_one, tile_q5_1_one_for, tile_q5_1, tile_q5_1_for, BlockQ5_1, q5_1_tile,
     ["wasm32" + "simd128" Simd128 => simd128]);
-picker!(pick_q4_1, BlockQ4_1, q4_1_q8_1, q4_1_q8_1);
-picker!(pick_q5_1, BlockQ5_1, q5_1_q8_1, q5_1_q8_1);
+picker!(pick_q4_1, BlockQ4_1, q4_1_q8_1);
+picker!(pick_q5_1, BlockQ5_1, q5_1_q8_1);
 
 #[cfg(test)]
 mod tests {
@@ -441,8 +436,8 @@ mod tests {
                 );
             }
         }
-        check::<BlockQ4_1>(pick_q4_1());
-        check::<BlockQ5_1>(pick_q5_1());
+        check::<BlockQ4_1>(BlockQ4_1::vec_dot());
+        check::<BlockQ5_1>(BlockQ5_1::vec_dot());
     }
 
     /// Blocks of random bytes (every scale, min, sign and level pattern the format can hold,

@@ -95,10 +95,16 @@ fn hsum_i32(v: v128) -> i32 {
     i32x4_extract_lane::<0>(v)
 }
 
+/// Σ w·x over one 32-level block, in four i32 lanes.
+#[inline(always)]
+fn block_lanes(w: Levels, x: Levels) -> v128 {
+    i32x4_add(dot16_lanes(w.0, x.0), dot16_lanes(w.1, x.1))
+}
+
 /// Σ w·x over one 32-level block.
 #[inline(always)]
 fn block_dot(w: Levels, x: Levels) -> i32 {
-    hsum_i32(i32x4_add(dot16_lanes(w.0, x.0), dot16_lanes(w.1, x.1)))
+    hsum_i32(block_lanes(w, x))
 }
 
 /// The sums of four i32x4 vectors, one per lane (integer, so exact in any order).
@@ -238,7 +244,7 @@ fn columns_ints<B: Legacy32>(b: &B, x: [Levels; 4]) -> v128 {
         return i32x4_sub(ints, i32x4_mul(i32x4_splat(offset), sums));
     }
     let q = b.levels();
-    hsum4(x.map(|x| i32x4_add(dot16_lanes(q.0, x.0), dot16_lanes(q.1, x.1))))
+    hsum4(x.map(|x| block_lanes(q, x)))
 }
 
 /// Four rows against one activation row, each row's running sum in one lane. The lanes are
@@ -470,22 +476,6 @@ macro_rules! legacy_kernels {
 }
 legacy_kernels!(q8_0_tile: BlockQ8_0, iq4nl_tile: BlockIQ4NL, mxfp4_tile: BlockMXFP4,
     q4_0_tile: BlockQ4_0, q5_0_tile: BlockQ5_0, q4_1_tile: BlockQ4_1, q5_1_tile: BlockQ5_1);
-
-/// Q4_1 against Q8_1: the 1x1 tile (the edges of a matrix product, rows alone).
-///
-/// # Safety
-/// As `q8_0_tile`.
-pub unsafe fn q4_1_q8_1(w: &[BlockQ4_1], x: &[BlockQ8_1]) -> f32 {
-    legacy_tile::<_, 1, 1>([w], [x])[0][0]
-}
-
-/// As `q4_1_q8_1`, for Q5_1.
-///
-/// # Safety
-/// As `q8_0_tile`.
-pub unsafe fn q5_1_q8_1(w: &[BlockQ5_1], x: &[BlockQ8_1]) -> f32 {
-    legacy_tile::<_, 1, 1>([w], [x])[0][0]
-}
 
 /// Two 32-level sub-blocks of a Q4_K/Q5_K block (levels 0..=31, so they are valid `i8`).
 type SubBlocks = (Levels, Levels);

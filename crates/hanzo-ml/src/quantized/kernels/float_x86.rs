@@ -2,10 +2,9 @@
 //! same type (ggml's pairing, so results match llama.cpp's on the same file).
 //!
 //! Decode streams two bytes per weight and does one FMA per eight of them: memory bound, so
-//! the tile's job is to keep enough loads in flight. Each step widens eight halves of every
+//! the kernel's job is to keep enough loads in flight. Each step widens eight halves of every
 //! weight row and every activation row to f32 once, and every (row, activation) pair adds
-//! their product into its own accumulator; the ragged tail (`k` not a multiple of 8) is
-//! summed in scalar code.
+//! their product into its own accumulators.
 
 use crate::quantized::format::{HalfBF16, HalfF16};
 use std::arch::x86_64::*;
@@ -45,6 +44,17 @@ impl Widen for HalfBF16 {
     }
 }
 
+/// Accumulators per (weight row, activation row) pair: one FMA's latency covers four
+/// independent ones, so a single row (decode) is not held back by one dependency chain.
+const ACCS: usize = 4;
+/// Elements per step of all `ACCS` accumulators.
+const STEP: usize = 8 * ACCS;
+
+/// Every tile shape sums in the same order, so a product does not depend on which tile
+/// computed it (`forward_rows_alone` relies on that): group `g` of eight elements below the
+/// last whole `STEP` goes to accumulator `g % ACCS`, the few whole groups after it to
+/// accumulator 0, the accumulators are added as `(a0 + a1) + (a2 + a3)`, and the ragged tail
+/// (`k` not a multiple of 8) is summed in scalar code.
 #[inline(always)]
 unsafe fn tile<H: Widen, const R: usize, const C: usize>(
     w: [&[H]; R],
@@ -53,35 +63,82 @@ unsafe fn tile<H: Widen, const R: usize, const C: usize>(
     check_tile!(w, x);
     let k = x[0].len();
     let whole = k - k % 8;
+    let stepped = whole - whole % STEP;
     // SAFETY: the caller enables AVX2, FMA and F16C; every load reads 8 elements at
     // `i < whole <= len`, and all slices have length `k` (checked above). Loops, not
     // `array::from_fn`: a closure holding intrinsics may not be inlined (see `interleaved`).
     unsafe {
-        let mut acc = [[_mm256_setzero_ps(); C]; R];
-        let mut i = 0;
-        while i < whole {
-            let mut xs = [_mm256_setzero_ps(); C];
-            for c in 0..C {
-                xs[c] = H::widen8(&x[c][i..]);
+        let mut acc = [[[_mm256_setzero_ps(); ACCS]; C]; R];
+        if R * C * ACCS <= 12 {
+            // Few pairs (decode's single row): all accumulators in registers, one pass.
+            let mut i = 0;
+            while i < stepped {
+                for a in 0..ACCS {
+                    pass_step(&w, &x, i + 8 * a, &mut acc, a);
+                }
+                i += STEP;
             }
-            for r in 0..R {
-                let wv = H::widen8(&w[r][i..]);
-                for c in 0..C {
-                    acc[r][c] = _mm256_fmadd_ps(wv, xs[c], acc[r][c]);
+        } else {
+            // More pairs than registers: one pass over the rows per accumulator (the rows
+            // are in L1 by the second pass).
+            for a in 0..ACCS {
+                let mut one = [[[_mm256_setzero_ps(); 1]; C]; R];
+                let mut i = 8 * a;
+                while i < stepped {
+                    pass_step(&w, &x, i, &mut one, 0);
+                    i += STEP;
+                }
+                for (acc, one) in acc.iter_mut().zip(&one) {
+                    for (acc, one) in acc.iter_mut().zip(one) {
+                        acc[a] = one[0];
+                    }
                 }
             }
+        }
+        let mut i = stepped;
+        while i < whole {
+            pass_step(&w, &x, i, &mut acc, 0);
             i += 8;
         }
         let mut out = [[0f32; C]; R];
         for r in 0..R {
             for c in 0..C {
+                let [a0, a1, a2, a3] = acc[r][c];
+                let sum = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
                 let tail: f32 = (whole..k)
                     .map(|i| w[r][i].to_f32() * x[c][i].to_f32())
                     .sum();
-                out[r][c] = super::avx2::hsum(acc[r][c]) + tail;
+                out[r][c] = super::avx2::hsum(sum) + tail;
             }
         }
         out
+    }
+}
+
+/// Eight elements at `i` of every pair, added into accumulator `a` of each.
+///
+/// # Safety
+/// AVX2, FMA and F16C are enabled; every slice holds at least `i + 8` elements.
+#[inline(always)]
+unsafe fn pass_step<H: Widen, const R: usize, const C: usize, const N: usize>(
+    w: &[&[H]; R],
+    x: &[&[H]; C],
+    i: usize,
+    acc: &mut [[[__m256; N]; C]; R],
+    a: usize,
+) {
+    // SAFETY: as documented above (the caller's bounds).
+    unsafe {
+        let mut xs = [_mm256_setzero_ps(); C];
+        for c in 0..C {
+            xs[c] = H::widen8(&x[c][i..]);
+        }
+        for r in 0..R {
+            let wv = H::widen8(&w[r][i..]);
+            for c in 0..C {
+                acc[r][c][a] = _mm256_fmadd_ps(wv, xs[c], acc[r][c][a]);
+            }
+        }
     }
 }
 

@@ -158,7 +158,7 @@ pub fn matmul_rows_alone<B: Kernels>(w: &[B], n: usize, k: usize, x: &[f32], m: 
 /// A tile reads its `n` rows side by side, from the start of each. Where the span of its rows
 /// is longer than `PREFETCH_DISTANCE` (long float rows; four rows of a type 2,048 wide), the
 /// requests start at the end of the span instead, so that they are for the next rows, not
-/// for lines this tile reads at once. Gemma 3 decode: Q5_1 +10%, F16 +7%.
+/// for lines this tile reads at once (Gemma 3 F16 and Q5_1 decode, docs/BENCHMARKS.md).
 #[inline(always)]
 fn prefetch_rows<B>(w: &Rows<B>, r: usize, n: usize) {
     if cfg!(target_arch = "wasm32") {

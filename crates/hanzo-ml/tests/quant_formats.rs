@@ -5,7 +5,9 @@
 //!   byte for byte;
 //! - k-quant, IQ4_NL and IQ4_XS quantization equals ggml's C reference (bytes recorded in
 //!   tests/data/ggml_quants, produced by ggml's `ggml_quantize_chunk`), and its error is within
-//!   1% of ggml's on larger synthetic and real weight matrices.
+//!   1% of ggml's on larger synthetic and real weight matrices;
+//! - quantization under an importance matrix equals ggml's C reference with the same
+//!   importance (tests/data/ggml_quants/imatrix), for every type whose quantizer uses one.
 
 mod common;
 
@@ -110,6 +112,93 @@ fn every_quantizer_matches_ggml_c_reference_bytes() {
     }
 }
 
+/// The importance-matrix case: `synthetic_weights(8, 512, 7)` with row 2's elements 96..128
+/// zeroed (an all-zero group), and one importance per column, heavy-tailed like an imatrix's
+/// mean squared activations, with some zeros (columns no activation reached).
+fn weighted_case() -> (Vec<f32>, Vec<f32>) {
+    let mut x = common::synthetic_weights(8, 512, 7);
+    x[2 * 512 + 96..2 * 512 + 128].fill(0.0);
+    let qw = common::synthetic_weights(1, 512, 13)
+        .iter()
+        .enumerate()
+        .map(|(j, &v)| {
+            if j % 97 == 0 {
+                0.0
+            } else {
+                (50.0 * v) * (50.0 * v)
+            }
+        })
+        .collect();
+    (x, qw)
+}
+
+#[test]
+fn importance_weighted_quantizers_match_ggml_c_reference_bytes() {
+    let (x, qw) = weighted_case();
+    for name in [
+        "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "iq4_nl",
+        "iq4_xs",
+    ] {
+        let dt = GgmlDType::from_name(name).unwrap();
+        let want = ggml_bytes(&format!("imatrix/{name}"));
+        let got = QTensor::quantize_f32_weighted(&x, (8, 512), dt, &qw).unwrap();
+        assert_eq!(got.data().len(), want.len(), "{name}");
+        let bs = dt.type_size();
+        let differ: Vec<usize> = (0..want.len() / bs)
+            .filter(|&i| got.data()[i * bs..][..bs] != want[i * bs..][..bs])
+            .collect();
+        assert!(
+            differ.is_empty(),
+            "{name}: {} of {} blocks differ from ggml, the first {}",
+            differ.len(),
+            want.len() / bs,
+            differ[0]
+        );
+        // The importance changes the result wherever ggml's quantizer uses it.
+        let plain = QTensor::quantize_f32(&x, (8, 512), dt).unwrap();
+        assert_eq!(plain.data() == got.data(), name == "q8_0", "{name}");
+    }
+}
+
+#[test]
+fn importance_weighted_quantization_lowers_the_weighted_error() {
+    let (x, qw) = weighted_case();
+    let weighted_rmse = |q: &QTensor| {
+        let y = q.dequantize_f32().unwrap();
+        let s: f64 = (0..x.len())
+            .map(|i| qw[i % 512] as f64 * ((x[i] - y[i]) as f64).powi(2))
+            .sum();
+        s.sqrt()
+    };
+    for dt in [
+        GgmlDType::Q4_0,
+        GgmlDType::Q2K,
+        GgmlDType::Q4K,
+        GgmlDType::IQ4XS,
+    ] {
+        let plain = QTensor::quantize_f32(&x, (8, 512), dt).unwrap();
+        let weighted = QTensor::quantize_f32_weighted(&x, (8, 512), dt, &qw).unwrap();
+        let (p, w) = (weighted_rmse(&plain), weighted_rmse(&weighted));
+        assert!(w < p, "{dt}: weighted error {w:.4e} not below {p:.4e}");
+    }
+}
+
+#[test]
+fn importance_must_fit_the_tensor() {
+    let x = vec![0.5f32; 4 * 256];
+    let q = |n: usize, shape: &[usize]| {
+        QTensor::quantize_f32_weighted(&x, shape, GgmlDType::Q4K, &vec![1.0; n])
+    };
+    assert!(q(256, &[4, 256]).is_ok());
+    // Two experts of two rows each, one importance row per expert.
+    assert!(q(512, &[2, 2, 256]).is_ok());
+    for (n, shape) in [(255, [4, 256]), (768, [4, 256]), (0, [4, 256])] {
+        let err = q(n, &shape).unwrap_err().to_string();
+        assert!(err.contains("importance"), "{n}: {err}");
+    }
+    assert!(QTensor::quantize_f32_weighted(&x, (4, 256), GgmlDType::IQ2XXS, &[1.0; 256]).is_err());
+}
+
 fn quant_rmse(x: &[f32], rows: usize, cols: usize, dt: GgmlDType) -> f64 {
     let q = QTensor::quantize_f32(x, (rows, cols), dt).unwrap();
     common::rmse(x, &q.dequantize_f32().unwrap())
@@ -202,6 +291,14 @@ fn dump_synthetic_inputs() {
         std::fs::write(
             dir.join(format!("{name}.f32")),
             bytemuck::cast_slice::<f32, u8>(&x),
+        )
+        .unwrap();
+    }
+    let (x, qw) = weighted_case();
+    for (name, v) in [("imatrix_input_8x512", x), ("imatrix_importance_512", qw)] {
+        std::fs::write(
+            dir.join(format!("{name}.f32")),
+            bytemuck::cast_slice::<f32, u8>(&v),
         )
         .unwrap();
     }

@@ -158,6 +158,63 @@ impl QTensor {
         Ok(Self { dtype, shape, data })
     }
 
+    /// Quantizes row-major f32 data of `shape` under an importance matrix, as `llama-quantize
+    /// --imatrix` does: `importance` holds one weight per column for each matrix of the
+    /// tensor (`cols` values for a 2-D tensor, `experts × cols` for a 3-D stack of experts,
+    /// the layout of llama.cpp's imatrix files).
+    pub fn quantize_f32_weighted(
+        xs: &[f32],
+        shape: impl Into<Shape>,
+        dtype: GgmlDType,
+        importance: &[f32],
+    ) -> Result<Self> {
+        let shape = shape.into();
+        let cols = shape.dims().last().copied().unwrap_or(1);
+        let rows = shape.elem_count() / cols.max(1);
+        let matrices = importance.len() / cols.max(1);
+        if cols == 0
+            || !importance.len().is_multiple_of(cols)
+            || matrices == 0
+            || !rows.is_multiple_of(matrices)
+        {
+            return Err(Error::invalid(
+                "QTensor::quantize_f32_weighted",
+                format!(
+                    "{} importance values do not fit a tensor of shape {:?} (one per column per matrix)",
+                    importance.len(),
+                    shape.dims()
+                ),
+            ));
+        }
+        if xs.len() != shape.elem_count() {
+            return Err(Error::invalid(
+                "QTensor::quantize_f32_weighted",
+                format!("{} values for shape {:?}", xs.len(), shape.dims()),
+            ));
+        }
+        if let Some(why) = dtype.quantize_unsupported() {
+            return Err(Error::invalid("QTensor::quantize", why));
+        }
+        if !cols.is_multiple_of(dtype.block_size()) {
+            return Err(Error::invalid(
+                "QTensor::quantize_f32_weighted",
+                format!("rows of {cols} are not whole {dtype} blocks"),
+            ));
+        }
+        let nbytes = dtype.bytes_for(xs.len())?;
+        let mut words = vec![0u32; nbytes.div_ceil(4)];
+        {
+            let bytes = &mut bytemuck::cast_slice_mut::<u32, u8>(&mut words)[..nbytes];
+            let rows_per_matrix = rows / matrices;
+            crate::with_block_type!(dtype, B => {
+                quantize_weighted_into::<B>(xs, bytes, cols, importance, rows_per_matrix)
+            });
+        }
+        let data = Bytes::Owned { words, len: nbytes };
+        check_size(dtype, &shape, nbytes, "QTensor::quantize_f32_weighted")?;
+        Ok(Self { dtype, shape, data })
+    }
+
     pub fn dtype(&self) -> GgmlDType {
         self.dtype
     }
@@ -291,6 +348,26 @@ const PAR_BLOCKS: usize = 64;
 fn dequantize_into<B: GgmlBlock>(blocks: &[B], out: &mut [f32]) {
     for_each_chunk(out, PAR_BLOCKS * B::BLOCK_SIZE, &|i, o| {
         B::dequantize(&blocks[i * PAR_BLOCKS..][..o.len() / B::BLOCK_SIZE], o)
+    });
+}
+
+/// Row by row: the legacy types' weights depend on the whole row.
+fn quantize_weighted_into<B: GgmlBlock>(
+    xs: &[f32],
+    bytes: &mut [u8],
+    cols: usize,
+    importance: &[f32],
+    rows_per_matrix: usize,
+) {
+    let blocks: &mut [B] = bytemuck::cast_slice_mut(bytes);
+    let per_row = cols / B::BLOCK_SIZE;
+    let rows_per_task = PAR_BLOCKS.div_ceil(per_row);
+    for_each_chunk(blocks, rows_per_task * per_row, &|i, b| {
+        for (r, out) in b.chunks_exact_mut(per_row).enumerate() {
+            let row = i * rows_per_task + r;
+            let qw = &importance[(row / rows_per_matrix) * cols..][..cols];
+            B::quantize_row_weighted(&xs[row * cols..][..cols], qw, out);
+        }
     });
 }
 

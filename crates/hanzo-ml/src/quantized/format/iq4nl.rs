@@ -56,10 +56,10 @@ pub(crate) fn best_index(x: f32) -> usize {
     }
 }
 
-/// The scale of one group of table levels as ggml searches it without an importance matrix
-/// (IQ4_NL's blocks, IQ4_XS's groups of 32): 7 refinement steps each way around
-/// `-max / VALUES[0]`, x²-weighted least squares for each. 0 for an all-zero group.
-pub(crate) fn group_scale(x: &[f32]) -> f32 {
+/// The scale of one group of table levels as ggml searches it (IQ4_NL's blocks, IQ4_XS's
+/// groups of 32): 7 refinement steps each way around `-max / VALUES[0]`, least squares under
+/// the error weights `w` for each. 0 for an all-zero group.
+pub(crate) fn group_scale(x: &[f32], w: &[f32]) -> f32 {
     const NTRY: i32 = 7;
     let max = signed_absmax(x);
     if max.abs() < GROUP_MAX_EPS {
@@ -67,9 +67,8 @@ pub(crate) fn group_scale(x: &[f32]) -> f32 {
     }
     let fit = |id: f32| {
         let (mut sumqx, mut sumq2) = (0f32, 0f32);
-        for &v in x {
+        for (&v, &w) in x.iter().zip(w) {
             let q = IQ4NL_VALUES[best_index(id * v)] as f32;
-            let w = v * v;
             sumqx += w * q * v;
             sumq2 += w * q * q;
         }
@@ -97,10 +96,26 @@ pub(crate) fn pack_indices(x: &[f32], id: f32) -> [u8; 16] {
     std::array::from_fn(|j| l[j] | (l[j + 16] << 4))
 }
 
+/// ggml's error weights for the IQ4 scale search: x² without an importance matrix, else
+/// `qw · √(σ² + x²)` with `σ²` twice the mean square of the super-block `x` (a block of
+/// IQ4_NL, 256 elements of IQ4_XS), for each group of 32.
+/// (At most 8 groups, IQ4_XS's.)
+pub(crate) fn scale_weights(x: &[f32], qw: Option<&[f32]>) -> [[f32; QK]; 8] {
+    let mut out = [[0f32; QK]; 8];
+    let sigma2 = 2.0 * super::importance::sum_sq(x) / x.len() as f32;
+    for ((g, xg), o) in x.chunks_exact(QK).enumerate().zip(&mut out) {
+        *o = match qw {
+            Some(qw) => super::importance::weights(xg, &qw[QK * g..], sigma2),
+            None => std::array::from_fn(|i| xg[i] * xg[i]),
+        };
+    }
+    out
+}
+
 /// ggml's IQ4_NL quantizer as `llama-quantize` runs it. An all-zero block gets scale 0 and
 /// the index of the level nearest 0 (8) everywhere, as ggml re-indexes with a zero inverse.
-fn quantize_block(x: &[f32]) -> BlockIQ4NL {
-    let d = group_scale(x);
+fn quantize_block(x: &[f32], qw: Option<&[f32]>) -> BlockIQ4NL {
+    let d = group_scale(x, &scale_weights(x, qw)[0]);
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
     BlockIQ4NL {
         d: f16::from_f32(d),
@@ -124,7 +139,13 @@ impl GgmlBlock for BlockIQ4NL {
 
     fn quantize(xs: &[f32], out: &mut [Self]) {
         for (x, b) in xs.chunks_exact(QK).zip(out) {
-            *b = quantize_block(x);
+            *b = quantize_block(x, None);
+        }
+    }
+
+    fn quantize_row_weighted(xs: &[f32], qw: &[f32], out: &mut [Self]) {
+        for ((x, qw), b) in xs.chunks_exact(QK).zip(qw.chunks_exact(QK)).zip(out) {
+            *b = quantize_block(x, Some(qw));
         }
     }
 

@@ -1,7 +1,7 @@
 //! IQ4_XS (4.25 bits per weight): IQ4_NL's non-linear 4-bit levels under a 6-bit signed scale
 //! per 32 weights and one f16 scale per 256. Element `i` is `d · (s − 32) · VALUES[q]`.
 
-use super::iq4nl::{group_scale, pack_indices, IQ4NL_VALUES};
+use super::iq4nl::{group_scale, pack_indices, scale_weights, IQ4NL_VALUES};
 use super::kquants::{BlockQ8K, QK_K};
 use super::lattice::{lattice_block, Levels};
 use super::search::nearest_int;
@@ -46,12 +46,13 @@ fn iq4xs_levels(b: &BlockIQ4XS) -> Levels<32> {
     out
 }
 
-/// ggml's IQ4_XS quantizer without an importance matrix (what `llama-quantize` runs): each
-/// group of 32 gets IQ4_NL's scale search; the super-block scale is the largest of those
-/// over -32, each group's 6-bit multiplier the nearest integer, and the levels are indexed
-/// again against the scale the multiplier gives.
-fn quantize_block(x: &[f32]) -> BlockIQ4XS {
-    let scales: [f32; 8] = std::array::from_fn(|g| group_scale(&x[32 * g..32 * g + 32]));
+/// ggml's IQ4_XS quantizer (what `llama-quantize` runs, with or without an importance
+/// matrix `qw`): each group of 32 gets IQ4_NL's scale search; the super-block scale is the
+/// largest of those over -32, each group's 6-bit multiplier the nearest integer, and the
+/// levels are indexed again against the scale the multiplier gives.
+fn quantize_block(x: &[f32], qw: Option<&[f32]>) -> BlockIQ4XS {
+    let w = scale_weights(x, qw);
+    let scales: [f32; 8] = std::array::from_fn(|g| group_scale(&x[32 * g..32 * g + 32], &w[g]));
     let d = -signed_absmax(&scales) / 32.0;
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
     let mut b = BlockIQ4XS {
@@ -74,7 +75,13 @@ fn quantize_block(x: &[f32]) -> BlockIQ4XS {
 
 fn quantize(xs: &[f32], out: &mut [BlockIQ4XS]) {
     for (x, b) in xs.chunks_exact(QK_K).zip(out) {
-        *b = quantize_block(x);
+        *b = quantize_block(x, None);
+    }
+}
+
+fn quantize_weighted(xs: &[f32], qw: &[f32], out: &mut [BlockIQ4XS]) {
+    for ((x, qw), b) in xs.chunks_exact(QK_K).zip(qw.chunks_exact(QK_K)).zip(out) {
+        *b = quantize_block(x, Some(qw));
     }
 }
 
@@ -83,5 +90,6 @@ lattice_block!(
     GgmlDType::IQ4XS,
     iq4xs_levels,
     1.0,
-    quantize = quantize
+    quantize = quantize,
+    weighted = quantize_weighted
 );

@@ -8,6 +8,7 @@
 // to the format description than zipped iterators.
 #![allow(clippy::needless_range_loop)]
 
+use super::importance;
 use super::search::{make_q3_quants, make_qkx2_quants, make_qx_quants, nearest_int, GROUP_MAX_EPS};
 use super::GgmlDType;
 use super::{signed_absmax, GgmlBlock, Unpacking};
@@ -92,7 +93,7 @@ fn unpack_2bit(qs: &[u8; 64]) -> [u8; QK_K] {
     })
 }
 
-fn pack_2bit(l: &[u8; QK_K]) -> [u8; 64] {
+pub(super) fn pack_2bit(l: &[u8; QK_K]) -> [u8; 64] {
     std::array::from_fn(|b| {
         let (n, i) = (b / 32, b % 32);
         let at = |j: usize| l[128 * n + 32 * j + i];
@@ -187,6 +188,22 @@ fn group_dot_u8(w: &[u8], x: &[i8]) -> i32 {
 
 // ---------------------------------------------------------------- Q2_K
 
+/// Re-rounds every element against the scales as `b` stores them (a group whose scale is 0
+/// keeps the levels of the search) and packs the levels.
+pub(super) fn store_q2k_levels(b: &mut BlockQ2K, x: &[f32], l: &mut [u8; QK_K]) {
+    for g in 0..16 {
+        let d = b.d.to_f32() * (b.scales[g] & 0x0F) as f32;
+        if d == 0.0 {
+            continue;
+        }
+        let dm = b.dmin.to_f32() * (b.scales[g] >> 4) as f32;
+        for i in 0..16 {
+            l[16 * g + i] = nearest_int((x[16 * g + i] + dm) / d).clamp(0, 3) as u8;
+        }
+    }
+    b.qs = pack_2bit(l);
+}
+
 impl GgmlBlock for BlockQ2K {
     const DTYPE: GgmlDType = GgmlDType::Q2K;
     const BLOCK_SIZE: usize = QK_K;
@@ -251,19 +268,12 @@ impl GgmlBlock for BlockQ2K {
             } else {
                 b.dmin = f16::ZERO;
             }
-            // Re-round every element against the scales as they were stored.
-            for g in 0..16 {
-                let d = b.d.to_f32() * (b.scales[g] & 0x0F) as f32;
-                if d == 0.0 {
-                    continue;
-                }
-                let dm = b.dmin.to_f32() * (b.scales[g] >> 4) as f32;
-                for i in 0..16 {
-                    l[16 * g + i] = nearest_int((x[16 * g + i] + dm) / d).clamp(0, 3) as u8;
-                }
-            }
-            b.qs = pack_2bit(&l);
+            store_q2k_levels(b, x, &mut l);
         }
+    }
+
+    fn quantize_row_weighted(xs: &[f32], qw: &[f32], out: &mut [Self]) {
+        importance::q2k(xs, qw, out)
     }
 
     fn vec_dot_scalar(w: &[Self], x: &[BlockQ8K]) -> f32 {
@@ -285,6 +295,49 @@ impl GgmlBlock for BlockQ2K {
 }
 
 // ---------------------------------------------------------------- Q3_K
+
+/// Sixteen 6-bit scales (biased by 32) in Q3_K's 12 bytes: low nibbles in bytes 0..8, the
+/// top two bits of scale `j` in byte `8 + j % 4` at bit `2 (j / 4)`.
+pub(super) fn pack_q3k_scales(biased: &[u8; 16]) -> [u8; 12] {
+    let mut out = [0u8; 12];
+    for (j, &v) in biased.iter().enumerate() {
+        if j < 8 {
+            out[j] = v & 0x0F;
+        } else {
+            out[j - 8] |= (v & 0x0F) << 4;
+        }
+        out[j % 4 + 8] |= (v >> 4) << (2 * (j / 4));
+    }
+    out
+}
+
+/// Re-rounds every element against the scales as `b` stores them (a group whose scale is 0
+/// keeps the levels of the search, biased by 4) and packs the levels.
+pub(super) fn store_q3k_levels(b: &mut BlockQ3K, x: &[f32], l: &mut [i8; QK_K]) {
+    let stored = q3k_scales(&b.scales);
+    for g in 0..16 {
+        let d = b.d.to_f32() * stored[g] as f32;
+        if d == 0.0 {
+            continue;
+        }
+        for i in 0..16 {
+            l[16 * g + i] = (nearest_int(x[16 * g + i] / d).clamp(-4, 3) + 4) as i8;
+        }
+    }
+    // Levels 4..7 set the high bit; the remaining two bits go to qs.
+    b.hmask = [0; 32];
+    let mut low = [0u8; QK_K];
+    for e in 0..QK_K {
+        let mut v = l[e] as u8;
+        if v > 3 {
+            let (n, j, i) = (e / 128, (e % 128) / 32, e % 32);
+            b.hmask[i] |= 1 << (4 * n + j);
+            v -= 4;
+        }
+        low[e] = v;
+    }
+    b.qs = pack_2bit(&low);
+}
 
 impl GgmlBlock for BlockQ3K {
     const DTYPE: GgmlDType = GgmlDType::Q3K;
@@ -313,46 +366,23 @@ impl GgmlBlock for BlockQ3K {
                 scales[g] = make_q3_quants(&x[16 * g..16 * g + 16], 4, &mut l[16 * g..16 * g + 16]);
             }
             let max_scale = signed_absmax(&scales);
-            b.scales = [0; 12];
+            let mut biased = [0u8; 16];
             if max_scale != 0.0 {
                 let iscale = -32.0 / max_scale;
-                for (j, &s) in scales.iter().enumerate() {
-                    let v = (nearest_int(iscale * s).clamp(-32, 31) + 32) as u8;
-                    if j < 8 {
-                        b.scales[j] = v & 0x0F;
-                    } else {
-                        b.scales[j - 8] |= (v & 0x0F) << 4;
-                    }
-                    b.scales[j % 4 + 8] |= (v >> 4) << (2 * (j / 4));
+                for (v, &s) in biased.iter_mut().zip(&scales) {
+                    *v = (nearest_int(iscale * s).clamp(-32, 31) + 32) as u8;
                 }
                 b.d = f16::from_f32(1.0 / iscale);
             } else {
                 b.d = f16::ZERO;
             }
-            let stored = q3k_scales(&b.scales);
-            for g in 0..16 {
-                let d = b.d.to_f32() * stored[g] as f32;
-                if d == 0.0 {
-                    continue;
-                }
-                for i in 0..16 {
-                    l[16 * g + i] = (nearest_int(x[16 * g + i] / d).clamp(-4, 3) + 4) as i8;
-                }
-            }
-            // Levels 4..7 set the high bit; the remaining two bits go to qs.
-            b.hmask = [0; 32];
-            let mut low = [0u8; QK_K];
-            for e in 0..QK_K {
-                let mut v = l[e] as u8;
-                if v > 3 {
-                    let (n, j, i) = (e / 128, (e % 128) / 32, e % 32);
-                    b.hmask[i] |= 1 << (4 * n + j);
-                    v -= 4;
-                }
-                low[e] = v;
-            }
-            b.qs = pack_2bit(&low);
+            b.scales = pack_q3k_scales(&biased);
+            store_q3k_levels(b, x, &mut l);
         }
+    }
+
+    fn quantize_row_weighted(xs: &[f32], qw: &[f32], out: &mut [Self]) {
+        importance::q3k(xs, qw, out)
     }
 
     fn vec_dot_scalar(w: &[Self], x: &[BlockQ8K]) -> f32 {
@@ -372,14 +402,13 @@ impl GgmlBlock for BlockQ3K {
 
 // ---------------------------------------------------------------- Q4_K and Q5_K
 
+/// A Q4_K/Q5_K block before its levels are packed: `d`, `dmin`, the packed 6-bit scales and
+/// mins, and one level per element.
+pub(super) type K4Parts = (f16, f16, [u8; 12], [u8; QK_K]);
+
 /// The shared Q4_K/Q5_K quantizer: per 32-element sub-block an affine fit with weights
 /// `rms + |x|`, then scales and mins quantized to 6 bits against the block maxima.
-fn quantize_k4_family(
-    x: &[f32],
-    nmax: i32,
-    rmin: f32,
-    nstep: i32,
-) -> (f16, f16, [u8; 12], [u8; QK_K]) {
+fn quantize_k4_family(x: &[f32], nmax: i32, rmin: f32, nstep: i32) -> K4Parts {
     let mut l = [0u8; QK_K];
     let mut scales = [0f32; 8];
     let mut mins = [0f32; 8];
@@ -412,9 +441,23 @@ fn quantize_k4_family(
     let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
     let ls: [u8; 8] = std::array::from_fn(|j| (nearest_int(inv_scale * scales[j]) as u8).min(63));
     let lm: [u8; 8] = std::array::from_fn(|j| (nearest_int(inv_min * mins[j]) as u8).min(63));
-    let packed = pack_scale_min_k4(&ls, &lm);
     let d = f16::from_f32(max_scale / 63.0);
     let dmin = f16::from_f32(max_min / 63.0);
+    requantize_k4_family(x, nmax, d, dmin, &ls, &lm, l)
+}
+
+/// Packs the 6-bit sub-block scales `ls` and mins `lm` and re-rounds every element against
+/// them as stored (a sub-block whose scale is 0 keeps the levels `l` of the search).
+pub(super) fn requantize_k4_family(
+    x: &[f32],
+    nmax: i32,
+    d: f16,
+    dmin: f16,
+    ls: &[u8; 8],
+    lm: &[u8; 8],
+    mut l: [u8; QK_K],
+) -> K4Parts {
+    let packed = pack_scale_min_k4(ls, lm);
     for j in 0..8 {
         let (sc, m) = scale_min_k4(j, &packed);
         let dj = d.to_f32() * sc as f32;
@@ -459,6 +502,20 @@ fn dot_k4_family(d: f16, dmin: f16, scales: &[u8; 12], l: &[u8; QK_K], x: &Block
     x.d * (d.to_f32() * sum as f32 - dmin.to_f32() * sum_min as f32)
 }
 
+impl BlockQ4K {
+    fn from_parts((d, dmin, scales, l): K4Parts) -> Self {
+        Self {
+            d,
+            dmin,
+            scales,
+            qs: std::array::from_fn(|k| {
+                let (c, i) = (k / 32, k % 32);
+                l[64 * c + i] | (l[64 * c + 32 + i] << 4)
+            }),
+        }
+    }
+}
+
 impl GgmlBlock for BlockQ4K {
     const DTYPE: GgmlDType = GgmlDType::Q4K;
     const BLOCK_SIZE: usize = QK_K;
@@ -472,14 +529,13 @@ impl GgmlBlock for BlockQ4K {
 
     fn quantize(xs: &[f32], out: &mut [Self]) {
         for (x, b) in xs.chunks_exact(QK_K).zip(out) {
-            let (d, dmin, scales, l) = quantize_k4_family(x, 15, -1.0, 20);
-            b.d = d;
-            b.dmin = dmin;
-            b.scales = scales;
-            b.qs = std::array::from_fn(|k| {
-                let (c, i) = (k / 32, k % 32);
-                l[64 * c + i] | (l[64 * c + 32 + i] << 4)
-            });
+            *b = BlockQ4K::from_parts(quantize_k4_family(x, 15, -1.0, 20));
+        }
+    }
+
+    fn quantize_row_weighted(xs: &[f32], qw: &[f32], out: &mut [Self]) {
+        for ((x, qw), b) in xs.chunks_exact(QK_K).zip(qw.chunks_exact(QK_K)).zip(out) {
+            *b = BlockQ4K::from_parts(importance::k4_family(x, qw, 15));
         }
     }
 
@@ -502,6 +558,26 @@ impl GgmlBlock for BlockQ4K {
     }
 }
 
+impl BlockQ5K {
+    fn from_parts((d, dmin, scales, l): K4Parts) -> Self {
+        let mut qh = [0u8; 32];
+        for e in 0..QK_K {
+            let (c, h, i) = (e / 64, (e % 64) / 32, e % 32);
+            qh[i] |= ((l[e] >> 4) & 1) << (2 * c + h);
+        }
+        Self {
+            d,
+            dmin,
+            scales,
+            qh,
+            qs: std::array::from_fn(|k| {
+                let (c, i) = (k / 32, k % 32);
+                (l[64 * c + i] & 0x0F) | ((l[64 * c + 32 + i] & 0x0F) << 4)
+            }),
+        }
+    }
+}
+
 impl GgmlBlock for BlockQ5K {
     const DTYPE: GgmlDType = GgmlDType::Q5K;
     const BLOCK_SIZE: usize = QK_K;
@@ -515,19 +591,13 @@ impl GgmlBlock for BlockQ5K {
 
     fn quantize(xs: &[f32], out: &mut [Self]) {
         for (x, b) in xs.chunks_exact(QK_K).zip(out) {
-            let (d, dmin, scales, l) = quantize_k4_family(x, 31, -0.5, 15);
-            b.d = d;
-            b.dmin = dmin;
-            b.scales = scales;
-            b.qh = [0; 32];
-            for e in 0..QK_K {
-                let (c, h, i) = (e / 64, (e % 64) / 32, e % 32);
-                b.qh[i] |= ((l[e] >> 4) & 1) << (2 * c + h);
-            }
-            b.qs = std::array::from_fn(|k| {
-                let (c, i) = (k / 32, k % 32);
-                (l[64 * c + i] & 0x0F) | ((l[64 * c + 32 + i] & 0x0F) << 4)
-            });
+            *b = BlockQ5K::from_parts(quantize_k4_family(x, 31, -0.5, 15));
+        }
+    }
+
+    fn quantize_row_weighted(xs: &[f32], qw: &[f32], out: &mut [Self]) {
+        for ((x, qw), b) in xs.chunks_exact(QK_K).zip(qw.chunks_exact(QK_K)).zip(out) {
+            *b = BlockQ5K::from_parts(importance::k4_family(x, qw, 31));
         }
     }
 
@@ -552,6 +622,46 @@ impl GgmlBlock for BlockQ5K {
 
 // ---------------------------------------------------------------- Q6_K
 
+/// ggml's Q6_K quantizer: a signed scale search per group of 16 (x²-weighted, or under the
+/// importance `qw`), the scales to 8 bits against the largest, every element re-rounded.
+fn quantize_q6k_block(x: &[f32], qw: Option<&[f32]>) -> BlockQ6K {
+    let mut l = [0i8; QK_K];
+    let mut scales = [0f32; 16];
+    for g in 0..16 {
+        let group = 16 * g..16 * g + 16;
+        let qw = qw.map(|w| &w[group.clone()]);
+        scales[g] = make_qx_quants(&x[group.clone()], 32, &mut l[group], 1, qw);
+    }
+    let max_scale = signed_absmax(&scales);
+    let mut b: BlockQ6K = bytemuck::Zeroable::zeroed();
+    if max_scale.abs() < GROUP_MAX_EPS {
+        return b;
+    }
+    let iscale = -128.0 / max_scale;
+    b.d = f16::from_f32(1.0 / iscale);
+    for g in 0..16 {
+        b.scales[g] = nearest_int(iscale * scales[g]).min(127) as i8;
+    }
+    for g in 0..16 {
+        let d = b.d.to_f32() * b.scales[g] as f32;
+        if d == 0.0 {
+            continue;
+        }
+        for i in 0..16 {
+            l[16 * g + i] = (nearest_int(x[16 * g + i] / d).clamp(-32, 31) + 32) as i8;
+        }
+    }
+    // Element 128n + 32k + i: low nibble into ql (k even: low half), 2 high bits
+    // into qh[32n + i] at bit 2k.
+    for e in 0..QK_K {
+        let (n, k, i) = (e / 128, (e % 128) / 32, e % 32);
+        let v = l[e] as u8;
+        b.ql[64 * n + 32 * (k % 2) + i] |= (v & 0x0F) << (4 * (k / 2));
+        b.qh[32 * n + i] |= (v >> 4) << (2 * k);
+    }
+    b
+}
+
 impl GgmlBlock for BlockQ6K {
     const DTYPE: GgmlDType = GgmlDType::Q6K;
     const BLOCK_SIZE: usize = QK_K;
@@ -572,41 +682,15 @@ impl GgmlBlock for BlockQ6K {
 
     fn quantize(xs: &[f32], out: &mut [Self]) {
         for (x, b) in xs.chunks_exact(QK_K).zip(out) {
-            let mut l = [0i8; QK_K];
-            let mut scales = [0f32; 16];
-            for g in 0..16 {
-                scales[g] =
-                    make_qx_quants(&x[16 * g..16 * g + 16], 32, &mut l[16 * g..16 * g + 16], 1);
-            }
-            let max_scale = signed_absmax(&scales);
-            if max_scale.abs() < GROUP_MAX_EPS {
-                *b = bytemuck::Zeroable::zeroed();
-                continue;
-            }
-            let iscale = -128.0 / max_scale;
-            b.d = f16::from_f32(1.0 / iscale);
-            for g in 0..16 {
-                b.scales[g] = nearest_int(iscale * scales[g]).min(127) as i8;
-            }
-            for g in 0..16 {
-                let d = b.d.to_f32() * b.scales[g] as f32;
-                if d == 0.0 {
-                    continue;
-                }
-                for i in 0..16 {
-                    l[16 * g + i] = (nearest_int(x[16 * g + i] / d).clamp(-32, 31) + 32) as i8;
-                }
-            }
-            // Element 128n + 32k + i: low nibble into ql (k even: low half), 2 high bits
-            // into qh[32n + i] at bit 2k.
-            b.ql = [0; 128];
-            b.qh = [0; 64];
-            for e in 0..QK_K {
-                let (n, k, i) = (e / 128, (e % 128) / 32, e % 32);
-                let v = l[e] as u8;
-                b.ql[64 * n + 32 * (k % 2) + i] |= (v & 0x0F) << (4 * (k / 2));
-                b.qh[32 * n + i] |= (v >> 4) << (2 * k);
-            }
+            *b = quantize_q6k_block(x, None);
+        }
+    }
+
+    /// ggml weighs each group's scale search by the importance alone (not the
+    /// `√(σ² + x²)` factor of the other k-quants).
+    fn quantize_row_weighted(xs: &[f32], qw: &[f32], out: &mut [Self]) {
+        for ((x, qw), b) in xs.chunks_exact(QK_K).zip(qw.chunks_exact(QK_K)).zip(out) {
+            *b = quantize_q6k_block(x, Some(qw));
         }
     }
 

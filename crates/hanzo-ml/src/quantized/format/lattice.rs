@@ -150,15 +150,17 @@ pub(crate) fn group_of<B, const GROUP: usize>(_: fn(&B) -> Levels<GROUP>) -> usi
 /// last argument is either `quantize = f` (its quantizer of whole rows) or the message that
 /// says why it has none.
 macro_rules! lattice_block {
-    ($block:ty, $dtype:expr, $levels:ident, $factor:expr, quantize = $quantize:path) => {
-        lattice_block!(@impl $block, $dtype, $levels, $factor, None, $quantize);
+    ($block:ty, $dtype:expr, $levels:ident, $factor:expr, quantize = $quantize:path,
+     weighted = $weighted:path) => {
+        lattice_block!(@impl $block, $dtype, $levels, $factor, None, $quantize, $weighted);
     };
     ($block:ty, $dtype:expr, $levels:ident, $factor:expr, $why:expr) => {
         lattice_block!(@impl $block, $dtype, $levels, $factor, Some($why),
-            |_: &[f32], _: &mut [$block]| unreachable!("{}", $why));
+            |_: &[f32], _: &mut [$block]| unreachable!("{}", $why),
+            |_: &[f32], _: &[f32], _: &mut [$block]| unreachable!("{}", $why));
     };
     (@impl $block:ty, $dtype:expr, $levels:ident, $factor:expr, $unsupported:expr,
-     $quantize:expr) => {
+     $quantize:expr, $weighted:expr) => {
         impl super::GgmlBlock for $block {
             const DTYPE: GgmlDType = $dtype;
             const BLOCK_SIZE: usize = QK_K;
@@ -173,6 +175,10 @@ macro_rules! lattice_block {
 
             fn quantize(xs: &[f32], out: &mut [Self]) {
                 ($quantize)(xs, out)
+            }
+
+            fn quantize_row_weighted(xs: &[f32], qw: &[f32], out: &mut [Self]) {
+                ($weighted)(xs, qw, out)
             }
 
             fn vec_dot_scalar(w: &[Self], x: &[BlockQ8K]) -> f32 {

@@ -89,7 +89,7 @@ pub(crate) fn nibbles_5(qs: &[u8; 16], qh: [u8; 4]) -> [u8; 32] {
 
 /// Packs 32 levels (< 32) into nibbles and a high-bit word.
 #[inline]
-fn pack(levels: &[u8; 32]) -> ([u8; 16], [u8; 4]) {
+pub(super) fn pack(levels: &[u8; 32]) -> ([u8; 16], [u8; 4]) {
     let mut qs = [0u8; 16];
     let mut qh = 0u32;
     for j in 0..16 {
@@ -174,6 +174,10 @@ impl GgmlBlock for BlockQ4_0 {
         }
     }
 
+    fn quantize_row_weighted(xs: &[f32], qw: &[f32], out: &mut [Self]) {
+        super::importance::q4_0(xs, qw, out)
+    }
+
     fn vec_dot_scalar(w: &[Self], x: &[BlockQ8_0]) -> f32 {
         w.iter()
             .zip(x)
@@ -218,6 +222,10 @@ impl GgmlBlock for BlockQ4_1 {
             b.m = m;
             b.qs = std::array::from_fn(|j| l[j] | (l[j + 16] << 4));
         }
+    }
+
+    fn quantize_row_weighted(xs: &[f32], qw: &[f32], out: &mut [Self]) {
+        super::importance::q4_1(xs, qw, out)
     }
 
     fn vec_dot_scalar(w: &[Self], x: &[BlockQ8_1]) -> f32 {
@@ -266,6 +274,10 @@ impl GgmlBlock for BlockQ5_0 {
         }
     }
 
+    fn quantize_row_weighted(xs: &[f32], qw: &[f32], out: &mut [Self]) {
+        super::importance::q5_0(xs, qw, out)
+    }
+
     fn vec_dot_scalar(w: &[Self], x: &[BlockQ8_0]) -> f32 {
         w.iter()
             .zip(x)
@@ -310,6 +322,10 @@ impl GgmlBlock for BlockQ5_1 {
             b.d = d;
             b.m = m;
         }
+    }
+
+    fn quantize_row_weighted(xs: &[f32], qw: &[f32], out: &mut [Self]) {
+        super::importance::q5_1(xs, qw, out)
     }
 
     fn vec_dot_scalar(w: &[Self], x: &[BlockQ8_1]) -> f32 {

@@ -13,6 +13,7 @@
 
 mod dtype;
 mod float;
+mod importance;
 pub mod interleaved;
 mod iq1;
 mod iq2;
@@ -78,6 +79,13 @@ pub trait GgmlBlock: bytemuck::Pod + Send + Sync + 'static {
     fn quantize(xs: &[f32], out: &mut [Self]);
     /// Portable dot product; the SIMD kernels are checked against it.
     fn vec_dot_scalar(w: &[Self], x: &[Self::Dot]) -> f32;
+    /// Quantizes one whole row `xs` under the importance `qw` of its columns (an importance
+    /// matrix's, `qw.len() == xs.len()`), as `llama-quantize --imatrix` does. The types whose
+    /// ggml quantizer takes no importance (Q8_0, the floats, TQ*, MXFP4) run `quantize`.
+    fn quantize_row_weighted(xs: &[f32], qw: &[f32], out: &mut [Self]) {
+        let _ = qw;
+        Self::quantize(xs, out)
+    }
     /// Why `quantize` cannot write this type, for the types whose quantizer is not written
     /// (ggml's lattice searches); their `quantize` must not be called, and
     /// `QTensor::quantize` answers with this message instead.

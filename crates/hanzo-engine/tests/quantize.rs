@@ -166,3 +166,199 @@ fn bad_invocations_fail_cleanly() {
     assert!(!out.exists());
     std::fs::remove_file(bad).ok();
 }
+
+/// An importance matrix for every weight llama-imatrix would see in the Gemma fixture (all
+/// but the token embedding), with values exact in f32 after llama.cpp's normalisation, written
+/// in both of llama-imatrix's forms: GGUF (`in_sum2` = 8 · value, `counts` = 8) and legacy .dat
+/// (stored value = 4 · value, `ncall` = 4).
+fn write_imatrix_both_ways(model: &Path, gguf: &Path, dat: &Path) {
+    use hanzo_ml::quantized::gguf::{write_gguf, Array, TensorSpec};
+    let file = GgufFile::open(model).unwrap();
+    let weights: Vec<(String, usize)> = file
+        .tensor_infos()
+        .iter()
+        .filter(|t| t.shape.rank() == 2 && t.name != "token_embd.weight")
+        .map(|t| (t.name.clone(), *t.shape.dims().last().unwrap()))
+        .collect();
+    // Heavy-tailed positive values, a few of them zero.
+    let values = |seed: usize, cols: usize| -> Vec<f32> {
+        (0..cols)
+            .map(|j| {
+                let h = (j * 2_654_435_761 + seed * 40_503) % 1_000;
+                if h < 7 {
+                    0.0
+                } else {
+                    (h as f32 / 64.0).powi(3) / 64.0
+                }
+            })
+            .collect()
+    };
+    let mut specs = Vec::new();
+    let mut blobs: Vec<Vec<u8>> = Vec::new();
+    let mut dat_bytes = (weights.len() as i32).to_le_bytes().to_vec();
+    for (k, (name, cols)) in weights.iter().enumerate() {
+        let v = values(k, *cols);
+        let f32s = |xs: &[f32]| xs.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        specs.push(TensorSpec {
+            name: format!("{name}.in_sum2"),
+            dtype: GgmlDType::F32,
+            shape: (1, *cols).into(),
+        });
+        blobs.push(f32s(&v.iter().map(|x| 8.0 * x).collect::<Vec<_>>()));
+        specs.push(TensorSpec {
+            name: format!("{name}.counts"),
+            dtype: GgmlDType::F32,
+            shape: (1, 1).into(),
+        });
+        blobs.push(f32s(&[8.0]));
+        dat_bytes.extend((name.len() as i32).to_le_bytes());
+        dat_bytes.extend(name.as_bytes());
+        dat_bytes.extend(4i32.to_le_bytes());
+        dat_bytes.extend((*cols as i32).to_le_bytes());
+        dat_bytes.extend(f32s(&v.iter().map(|x| 4.0 * x).collect::<Vec<_>>()));
+    }
+    dat_bytes.extend(3i32.to_le_bytes());
+    dat_bytes.extend((4i32).to_le_bytes());
+    dat_bytes.extend(b"wiki");
+    std::fs::write(dat, dat_bytes).unwrap();
+    let metadata = vec![
+        ("general.type".to_string(), Value::String("imatrix".into())),
+        (
+            "imatrix.datasets".to_string(),
+            Value::Array(Array::String(vec!["wiki".into()])),
+        ),
+        ("imatrix.chunk_count".to_string(), Value::U32(3)),
+        ("imatrix.chunk_size".to_string(), Value::U32(512)),
+    ];
+    let mut w = std::io::BufWriter::new(std::fs::File::create(gguf).unwrap());
+    write_gguf(&mut w, &metadata, &specs, |i| {
+        Ok(std::borrow::Cow::Owned(blobs[i].clone()))
+    })
+    .unwrap();
+}
+
+fn quantize_with(args: &[&str]) -> std::process::Output {
+    let mut all = vec!["quantize"];
+    all.extend_from_slice(args);
+    engine(&all)
+}
+
+#[test]
+fn importance_matrix_in_either_form_gives_the_same_weights_and_llama_cpps_choices() {
+    let src = fixture("gemma3");
+    let (im_gguf, im_dat) = (tmp("gemma3.imatrix.gguf"), tmp("gemma3.imatrix.dat"));
+    write_imatrix_both_ways(&src, &im_gguf, &im_dat);
+    let s = src.to_str().unwrap();
+    let outs = [
+        tmp("gemma3-q4_0-imatrix-gguf.gguf"),
+        tmp("gemma3-q4_0-imatrix-dat.gguf"),
+        tmp("gemma3-q4_0-plain.gguf"),
+    ];
+    for (out, im) in outs.iter().zip([Some(&im_gguf), Some(&im_dat), None]) {
+        let mut args = vec![s, out.to_str().unwrap(), "--type", "Q4_0"];
+        if let Some(im) = im {
+            args.extend(["--imatrix", im.to_str().unwrap()]);
+        }
+        let r = quantize_with(&args);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    }
+    let [a, b, plain] = outs.each_ref().map(|p| GgufFile::open(p).unwrap());
+    for t in a.tensor_infos() {
+        assert_eq!(
+            a.tensor_bytes(&t.name).unwrap(),
+            b.tensor_bytes(&t.name).unwrap(),
+            "{}",
+            t.name
+        );
+    }
+    let weights = a
+        .tensor_infos()
+        .iter()
+        .filter(|t| t.shape.rank() == 2 && t.name != "token_embd.weight")
+        .count();
+    assert_eq!(
+        a.get("quantize.imatrix.entries_count"),
+        Some(&Value::U32(weights as u32))
+    );
+    for f in [&a, &b] {
+        assert_eq!(f.get("quantize.imatrix.chunks_count"), Some(&Value::U32(3)));
+        assert_eq!(
+            f.get("quantize.imatrix.dataset").and_then(|v| v.as_str()),
+            Some("wiki")
+        );
+    }
+    assert!(plain.get("quantize.imatrix.file").is_none());
+    let ty = |f: &GgufFile, n: &str| f.content().tensor_info(n).unwrap().dtype;
+    // llama.cpp guards the first eighth of the FFN-down layers (2 of Gemma's 18) with Q4_1
+    // when an importance matrix is given, and only then.
+    assert_eq!(ty(&a, "blk.1.ffn_down.weight"), GgmlDType::Q4_1);
+    assert_eq!(ty(&a, "blk.2.ffn_down.weight"), GgmlDType::Q4_0);
+    assert_eq!(ty(&plain, "blk.1.ffn_down.weight"), GgmlDType::Q4_0);
+    // The importance changes the weights it covers, and only those.
+    let same = |n: &str| a.tensor_bytes(n).unwrap() == plain.tensor_bytes(n).unwrap();
+    assert!(!same("blk.5.attn_q.weight"));
+    assert!(same("token_embd.weight"));
+    for p in outs.iter().chain([&im_gguf, &im_dat]) {
+        std::fs::remove_file(p).ok();
+    }
+}
+
+#[test]
+fn unusable_importance_matrices_fail_cleanly_and_write_nothing() {
+    let src = fixture("gemma3");
+    let s = src.to_str().unwrap();
+    let out = tmp("never-imatrix.gguf");
+    let dat = tmp("bad.imatrix.dat");
+    std::fs::remove_file(&out).ok();
+    let run = |bytes: &[u8]| {
+        std::fs::write(&dat, bytes).unwrap();
+        let r = quantize_with(&[
+            s,
+            out.to_str().unwrap(),
+            "--type",
+            "Q4_0",
+            "--imatrix",
+            dat.to_str().unwrap(),
+        ]);
+        assert!(!r.status.success());
+        assert!(!out.exists() && !tmp("never-imatrix.gguf.partial").exists());
+        String::from_utf8_lossy(&r.stderr).into_owned()
+    };
+    let entry = |name: &str, values: &[f32]| {
+        let mut b = 1i32.to_le_bytes().to_vec();
+        b.extend((name.len() as i32).to_le_bytes());
+        b.extend(name.as_bytes());
+        b.extend(1i32.to_le_bytes());
+        b.extend((values.len() as i32).to_le_bytes());
+        b.extend(values.iter().flat_map(|v| v.to_le_bytes()));
+        b
+    };
+    // Cut short inside the values.
+    let whole = entry("blk.0.attn_q.weight", &[1.0; 640]);
+    let err = run(&whole[..100]);
+    assert!(
+        err.contains("entry 1 of 1") && err.contains("ends"),
+        "{err}"
+    );
+    // A matrix made for another model.
+    let err = run(&entry("blk.0.attn_q.weight", &[1.0; 100]));
+    assert!(err.contains("another model"), "{err}");
+    // Non-finite values.
+    let mut v = vec![1.0f32; 640];
+    v[3] = f32::NAN;
+    let err = run(&entry("blk.0.attn_q.weight", &v));
+    assert!(err.contains("non-finite"), "{err}");
+    // Negative lengths and empty files.
+    let err = run(&[1, 0, 0, 0, 0xff, 0xff, 0xff, 0xff]);
+    assert!(err.contains("negative"), "{err}");
+    let err = run(&[]);
+    assert!(err.contains("not a usable importance matrix"), "{err}");
+    // A model instead of an importance matrix.
+    let r = quantize_with(&[s, out.to_str().unwrap(), "--type", "Q4_0", "--imatrix", s]);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(
+        !r.status.success() && err.contains("imatrix.datasets"),
+        "{err}"
+    );
+    std::fs::remove_file(&dat).ok();
+}

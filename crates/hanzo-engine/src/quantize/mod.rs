@@ -3,12 +3,14 @@
 //! Tensors are converted one at a time and streamed to `OUT.partial`, which is renamed over
 //! `OUT` only when the whole file is written — a failure never leaves a truncated model.
 
+mod imatrix;
 pub mod policy;
 mod source;
 
 use anyhow::{bail, Context, Result};
 use hanzo_ml::quantized::gguf::{write_gguf, TensorSpec, Value};
 use hanzo_ml::quantized::{GgmlDType, QTensor};
+use imatrix::ImportanceMatrix;
 use indicatif::{ProgressBar, ProgressStyle};
 use policy::{Planner, Recipe};
 use source::Source;
@@ -33,6 +35,22 @@ pub struct Args {
     /// Use the base type for every quantizable tensor (no mixture, no output-layer bump).
     #[arg(long)]
     pub pure: bool,
+    /// An importance matrix from `llama-imatrix` (GGUF or the legacy .dat): each weight's
+    /// quantization error is weighed by how strongly the calibration text activated each
+    /// column, as `llama-quantize --imatrix` does.
+    #[arg(long, value_name = "FILE")]
+    pub imatrix: Option<PathBuf>,
+    /// Use the importance matrix only for weights whose names contain this (repeatable).
+    #[arg(
+        long,
+        value_name = "NAME",
+        requires = "imatrix",
+        conflicts_with = "exclude_weights"
+    )]
+    pub include_weights: Vec<String>,
+    /// Do not use the importance matrix for weights whose names contain this (repeatable).
+    #[arg(long, value_name = "NAME", requires = "imatrix")]
+    pub exclude_weights: Vec<String>,
 }
 
 pub fn run(mut args: Args) -> Result<()> {
@@ -45,11 +63,31 @@ pub fn run(mut args: Args) -> Result<()> {
         );
     }
     let start = Instant::now();
+    let imatrix = match &args.imatrix {
+        Some(p) => {
+            let mut m = ImportanceMatrix::load(p)?;
+            m.filter(&args.include_weights, &args.exclude_weights);
+            tracing::info!(
+                "{}: importance for {} weights from {} chunks of {}",
+                p.display(),
+                m.len(),
+                m.chunk_count,
+                if m.datasets.is_empty() {
+                    "unnamed text".to_string()
+                } else {
+                    m.datasets.join(", ")
+                }
+            );
+            Some(m)
+        }
+        None => None,
+    };
     let source =
         Source::open(&args.input).with_context(|| format!("reading {}", args.input.display()))?;
     let tensors = source.tensors()?;
     let names: Vec<&str> = tensors.iter().map(|t| t.name.as_str()).collect();
-    let mut planner = Planner::new(recipe, args.pure, &names, source.n_gqa());
+    let mut planner = Planner::new(recipe, args.pure, &names, source.n_gqa())
+        .with_importance(imatrix.as_ref().is_some_and(|m| m.len() > 0));
     let specs: Vec<TensorSpec> = tensors
         .iter()
         .map(|t| TensorSpec {
@@ -77,9 +115,39 @@ pub fn run(mut args: Args) -> Result<()> {
             .join(", ")
     );
 
+    // Which quantized tensors get an importance (checked before anything is written).
+    let mut importance = Vec::with_capacity(tensors.len());
+    for (t, spec) in tensors.iter().zip(&specs) {
+        let quantized = spec.dtype != t.dtype && spec.dtype.is_quantized();
+        importance.push(match &imatrix {
+            Some(m) if quantized => m.for_tensor(&t.name, &t.shape)?,
+            _ => None,
+        });
+    }
+    if imatrix.is_some() {
+        let missing: Vec<&str> = tensors
+            .iter()
+            .zip(&specs)
+            .zip(&importance)
+            .filter(|((t, s), w)| w.is_none() && s.dtype != t.dtype && s.dtype.is_quantized())
+            .map(|((t, _), _)| t.name.as_str())
+            .collect();
+        if !missing.is_empty() {
+            tracing::info!(
+                "no importance for {} tensors, quantized without: {}",
+                missing.len(),
+                missing.join(", ")
+            );
+        }
+    }
+
     let mut metadata = source.metadata();
+    metadata.retain(|(k, _)| !k.starts_with("quantize.imatrix."));
     metadata.push(("general.quantization_version".into(), Value::U32(2)));
     metadata.push(("general.file_type".into(), Value::U32(recipe.file_type)));
+    if let (Some(m), Some(p)) = (&imatrix, &args.imatrix) {
+        metadata.extend(m.metadata(p));
+    }
 
     let total: u64 = tensors
         .iter()
@@ -97,11 +165,11 @@ pub fn run(mut args: Args) -> Result<()> {
             Some(raw) if spec.dtype == t.dtype => raw,
             _ => {
                 let x = source.f32(&t.name).map_err(to_ml)?;
-                Cow::Owned(
-                    QTensor::quantize_f32(&x, t.shape.clone(), spec.dtype)?
-                        .data()
-                        .to_vec(),
-                )
+                let q = match importance[i] {
+                    Some(w) => QTensor::quantize_f32_weighted(&x, t.shape.clone(), spec.dtype, w)?,
+                    None => QTensor::quantize_f32(&x, t.shape.clone(), spec.dtype)?,
+                };
+                Cow::Owned(q.data().to_vec())
             }
         };
         bar.inc(t.shape.iter().product::<usize>() as u64);

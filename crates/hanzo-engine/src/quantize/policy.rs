@@ -250,6 +250,8 @@ pub struct Planner {
     recipe: Recipe,
     pure: bool,
     n_gqa: usize,
+    /// Quantizing with an importance matrix changes two of llama.cpp's choices.
+    has_importance: bool,
     tied_embeddings: bool,
     n_attn_v: usize,
     n_ffn_down: usize,
@@ -271,12 +273,19 @@ impl Planner {
             recipe,
             pure,
             n_gqa,
+            has_importance: false,
             tied_embeddings: !names.iter().any(|n| category(n) == Category::Output),
             n_attn_v: count(|c| matches!(c, Category::AttnV | Category::AttnQkv)),
             n_ffn_down: count(|c| c == Category::FfnDown),
             i_attn_v: 0,
             i_ffn_down: 0,
         }
+    }
+
+    /// Plans for quantizing with an importance matrix.
+    pub fn with_importance(mut self, yes: bool) -> Self {
+        self.has_importance = yes;
+        self
     }
 
     /// The type for tensor `name` of row-major `shape` currently stored as `source`.
@@ -327,8 +336,12 @@ impl Planner {
                     "Q3_K_M" => T::Q4K,
                     "Q3_K_L" => T::Q5K,
                     "Q4_K_M" | "Q5_K_M" if use_more_bits(i, n) => T::Q6K,
-                    "IQ4_NL" | "IQ4_XS" if i < n / 8 => T::Q5K,
+                    // Without importance the first layers' FFN down is IQ4's weak spot;
+                    // with it, Q4_0 and Q5_0 get llama.cpp's guard there instead.
+                    "IQ4_NL" | "IQ4_XS" if i < n / 8 && !self.has_importance => T::Q5K,
                     "Q4_K_S" if i < n / 8 => T::Q5K,
+                    "Q4_0" if i < n / 8 && self.has_importance => T::Q4_1,
+                    "Q5_0" if i < n / 8 && self.has_importance => T::Q5_1,
                     _ => t,
                 };
                 self.i_ffn_down += 1;

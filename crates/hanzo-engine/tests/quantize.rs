@@ -362,3 +362,139 @@ fn unusable_importance_matrices_fail_cleanly_and_write_nothing() {
     );
     std::fs::remove_file(&dat).ok();
 }
+
+/// The type counts `llama-quantize` (llama.cpp 0c1e570) gave for Gemma 3 270M in the IQ3
+/// mixtures (IQ3_XS with an importance matrix); the tensors it wrote equal ours byte for byte
+/// (compared outside the test suite, which has no llama.cpp).
+#[test]
+fn iq3_mixture_plans_match_llama_quantize_on_gemma3() {
+    let path = fixture("gemma3");
+    let counts = |recipe: &str| {
+        let mut c = std::collections::BTreeMap::new();
+        for (_, t) in hanzo_engine::quantize::plan_for(&path, recipe).unwrap() {
+            *c.entry(t.name()).or_insert(0) += 1;
+        }
+        c.into_iter().collect::<Vec<_>>()
+    };
+    assert_eq!(
+        counts("IQ3_M"),
+        [
+            ("F32", 109),
+            ("IQ3_S", 16),
+            ("IQ4_NL", 72),
+            ("Q4_K", 20),
+            ("Q5_0", 18),
+            ("Q8_0", 1)
+        ]
+    );
+    assert_eq!(
+        counts("IQ3_S"),
+        [
+            ("F32", 109),
+            ("IQ3_S", 36),
+            ("IQ4_NL", 72),
+            ("Q5_0", 18),
+            ("Q8_0", 1)
+        ]
+    );
+}
+
+/// IQ3_XS puts attention Q/K in IQ3_XXS, which needs an importance matrix. None of the
+/// fixtures has 256-wide attention rows (they fall back to IQ4_NL), so this writes a small
+/// model that has them.
+#[test]
+fn iq3_xxs_tensors_need_an_importance_matrix() {
+    use hanzo_ml::quantized::gguf::{write_gguf, Array, TensorSpec};
+    let model = tmp("tiny-256.gguf");
+    let names = ["blk.0.attn_q.weight", "blk.0.attn_v.weight"];
+    let specs: Vec<TensorSpec> = names
+        .iter()
+        .map(|n| TensorSpec {
+            name: n.to_string(),
+            dtype: GgmlDType::F32,
+            shape: (8, 256).into(),
+        })
+        .collect();
+    let data: Vec<u8> = (0..8 * 256)
+        .flat_map(|i| (((i * 7919) % 255) as f32 / 255.0 - 0.5).to_le_bytes())
+        .collect();
+    let meta = vec![(
+        "general.architecture".to_string(),
+        Value::String("llama".into()),
+    )];
+    let mut w = std::fs::File::create(&model).unwrap();
+    write_gguf(&mut w, &meta, &specs, |_| {
+        Ok(std::borrow::Cow::Borrowed(&data[..]))
+    })
+    .unwrap();
+    drop(w);
+    let out = tmp("tiny-256-iq3_xs.gguf");
+    std::fs::remove_file(&out).ok();
+    let (m, o) = (model.to_str().unwrap(), out.to_str().unwrap());
+    let r = quantize_with(&[m, o, "--type", "IQ3_XS"]);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(!r.status.success(), "{err}");
+    assert!(
+        err.contains("blk.0.attn_q.weight") && err.contains("--imatrix"),
+        "{err}"
+    );
+    assert!(!out.exists());
+
+    // With an importance matrix for it, attention Q is IQ3_XXS (V stays IQ3_S).
+    let im = tmp("tiny-256.imatrix.gguf");
+    let specs = vec![
+        TensorSpec {
+            name: "blk.0.attn_q.weight.in_sum2".into(),
+            dtype: GgmlDType::F32,
+            shape: (1, 256).into(),
+        },
+        TensorSpec {
+            name: "blk.0.attn_q.weight.counts".into(),
+            dtype: GgmlDType::F32,
+            shape: (1, 1).into(),
+        },
+    ];
+    let sums: Vec<u8> = (0..256)
+        .flat_map(|i| (1.0 + i as f32).to_le_bytes())
+        .collect();
+    let meta = vec![
+        (
+            "imatrix.datasets".to_string(),
+            Value::Array(Array::String(vec!["t".into()])),
+        ),
+        ("imatrix.chunk_count".to_string(), Value::U32(1)),
+        ("imatrix.chunk_size".to_string(), Value::U32(512)),
+    ];
+    let blobs = [sums, 2f32.to_le_bytes().to_vec()];
+    let mut w = std::fs::File::create(&im).unwrap();
+    write_gguf(&mut w, &meta, &specs, |i| {
+        Ok(std::borrow::Cow::Borrowed(&blobs[i][..]))
+    })
+    .unwrap();
+    drop(w);
+    let r = quantize_with(&[m, o, "--type", "IQ3_XS", "--imatrix", im.to_str().unwrap()]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let f = GgufFile::open(&out).unwrap();
+    let ty = |n: &str| f.content().tensor_info(n).unwrap().dtype;
+    assert_eq!(ty("blk.0.attn_q.weight"), GgmlDType::IQ3XXS);
+    assert_eq!(ty("blk.0.attn_v.weight"), GgmlDType::IQ3S);
+    // IQ3_XXS round-trips the weights to within its 3 bits.
+    let x: Vec<f32> = data
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect();
+    let y = f
+        .tensor("blk.0.attn_q.weight")
+        .unwrap()
+        .dequantize_f32()
+        .unwrap();
+    let rms = |v: &mut dyn Iterator<Item = f32>| {
+        let v: Vec<f32> = v.collect();
+        (v.iter().map(|a| (*a as f64).powi(2)).sum::<f64>() / v.len() as f64).sqrt()
+    };
+    let err = rms(&mut x.iter().zip(&y).map(|(a, b)| a - b));
+    assert!(err < 0.25 * rms(&mut x.iter().copied()), "{err}");
+    for p in [&model, &out, &im] {
+        std::fs::remove_file(p).ok();
+    }
+}

@@ -90,7 +90,7 @@ fn every_quantizer_matches_ggml_c_reference_bytes() {
     let x = common::synthetic_weights(8, 512, 7);
     for name in [
         "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "iq4_nl",
-        "iq4_xs",
+        "iq4_xs", "iq3_xxs", "iq3_s",
     ] {
         let dt = GgmlDType::from_name(name).unwrap();
         let want = ggml_bytes(name);
@@ -137,7 +137,7 @@ fn importance_weighted_quantizers_match_ggml_c_reference_bytes() {
     let (x, qw) = weighted_case();
     for name in [
         "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "iq4_nl",
-        "iq4_xs",
+        "iq4_xs", "iq3_xxs", "iq3_s",
     ] {
         let dt = GgmlDType::from_name(name).unwrap();
         let want = ggml_bytes(&format!("imatrix/{name}"));

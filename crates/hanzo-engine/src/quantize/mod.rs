@@ -28,7 +28,7 @@ pub struct Args {
     /// Output GGUF file.
     pub output: PathBuf,
     /// Target: a llama.cpp mixture (Q4_K_M, Q5_K_M, Q4_K_S, Q5_K_S, Q3_K_M, Q3_K_L, Q3_K_S,
-    /// Q2_K, Q6_K, IQ4_XS) or a single type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, F16,
+    /// Q2_K, Q6_K, IQ4_XS, IQ3_M, IQ3_S, IQ3_XS; IQ3_XS needs --imatrix) or a single type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, F16,
     /// BF16, F32; TQ1_0 and TQ2_0 for models trained ternary).
     #[arg(long = "type", value_name = "TYPE")]
     pub qtype: String,
@@ -123,6 +123,28 @@ pub fn run(mut args: Args) -> Result<()> {
             Some(m) if quantized => m.for_tensor(&t.name, &t.shape)?,
             _ => None,
         });
+    }
+    // As llama-quantize: IQ3_XXS without an importance matrix is too poor to write (the
+    // embedding and output projection excepted).
+    if let Some((t, _)) = tensors
+        .iter()
+        .zip(&specs)
+        .zip(&importance)
+        .find(|((t, s), w)| {
+            s.dtype == GgmlDType::IQ3XXS
+                && w.is_none()
+                && !matches!(
+                    policy::category(&t.name),
+                    policy::Category::TokenEmbd | policy::Category::Output
+                )
+        })
+        .map(|((t, s), _)| (t, s))
+    {
+        bail!(
+            "{} would be IQ3_XXS, which needs an importance matrix covering it (--imatrix FILE \
+             from llama-imatrix), as in llama-quantize",
+            t.name
+        );
     }
     if imatrix.is_some() {
         let missing: Vec<&str> = tensors

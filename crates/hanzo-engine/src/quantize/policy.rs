@@ -112,6 +112,21 @@ const RECIPES: &[Recipe] = &[
         base: GgmlDType::IQ4XS,
         file_type: 30,
     },
+    Recipe {
+        name: "IQ3_XS",
+        base: GgmlDType::IQ3S,
+        file_type: 22,
+    },
+    Recipe {
+        name: "IQ3_S",
+        base: GgmlDType::IQ3S,
+        file_type: 26,
+    },
+    Recipe {
+        name: "IQ3_M",
+        base: GgmlDType::IQ3S,
+        file_type: 27,
+    },
     // Ternary weights, for models trained ternary (BitNet b1.58); anything else turns to
     // noise.
     Recipe {
@@ -149,23 +164,17 @@ impl Recipe {
             "MXFP4" => "MXFP4_MOE".into(),
             _ => up,
         };
-        // llama-quantize's lattice types, which need a lattice search (and for IQ1/IQ2 an
-        // importance matrix) that this writer does not have.
+        // llama-quantize's IQ1/IQ2 lattice types (and IQ3_XXS, whose mixture puts attention
+        // Q/K in IQ2_S): their searches are not written here.
         const LATTICE: &[&str] = &[
-            "IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ3_XXS", "IQ3_XS", "IQ3_S",
-            "IQ3_M",
+            "IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ3_XXS",
         ];
         match RECIPES.iter().find(|r| r.name == up) {
             Some(r) => Ok(*r),
             None if LATTICE.contains(&up.as_str()) => {
-                let imatrix = if up.starts_with("IQ3") {
-                    ""
-                } else {
-                    " and, as llama-quantize requires, an importance matrix (--imatrix)"
-                };
                 bail!(
-                    "writing {up} is not supported yet: it needs ggml's lattice search{imatrix}; \
-                     IQ4_XS, IQ4_NL and the k-quants can be written"
+                    "writing {up} is not supported yet: it needs ggml's IQ1/IQ2 lattice search; \
+                     IQ3_M, IQ3_S, IQ3_XS, IQ4_XS, IQ4_NL and the k-quants can be written"
                 )
             }
             None => {
@@ -255,8 +264,12 @@ pub struct Planner {
     tied_embeddings: bool,
     n_attn_v: usize,
     n_ffn_down: usize,
+    n_ffn_gate: usize,
+    n_ffn_up: usize,
     i_attn_v: usize,
     i_ffn_down: usize,
+    i_ffn_gate: usize,
+    i_ffn_up: usize,
 }
 
 /// llama.cpp's choice of layers that get more bits: the first and last eighth, and every
@@ -277,8 +290,12 @@ impl Planner {
             tied_embeddings: !names.iter().any(|n| category(n) == Category::Output),
             n_attn_v: count(|c| matches!(c, Category::AttnV | Category::AttnQkv)),
             n_ffn_down: count(|c| c == Category::FfnDown),
+            n_ffn_gate: count(|c| c == Category::FfnGate),
+            n_ffn_up: count(|c| c == Category::FfnUp),
             i_attn_v: 0,
             i_ffn_down: 0,
+            i_ffn_gate: 0,
+            i_ffn_up: 0,
         }
     }
 
@@ -322,6 +339,8 @@ impl Planner {
                     "Q3_K_M" => T::Q4K,
                     "Q3_K_L" => T::Q5K,
                     "IQ4_NL" | "IQ4_XS" if self.n_gqa >= 4 => T::Q5K,
+                    "IQ3_XS" | "IQ3_S" if self.n_gqa >= 4 => T::Q4K,
+                    "IQ3_M" => T::Q4K,
                     "Q4_K_M" | "Q5_K_M" if use_more_bits(i, n) => T::Q6K,
                     "Q4_K_S" if i < 4 => T::Q5K,
                     _ => t,
@@ -340,16 +359,30 @@ impl Planner {
                     // with it, Q4_0 and Q5_0 get llama.cpp's guard there instead.
                     "IQ4_NL" | "IQ4_XS" if i < n / 8 && !self.has_importance => T::Q5K,
                     "Q4_K_S" if i < n / 8 => T::Q5K,
+                    "IQ3_M" if i < n / 8 => T::Q4K,
                     "Q4_0" if i < n / 8 && self.has_importance => T::Q4_1,
                     "Q5_0" if i < n / 8 && self.has_importance => T::Q5_1,
                     _ => t,
                 };
                 self.i_ffn_down += 1;
             }
+            Category::AttnK | Category::AttnQ if r == "IQ3_XS" => t = T::IQ3XXS,
+            Category::FfnGate | Category::FfnUp => {
+                let (i, n) = if category(name) == Category::FfnGate {
+                    self.i_ffn_gate += 1;
+                    (self.i_ffn_gate - 1, self.n_ffn_gate)
+                } else {
+                    self.i_ffn_up += 1;
+                    (self.i_ffn_up - 1, self.n_ffn_up)
+                };
+                if r == "IQ3_XS" && i >= n / 8 && i < 7 * n / 8 {
+                    t = T::IQ3XXS;
+                }
+            }
             Category::AttnOutput => {
                 t = match r {
                     "Q2_K" => T::Q3K,
-                    "Q3_K_M" => T::Q4K,
+                    "Q3_K_M" | "IQ3_M" => T::Q4K,
                     "Q3_K_L" => T::Q5K,
                     _ => t,
                 };
@@ -383,8 +416,10 @@ mod tests {
             .to_string()
             .contains("Q4_K_M"));
         assert_eq!(Recipe::parse("iq4_xs").unwrap().file_type, 30);
+        assert_eq!(Recipe::parse("iq3_m").unwrap().file_type, 27);
+        assert_eq!(Recipe::parse("IQ3_XS").unwrap().base, GgmlDType::IQ3S);
         let err = Recipe::parse("IQ2_XXS").unwrap_err().to_string();
-        assert!(err.contains("importance matrix"), "{err}");
+        assert!(err.contains("not supported yet"), "{err}");
     }
 
     #[test]

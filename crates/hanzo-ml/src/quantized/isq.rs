@@ -15,7 +15,14 @@ pub fn fallback_type(wanted: GgmlDType, ncols: usize) -> GgmlDType {
     }
     let next = match wanted {
         GgmlDType::Q2K | GgmlDType::Q3K | GgmlDType::TQ1_0 | GgmlDType::TQ2_0 => GgmlDType::Q4_0,
-        GgmlDType::IQ4XS => GgmlDType::IQ4NL,
+        GgmlDType::IQ4XS
+        | GgmlDType::IQ3S
+        | GgmlDType::IQ3XXS
+        | GgmlDType::IQ2S
+        | GgmlDType::IQ2XS
+        | GgmlDType::IQ2XXS
+        | GgmlDType::IQ1S
+        | GgmlDType::IQ1M => GgmlDType::IQ4NL,
         GgmlDType::Q4K => GgmlDType::Q5_0,
         GgmlDType::Q5K => GgmlDType::Q5_1,
         GgmlDType::Q6K | GgmlDType::Q8K => GgmlDType::Q8_0,

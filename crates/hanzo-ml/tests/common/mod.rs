@@ -76,7 +76,7 @@ pub fn rmse(a: &[f32], b: &[f32]) -> f64 {
 }
 
 /// A weight matrix of type `dt`: `synthetic_weights` quantized, or, for the types we read but
-/// cannot write (the IQ1/IQ2/IQ3 lattices), random blocks with a finite f16 scale of
+/// cannot write (the IQ1/IQ2 lattices), random blocks with a finite f16 scale of
 /// weight-like size.
 pub fn weight_tensor(
     dt: hanzo_ml::quantized::GgmlDType,

@@ -3,6 +3,7 @@
 //! and one f16 scale per 256. Element `i` is `d · (2s + 1) / 4 · grid[i] · sign[i]` (XXS) or
 //! `d · (2s + 1) · grid[i] · sign[i]` (S).
 
+use super::iq3_quant::{quantize_iq3s, quantize_iq3xxs};
 use super::kquants::{BlockQ8K, QK_K};
 use super::lattice::{iq3s_grid, iq3xxs_grid, ksigns, lattice_block, signed, Levels};
 use super::GgmlDType;
@@ -73,14 +74,43 @@ fn iq3s_levels(b: &BlockIQ3S) -> Levels<32> {
     out
 }
 
-const NO_QUANTIZER: &str =
-    "quantizing to IQ3 types (a lattice search over ggml's neighbour tables) is not supported yet";
+fn quantize_xxs(xs: &[f32], out: &mut [BlockIQ3XXS]) {
+    for (x, b) in xs.chunks_exact(QK_K).zip(out) {
+        *b = quantize_iq3xxs(x, None);
+    }
+}
+
+fn quantize_xxs_weighted(xs: &[f32], qw: &[f32], out: &mut [BlockIQ3XXS]) {
+    for ((x, qw), b) in xs.chunks_exact(QK_K).zip(qw.chunks_exact(QK_K)).zip(out) {
+        *b = quantize_iq3xxs(x, Some(qw));
+    }
+}
+
+fn quantize_s(xs: &[f32], out: &mut [BlockIQ3S]) {
+    for (x, b) in xs.chunks_exact(QK_K).zip(out) {
+        *b = quantize_iq3s(x, None);
+    }
+}
+
+fn quantize_s_weighted(xs: &[f32], qw: &[f32], out: &mut [BlockIQ3S]) {
+    for ((x, qw), b) in xs.chunks_exact(QK_K).zip(qw.chunks_exact(QK_K)).zip(out) {
+        *b = quantize_iq3s(x, Some(qw));
+    }
+}
 
 lattice_block!(
     BlockIQ3XXS,
     GgmlDType::IQ3XXS,
     iq3xxs_levels,
     0.25,
-    NO_QUANTIZER
+    quantize = quantize_xxs,
+    weighted = quantize_xxs_weighted
 );
-lattice_block!(BlockIQ3S, GgmlDType::IQ3S, iq3s_levels, 1.0, NO_QUANTIZER);
+lattice_block!(
+    BlockIQ3S,
+    GgmlDType::IQ3S,
+    iq3s_levels,
+    1.0,
+    quantize = quantize_s,
+    weighted = quantize_s_weighted
+);

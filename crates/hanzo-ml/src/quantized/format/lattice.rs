@@ -20,6 +20,13 @@ fn expand<const E: usize>(packed: &[u8], bits: usize, levels: &[i8]) -> Box<[[i8
         .collect()
 }
 
+/// A packed lattice's points as level indices rather than magnitudes (what the IQ3 searches
+/// work in).
+pub(crate) fn level_indices<const E: usize>(packed: &[u8], bits: usize) -> Box<[[i8; E]]> {
+    let identity: Vec<i8> = (0..1 << bits).map(|i| i as i8).collect();
+    expand::<E>(packed, bits, &identity)
+}
+
 macro_rules! grid {
     ($(#[$doc:meta])* $name:ident, $elems:literal, $packed:ident, $bits:ident, $levels:ident) => {
         $(#[$doc])*

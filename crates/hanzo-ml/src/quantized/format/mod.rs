@@ -18,6 +18,7 @@ pub mod interleaved;
 mod iq1;
 mod iq2;
 mod iq3;
+mod iq3_quant;
 mod iq4nl;
 mod iq4xs;
 mod iq_grids;

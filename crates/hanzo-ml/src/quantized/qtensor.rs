@@ -205,10 +205,39 @@ impl QTensor {
         let mut words = vec![0u32; nbytes.div_ceil(4)];
         {
             let bytes = &mut bytemuck::cast_slice_mut::<u32, u8>(&mut words)[..nbytes];
-            let rows_per_matrix = rows / matrices;
-            crate::with_block_type!(dtype, B => {
-                quantize_weighted_into::<B>(xs, bytes, cols, importance, rows_per_matrix)
-            });
+            let rpm = rows / matrices;
+            use super::format::*;
+            // Only the types whose quantizer uses the importance, each as one small function
+            // behind the shared row loop (the binary has a size budget); ggml ignores the
+            // importance for the rest.
+            macro_rules! row {
+                ($B:ty) => {
+                    &|x: &[f32], w: &[f32], out: &mut [u8]| {
+                        <$B>::quantize_row_weighted(x, w, bytemuck::cast_slice_mut(out))
+                    }
+                };
+            }
+            let quantize_row: &RowFn = match dtype {
+                GgmlDType::Q4_0 => row!(BlockQ4_0),
+                GgmlDType::Q4_1 => row!(BlockQ4_1),
+                GgmlDType::Q5_0 => row!(BlockQ5_0),
+                GgmlDType::Q5_1 => row!(BlockQ5_1),
+                GgmlDType::Q2K => row!(BlockQ2K),
+                GgmlDType::Q3K => row!(BlockQ3K),
+                GgmlDType::Q4K => row!(BlockQ4K),
+                GgmlDType::Q5K => row!(BlockQ5K),
+                GgmlDType::Q6K => row!(BlockQ6K),
+                GgmlDType::IQ4NL => row!(BlockIQ4NL),
+                GgmlDType::IQ4XS => row!(BlockIQ4XS),
+                GgmlDType::IQ3XXS => row!(BlockIQ3XXS),
+                GgmlDType::IQ3S => row!(BlockIQ3S),
+                _ => return Self::quantize_f32(xs, shape, dtype),
+            };
+            if rows == 0 {
+                return Self::quantize_f32(xs, shape, dtype);
+            }
+            let row_bytes = nbytes / rows;
+            quantize_weighted_rows(xs, bytes, cols, row_bytes, importance, rpm, quantize_row);
         }
         let data = Bytes::Owned { words, len: nbytes };
         check_size(dtype, &shape, nbytes, "QTensor::quantize_f32_weighted")?;
@@ -351,22 +380,25 @@ fn dequantize_into<B: GgmlBlock>(blocks: &[B], out: &mut [f32]) {
     });
 }
 
+/// Quantizes one row under its importance into its bytes.
+type RowFn = dyn Fn(&[f32], &[f32], &mut [u8]) + Sync;
+
 /// Row by row: the legacy types' weights depend on the whole row.
-fn quantize_weighted_into<B: GgmlBlock>(
+fn quantize_weighted_rows(
     xs: &[f32],
     bytes: &mut [u8],
     cols: usize,
+    row_bytes: usize,
     importance: &[f32],
     rows_per_matrix: usize,
+    quantize_row: &RowFn,
 ) {
-    let blocks: &mut [B] = bytemuck::cast_slice_mut(bytes);
-    let per_row = cols / B::BLOCK_SIZE;
-    let rows_per_task = PAR_BLOCKS.div_ceil(per_row);
-    for_each_chunk(blocks, rows_per_task * per_row, &|i, b| {
-        for (r, out) in b.chunks_exact_mut(per_row).enumerate() {
+    let rows_per_task = (PAR_BLOCKS * 32).div_ceil(cols).max(1);
+    for_each_chunk(bytes, rows_per_task * row_bytes, &|i, b| {
+        for (r, out) in b.chunks_exact_mut(row_bytes).enumerate() {
             let row = i * rows_per_task + r;
             let qw = &importance[(row / rows_per_matrix) * cols..][..cols];
-            B::quantize_row_weighted(&xs[row * cols..][..cols], qw, out);
+            quantize_row(&xs[row * cols..][..cols], qw, out);
         }
     });
 }

@@ -127,6 +127,7 @@ fn nearest_levels(id: f32, x: &[f32]) -> [i8; 4] {
 /// The scale and lattice levels of one group of 32 magnitudes `x` (largest `max`) under error
 /// weights `w`: `steps` scale candidates each side of `max / 15`. XXS starts with every run
 /// counted on the lattice and places again only the off-lattice runs; S places them all.
+#[inline(never)]
 fn fit_group(
     lat: &Lattice,
     x: &[f32; 32],
@@ -199,6 +200,7 @@ fn multipliers(scales: &[f32; 8], d: f32) -> [u32; 8] {
     scales.map(|s| nearest_int(0.5 * (id * s - 1.0)).clamp(0, 15) as u32)
 }
 
+#[inline(never)]
 pub(super) fn quantize_iq3xxs(x: &[f32], qw: Option<&[f32]>) -> BlockIQ3XXS {
     let lat = iq3xxs_lattice();
     let sigma2 = 2.0 * super::importance::sum_sq(x) / QK_K as f32;
@@ -264,6 +266,7 @@ pub(super) fn quantize_iq3xxs(x: &[f32], qw: Option<&[f32]>) -> BlockIQ3XXS {
     b
 }
 
+#[inline(never)]
 pub(super) fn quantize_iq3s(x: &[f32], qw: Option<&[f32]>) -> BlockIQ3S {
     let lat = iq3s_lattice();
     let sigma2 = 2.0 * super::importance::sum_sq(x) / QK_K as f32;

@@ -59,6 +59,7 @@ pub(crate) fn best_index(x: f32) -> usize {
 /// The scale of one group of table levels as ggml searches it (IQ4_NL's blocks, IQ4_XS's
 /// groups of 32): 7 refinement steps each way around `-max / VALUES[0]`, least squares under
 /// the error weights `w` for each. 0 for an all-zero group.
+#[inline(never)]
 pub(crate) fn group_scale(x: &[f32], w: &[f32]) -> f32 {
     const NTRY: i32 = 7;
     let max = signed_absmax(x);
@@ -114,6 +115,7 @@ pub(crate) fn scale_weights(x: &[f32], qw: Option<&[f32]>) -> [[f32; QK]; 8] {
 
 /// ggml's IQ4_NL quantizer as `llama-quantize` runs it. An all-zero block gets scale 0 and
 /// the index of the level nearest 0 (8) everywhere, as ggml re-indexes with a zero inverse.
+#[inline(never)]
 fn quantize_block(x: &[f32], qw: Option<&[f32]>) -> BlockIQ4NL {
     let d = group_scale(x, &scale_weights(x, qw)[0]);
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };

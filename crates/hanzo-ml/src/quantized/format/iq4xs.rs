@@ -50,6 +50,7 @@ fn iq4xs_levels(b: &BlockIQ4XS) -> Levels<32> {
 /// matrix `qw`): each group of 32 gets IQ4_NL's scale search; the super-block scale is the
 /// largest of those over -32, each group's 6-bit multiplier the nearest integer, and the
 /// levels are indexed again against the scale the multiplier gives.
+#[inline(never)]
 fn quantize_block(x: &[f32], qw: Option<&[f32]>) -> BlockIQ4XS {
     let w = scale_weights(x, qw);
     let scales: [f32; 8] = std::array::from_fn(|g| group_scale(&x[32 * g..32 * g + 32], &w[g]));

@@ -1,6 +1,7 @@
 //! The scale searches behind ggml's k-quant reference quantizers. Each fits `x ≈ scale·l`
 //! (or `scale·l - min`) over one sub-block, trying a small grid of candidate scales and keeping
-//! the one with the least weighted squared (or absolute) error.
+//! the one with the least weighted squared (or absolute) error. The searches are called from
+//! many quantizers and stay out of line (`inline(never)`): the binary has a size budget.
 
 /// Below this a sub-block counts as all zeros.
 pub const GROUP_MAX_EPS: f32 = 1e-15;
@@ -16,6 +17,7 @@ pub fn nearest_int(x: f32) -> i32 {
 /// Signed levels in `[-nmax, nmax)`, stored offset by `nmax`. The error weights are `qw` where
 /// given (an importance matrix's), else `rmse_type` picks them (1: x², 2: 1, 3: |x|, 4: √|x|);
 /// `rmse_type` 0 skips the search.
+#[inline(never)]
 pub fn make_qx_quants(
     x: &[f32],
     nmax: i32,
@@ -79,6 +81,7 @@ pub fn make_qx_quants(
 
 /// Q3_K's search: start from the plain rounding, then move single levels while that lowers
 /// the x²-weighted error (up to 5 sweeps). Levels are returned offset by `nmax`.
+#[inline(never)]
 pub fn make_q3_quants(x: &[f32], nmax: i32, l_out: &mut [i8]) -> f32 {
     let max = super::signed_absmax(x);
     if max.abs() < GROUP_MAX_EPS {
@@ -133,6 +136,7 @@ pub fn make_q3_quants(x: &[f32], nmax: i32, l_out: &mut [i8]) -> f32 {
 /// returned positive). Tries `nstep + 1` scales `(nmax + rmin + rdelta·i)/(max - min)` and keeps
 /// the weighted least-squares solution with the lowest error (absolute when `use_mad`).
 #[allow(clippy::too_many_arguments)]
+#[inline(never)]
 pub fn make_qkx2_quants(
     x: &[f32],
     weights: &[f32],
@@ -217,6 +221,7 @@ pub fn make_qkx2_quants(
 /// `make_qp_quants`, which quantizes the sub-block scales and mins of the weighted k-quants):
 /// the best of nine scales around `nmax / max`, then up to five sweeps moving single levels
 /// while that lowers the weighted error.
+#[inline(never)]
 pub fn make_qp_quants(x: &[f32], nmax: i32, l_out: &mut [u8], qw: &[f32]) -> f32 {
     let n = x.len();
     let max = x.iter().fold(0f32, |m, &v| if v > m { v } else { m });

@@ -9,12 +9,11 @@
 use anyhow::{bail, ensure, Context, Result};
 use hanzo_ml::quantized::gguf::{GgufFile, Value};
 use hanzo_ml::quantized::GgmlDType;
-use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 pub struct ImportanceMatrix {
-    /// Weight name → importance per column, one row of `cols` per matrix (expert).
-    entries: HashMap<String, Vec<f32>>,
+    /// Weight name and importance per column, one row of `cols` per matrix (expert).
+    entries: Vec<(String, Vec<f32>)>,
     /// The calibration texts' names, as `llama-imatrix` recorded them.
     pub datasets: Vec<String>,
     /// Chunks of calibration text the sums cover (0 where the file does not say).
@@ -61,22 +60,22 @@ impl ImportanceMatrix {
             None => Vec::new(),
         };
         let chunk_count = chunk_count.and_then(Value::to_u64).unwrap_or(0) as u32;
-        // name → (sums, counts)
-        let mut parts: BTreeMap<&str, (Option<&str>, Option<&str>)> = BTreeMap::new();
+        let mut entries = Vec::new();
         for t in file.tensor_infos() {
-            if let Some(name) = t.name.strip_suffix(".in_sum2") {
-                parts.entry(name).or_default().0 = Some(&t.name);
-            } else if let Some(name) = t.name.strip_suffix(".counts") {
-                parts.entry(name).or_default().1 = Some(&t.name);
+            let has = |n: &str| file.content().tensor_info(n).is_some();
+            if let Some(name) = t.name.strip_suffix(".counts") {
+                ensure!(
+                    has(&format!("{name}.in_sum2")),
+                    "{name} has counts without sums"
+                );
+                continue;
             }
-        }
-        ensure!(!parts.is_empty(), "it holds no importance tensors");
-        let mut entries = HashMap::new();
-        for (name, pair) in parts {
-            let (Some(sums), Some(counts)) = pair else {
-                bail!("{name} has sums without counts or counts without sums");
+            let Some(name) = t.name.strip_suffix(".in_sum2") else {
+                continue;
             };
-            let (sums, counts) = (f32s(&file, sums)?, f32s(&file, counts)?);
+            let counts_name = format!("{name}.counts");
+            ensure!(has(&counts_name), "{name} has sums without counts");
+            let (sums, counts) = (f32s(&file, &t.name)?, f32s(&file, &counts_name)?);
             ensure!(
                 !counts.is_empty() && sums.len() % counts.len() == 0,
                 "{name}: {} sums do not split into {} matrices",
@@ -95,8 +94,9 @@ impl ImportanceMatrix {
                     values.extend(std::iter::repeat_n(1.0, cols));
                 }
             }
-            entries.insert(name.to_string(), values);
+            entries.push((name.to_string(), values));
         }
+        ensure!(!entries.is_empty(), "it holds no importance tensors");
         Ok(Self {
             entries,
             datasets,
@@ -111,7 +111,7 @@ impl ImportanceMatrix {
             n >= 1,
             "neither a GGUF file nor a legacy imatrix (entry count {n})"
         );
-        let mut entries = HashMap::new();
+        let mut entries = Vec::new();
         for i in 0..n {
             let what = |s: &str| format!("entry {} of {n}: {s}", i + 1);
             let len = r.len().with_context(|| what("its name's length"))?;
@@ -127,7 +127,7 @@ impl ImportanceMatrix {
             if ncall > 0 {
                 values.iter_mut().for_each(|v| *v /= ncall as f32);
             }
-            entries.insert(name, values);
+            entries.push((name, values));
         }
         // Optional trailer: chunk count, then the dataset's name.
         let chunk_count = r.i32().map_or(0, |c| c.max(0) as u32);
@@ -154,7 +154,7 @@ impl ImportanceMatrix {
     /// that contain one of `exclude`, as llama-quantize's `--include-weights` and
     /// `--exclude-weights` do.
     pub fn filter(&mut self, include: &[String], exclude: &[String]) {
-        self.entries.retain(|name, _| {
+        self.entries.retain(|(name, _)| {
             (include.is_empty() || include.iter().any(|s| name.contains(s.as_str())))
                 && !exclude.iter().any(|s| name.contains(s.as_str()))
         });
@@ -165,7 +165,8 @@ impl ImportanceMatrix {
     /// entry's size does not fit the weight (a matrix made for another model). A token
     /// embedding, which `llama-imatrix` never sees as a matrix product, is let through.
     pub fn for_tensor(&self, name: &str, shape: &[usize]) -> Result<Option<&[f32]>> {
-        let Some(v) = self.entries.get(name) else {
+        // The last entry of a name wins, as in llama.cpp.
+        let Some((_, v)) = self.entries.iter().rev().find(|(n, _)| n == name) else {
             return Ok(None);
         };
         let cols = shape.last().copied().unwrap_or(1);

@@ -35,12 +35,10 @@ pub struct Args {
     /// Use the base type for every quantizable tensor (no mixture, no output-layer bump).
     #[arg(long)]
     pub pure: bool,
-    /// An importance matrix from `llama-imatrix` (GGUF or the legacy .dat): each weight's
-    /// quantization error is weighed by how strongly the calibration text activated each
-    /// column, as `llama-quantize --imatrix` does.
+    /// Importance matrix from llama-imatrix (GGUF or legacy .dat), as llama-quantize's.
     #[arg(long, value_name = "FILE")]
     pub imatrix: Option<PathBuf>,
-    /// Use the importance matrix only for weights whose names contain this (repeatable).
+    /// Use the importance matrix only for weights whose names contain this.
     #[arg(
         long,
         value_name = "NAME",
@@ -48,7 +46,7 @@ pub struct Args {
         conflicts_with = "exclude_weights"
     )]
     pub include_weights: Vec<String>,
-    /// Do not use the importance matrix for weights whose names contain this (repeatable).
+    /// Do not use the importance matrix for weights whose names contain this.
     #[arg(long, value_name = "NAME", requires = "imatrix")]
     pub exclude_weights: Vec<String>,
 }

@@ -45,24 +45,23 @@ impl Lattice {
             }
             let pos: [i32; 4] = std::array::from_fn(|k| 2 * ((u >> (3 * k)) & 7) as i32 + 1);
             dist.clear();
-            dist.extend(points.iter().enumerate().map(|(j, l)| {
-                let d2: i32 = (0..4).map(|k| (2 * l[k] as i32 + 1 - pos[k]).pow(2)).sum();
-                (d2, j as u16)
+            dist.extend(points.iter().map(|l| {
+                (0..4)
+                    .map(|k| (2 * l[k] as i32 + 1 - pos[k]).pow(2))
+                    .sum::<i32>()
             }));
-            dist.sort_unstable();
             map[u] = -(neighbours.len() as i32 + 1);
             let at = neighbours.len();
             neighbours.push(0);
-            let (mut d2, mut distinct) = (dist[0].0, 1);
-            for &(d, j) in &dist {
-                if d > d2 {
-                    if distinct == nearest {
-                        break;
-                    }
-                    d2 = d;
-                    distinct += 1;
-                }
-                neighbours.push(j);
+            // The points at the `nearest` smallest distances, nearest first, in point order
+            // within a distance (ggml sorts by distance, then index).
+            let mut floor = -1;
+            for _ in 0..nearest {
+                let Some(d2) = dist.iter().copied().filter(|&d| d > floor).min() else {
+                    break;
+                };
+                neighbours.extend((0..dist.len()).filter(|&j| dist[j] == d2).map(|j| j as u16));
+                floor = d2;
             }
             neighbours[at] = (neighbours.len() - at - 1) as u16;
         }

@@ -28,8 +28,8 @@ pub struct Args {
     /// Output GGUF file.
     pub output: PathBuf,
     /// Target: a llama.cpp mixture (Q4_K_M, Q5_K_M, Q4_K_S, Q5_K_S, Q3_K_M, Q3_K_L, Q3_K_S,
-    /// Q2_K, Q6_K, IQ4_XS, IQ3_M, IQ3_S, IQ3_XS; IQ3_XS needs --imatrix) or a single type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, F16,
-    /// BF16, F32; TQ1_0 and TQ2_0 for models trained ternary).
+    /// Q2_K, Q6_K, IQ4_XS, IQ3_M, IQ3_S, IQ3_XS) or a single type (Q4_0, Q4_1, Q5_0, Q5_1,
+    /// Q8_0, IQ4_NL, MXFP4, F16, BF16, F32; TQ1_0 and TQ2_0 for models trained ternary).
     #[arg(long = "type", value_name = "TYPE")]
     pub qtype: String,
     /// Use the base type for every quantizable tensor (no mixture, no output-layer bump).
@@ -113,53 +113,7 @@ pub fn run(mut args: Args) -> Result<()> {
             .join(", ")
     );
 
-    // Which quantized tensors get an importance (checked before anything is written).
-    let mut importance = Vec::with_capacity(tensors.len());
-    for (t, spec) in tensors.iter().zip(&specs) {
-        let quantized = spec.dtype != t.dtype && spec.dtype.is_quantized();
-        importance.push(match &imatrix {
-            Some(m) if quantized => m.for_tensor(&t.name, &t.shape)?,
-            _ => None,
-        });
-    }
-    // As llama-quantize: IQ3_XXS without an importance matrix is too poor to write (the
-    // embedding and output projection excepted).
-    if let Some((t, _)) = tensors
-        .iter()
-        .zip(&specs)
-        .zip(&importance)
-        .find(|((t, s), w)| {
-            s.dtype == GgmlDType::IQ3XXS
-                && w.is_none()
-                && !matches!(
-                    policy::category(&t.name),
-                    policy::Category::TokenEmbd | policy::Category::Output
-                )
-        })
-        .map(|((t, s), _)| (t, s))
-    {
-        bail!(
-            "{} would be IQ3_XXS, which needs an importance matrix covering it (--imatrix FILE \
-             from llama-imatrix), as in llama-quantize",
-            t.name
-        );
-    }
-    if imatrix.is_some() {
-        let missing: Vec<&str> = tensors
-            .iter()
-            .zip(&specs)
-            .zip(&importance)
-            .filter(|((t, s), w)| w.is_none() && s.dtype != t.dtype && s.dtype.is_quantized())
-            .map(|((t, _), _)| t.name.as_str())
-            .collect();
-        if !missing.is_empty() {
-            tracing::info!(
-                "no importance for {} tensors, quantized without: {}",
-                missing.len(),
-                missing.join(", ")
-            );
-        }
-    }
+    let importance = importance_per_tensor(imatrix.as_ref(), &tensors, &specs)?;
 
     let mut metadata = source.metadata();
     metadata.retain(|(k, _)| !k.starts_with("quantize.imatrix."));
@@ -211,6 +165,48 @@ pub fn run(mut args: Args) -> Result<()> {
         start.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// The importance each tensor is quantized under (`None`: none, or not quantized here),
+/// checked before anything is written: sizes that do not fit, and IQ3_XXS tensors without
+/// one, which llama-quantize refuses too (the embedding and output projection excepted).
+fn importance_per_tensor<'a>(
+    imatrix: Option<&'a ImportanceMatrix>,
+    tensors: &[source::SourceTensor],
+    specs: &[TensorSpec],
+) -> Result<Vec<Option<&'a [f32]>>> {
+    let mut out = Vec::with_capacity(tensors.len());
+    let mut missing = Vec::new();
+    for (t, spec) in tensors.iter().zip(specs) {
+        let quantized = spec.dtype != t.dtype && spec.dtype.is_quantized();
+        let w = match imatrix {
+            Some(m) if quantized => m.for_tensor(&t.name, &t.shape)?,
+            _ => None,
+        };
+        let exempt = matches!(
+            policy::category(&t.name),
+            policy::Category::TokenEmbd | policy::Category::Output
+        );
+        if w.is_none() && spec.dtype == GgmlDType::IQ3XXS && !exempt {
+            bail!(
+                "{} would be IQ3_XXS, which needs an importance matrix covering it \
+                 (--imatrix FILE from llama-imatrix), as in llama-quantize",
+                t.name
+            );
+        }
+        if w.is_none() && quantized {
+            missing.push(t.name.as_str());
+        }
+        out.push(w);
+    }
+    if imatrix.is_some() && !missing.is_empty() {
+        tracing::info!(
+            "no importance for {} tensors, quantized without: {}",
+            missing.len(),
+            missing.join(", ")
+        );
+    }
+    Ok(out)
 }
 
 /// The writer's callback speaks hanzo-ml errors; keep the whole context chain.

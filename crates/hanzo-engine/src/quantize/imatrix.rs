@@ -256,3 +256,73 @@ impl<'a> Reader<'a> {
         usize::try_from(n).map_err(|_| anyhow::anyhow!("negative length {n}"))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn legacy(entries: &[(&str, i32, &[f32])], trailer: bool) -> Vec<u8> {
+        let mut b = (entries.len() as i32).to_le_bytes().to_vec();
+        for (name, ncall, values) in entries {
+            b.extend((name.len() as i32).to_le_bytes());
+            b.extend(name.as_bytes());
+            b.extend(ncall.to_le_bytes());
+            b.extend((values.len() as i32).to_le_bytes());
+            b.extend(values.iter().flat_map(|v| v.to_le_bytes()));
+        }
+        if trailer {
+            b.extend(7i32.to_le_bytes());
+            b.extend(4i32.to_le_bytes());
+            b.extend(b"wiki");
+        }
+        b
+    }
+
+    #[test]
+    fn legacy_values_are_divided_by_the_call_count() {
+        let m = ImportanceMatrix::from_legacy(&legacy(
+            &[("a.weight", 4, &[8.0, 2.0]), ("b.weight", 0, &[3.0])],
+            true,
+        ))
+        .unwrap();
+        assert_eq!(
+            m.for_tensor("a.weight", &[5, 2]).unwrap(),
+            Some(&[2.0, 0.5][..])
+        );
+        assert_eq!(m.for_tensor("b.weight", &[5, 1]).unwrap(), Some(&[3.0][..]));
+        assert_eq!(m.for_tensor("c.weight", &[5, 1]).unwrap(), None);
+        assert_eq!(
+            (m.chunk_count, m.datasets.clone()),
+            (7, vec!["wiki".to_string()])
+        );
+        // A second matrix of two experts needs twice the columns.
+        assert!(m.for_tensor("a.weight", &[2, 5, 2]).is_err());
+        let m = ImportanceMatrix::from_legacy(&legacy(&[("a", 1, &[1.0])], false)).unwrap();
+        assert_eq!((m.chunk_count, m.datasets.len()), (0, 0));
+    }
+
+    /// Every truncation and many corruptions of a valid file give a result or an error,
+    /// never a panic or a huge allocation.
+    #[test]
+    fn damaged_legacy_files_never_panic() {
+        let good = legacy(
+            &[("blk.0.attn_q.weight", 3, &[1.0; 40]), ("x", 1, &[2.0; 3])],
+            true,
+        );
+        for n in 0..good.len() {
+            let _ = ImportanceMatrix::from_legacy(&good[..n]);
+        }
+        let mut s = 0x2545_f491u32;
+        for _ in 0..5000 {
+            let mut bad = good.clone();
+            for _ in 0..3 {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                let at = s as usize % bad.len();
+                bad[at] = (s >> 24) as u8;
+            }
+            let _ = ImportanceMatrix::from_legacy(&bad);
+        }
+    }
+}

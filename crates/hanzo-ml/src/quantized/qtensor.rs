@@ -192,9 +192,34 @@ impl QTensor {
                 format!("{} values for shape {:?}", xs.len(), shape.dims()),
             ));
         }
-        if let Some(why) = dtype.quantize_unsupported() {
-            return Err(Error::invalid("QTensor::quantize", why));
+        use super::format::*;
+        // Only the types whose quantizer uses the importance, each as one small function
+        // behind the shared row loop (the binary has a size budget); the rest (ggml ignores
+        // the importance for them, and the unwritable types' error) go to `quantize_f32`.
+        macro_rules! row {
+            ($B:ty) => {
+                &|x: &[f32], w: &[f32], out: &mut [u8]| {
+                    <$B>::quantize_row_weighted(x, w, bytemuck::cast_slice_mut(out))
+                }
+            };
         }
+        let quantize_row: &RowFn = match dtype {
+            _ if rows == 0 => return Self::quantize_f32(xs, shape, dtype),
+            GgmlDType::Q4_0 => row!(BlockQ4_0),
+            GgmlDType::Q4_1 => row!(BlockQ4_1),
+            GgmlDType::Q5_0 => row!(BlockQ5_0),
+            GgmlDType::Q5_1 => row!(BlockQ5_1),
+            GgmlDType::Q2K => row!(BlockQ2K),
+            GgmlDType::Q3K => row!(BlockQ3K),
+            GgmlDType::Q4K => row!(BlockQ4K),
+            GgmlDType::Q5K => row!(BlockQ5K),
+            GgmlDType::Q6K => row!(BlockQ6K),
+            GgmlDType::IQ4NL => row!(BlockIQ4NL),
+            GgmlDType::IQ4XS => row!(BlockIQ4XS),
+            GgmlDType::IQ3XXS => row!(BlockIQ3XXS),
+            GgmlDType::IQ3S => row!(BlockIQ3S),
+            _ => return Self::quantize_f32(xs, shape, dtype),
+        };
         if !cols.is_multiple_of(dtype.block_size()) {
             return Err(Error::invalid(
                 "QTensor::quantize_f32_weighted",
@@ -203,42 +228,17 @@ impl QTensor {
         }
         let nbytes = dtype.bytes_for(xs.len())?;
         let mut words = vec![0u32; nbytes.div_ceil(4)];
-        {
-            let bytes = &mut bytemuck::cast_slice_mut::<u32, u8>(&mut words)[..nbytes];
-            let rpm = rows / matrices;
-            use super::format::*;
-            // Only the types whose quantizer uses the importance, each as one small function
-            // behind the shared row loop (the binary has a size budget); ggml ignores the
-            // importance for the rest.
-            macro_rules! row {
-                ($B:ty) => {
-                    &|x: &[f32], w: &[f32], out: &mut [u8]| {
-                        <$B>::quantize_row_weighted(x, w, bytemuck::cast_slice_mut(out))
-                    }
-                };
-            }
-            let quantize_row: &RowFn = match dtype {
-                GgmlDType::Q4_0 => row!(BlockQ4_0),
-                GgmlDType::Q4_1 => row!(BlockQ4_1),
-                GgmlDType::Q5_0 => row!(BlockQ5_0),
-                GgmlDType::Q5_1 => row!(BlockQ5_1),
-                GgmlDType::Q2K => row!(BlockQ2K),
-                GgmlDType::Q3K => row!(BlockQ3K),
-                GgmlDType::Q4K => row!(BlockQ4K),
-                GgmlDType::Q5K => row!(BlockQ5K),
-                GgmlDType::Q6K => row!(BlockQ6K),
-                GgmlDType::IQ4NL => row!(BlockIQ4NL),
-                GgmlDType::IQ4XS => row!(BlockIQ4XS),
-                GgmlDType::IQ3XXS => row!(BlockIQ3XXS),
-                GgmlDType::IQ3S => row!(BlockIQ3S),
-                _ => return Self::quantize_f32(xs, shape, dtype),
-            };
-            if rows == 0 {
-                return Self::quantize_f32(xs, shape, dtype);
-            }
-            let row_bytes = nbytes / rows;
-            quantize_weighted_rows(xs, bytes, cols, row_bytes, importance, rpm, quantize_row);
-        }
+        let bytes = &mut bytemuck::cast_slice_mut::<u32, u8>(&mut words)[..nbytes];
+        let row_bytes = nbytes / rows;
+        quantize_weighted_rows(
+            xs,
+            bytes,
+            cols,
+            row_bytes,
+            importance,
+            rows / matrices,
+            quantize_row,
+        );
         let data = Bytes::Owned { words, len: nbytes };
         check_size(dtype, &shape, nbytes, "QTensor::quantize_f32_weighted")?;
         Ok(Self { dtype, shape, data })

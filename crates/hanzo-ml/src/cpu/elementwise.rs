@@ -95,8 +95,14 @@ pub(crate) fn contiguous_cow<'a, T: Copy + Sync + Send + bytemuck::Zeroable>(
 ) -> std::borrow::Cow<'a, [T]> {
     match l.contiguous_offsets() {
         Some((s, e)) => std::borrow::Cow::Borrowed(&v[s..e]),
-        None => std::borrow::Cow::Owned(unary_map(v, l, |x| x)),
+        None => std::borrow::Cow::Owned(copy_view(v, l)),
     }
+}
+
+/// The view's elements copied in row-major order. One instantiation per element type, shared
+/// by every strided copy (a closure per call site would be a copy of `unary_map` each).
+pub(crate) fn copy_view<T: Copy + Sync + Send + bytemuck::Zeroable>(v: &[T], l: &Layout) -> Vec<T> {
+    unary_map(v, l, std::convert::identity)
 }
 
 /// Apply a vectorised slice kernel, in parallel chunks for large inputs.

@@ -1,7 +1,7 @@
 //! index_select, gather, scatter(_add) and index_add. Every index is bounds-checked before
 //! any write (`CpuStorage::indices`).
 
-use super::{compute_dtype, contiguous_cow, same_dtype2, unary_map, CpuStorage};
+use super::{compute_dtype, contiguous_cow, copy_view, same_dtype2, CpuStorage};
 use crate::{Error, Layout, Result, WithDType};
 
 #[inline]
@@ -129,7 +129,7 @@ pub fn scatter(
     let offs = gather_offsets(l.dims(), ids_l.dims(), dim, &idx, op)?;
     Ok(same_dtype2!(s, src, op, (v, w) => {
         let mut out = contiguous_cow(v, l).into_owned();
-        let vals = unary_map(w, src_l, |x| x);
+        let vals = copy_view(w, src_l);
         for (&o, &x) in offs.iter().zip(&vals) {
             out[o] = if accumulate { add(out[o], x) } else { x };
         }

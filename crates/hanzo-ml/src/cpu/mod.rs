@@ -21,7 +21,7 @@ pub mod team;
 pub use alloc::reuse_large_buffers;
 pub use blob::Blob;
 pub use buffer::Buf;
-pub(crate) use elementwise::{binary_map, contiguous_cow, unary_map};
+pub(crate) use elementwise::{binary_map, contiguous_cow, copy_view, unary_map};
 
 use crate::backend::{BackendStorage, MatMulDims, RopeKind};
 use crate::op::{BinaryOpT, CmpOp, ReduceOp, UnaryOpT};
@@ -214,29 +214,38 @@ impl CpuStorage {
     }
 }
 
-fn convert<T: WithDType, U: WithDType>(v: &[T], l: &Layout) -> Vec<U> {
-    unary_map(v, l, |x| U::from_f64(x.to_f64()))
+/// Conversions between rarely paired types: the view is made contiguous first (one shared
+/// strided copy per source type), then converted in a flat loop. A strided `unary_map` per
+/// (source, target) pair would cost about 3 KB of binary each.
+fn convert<T: WithDType, U: WithDType>(v: &[T], l: &Layout, f: impl Fn(T) -> U) -> CpuStorage {
+    CpuStorage::from_vec(
+        contiguous_cow(v, l)
+            .iter()
+            .map(|&x| f(x))
+            .collect::<Vec<U>>(),
+    )
 }
 
-/// Fast conversions that avoid the f64 round trip for the common float pairs.
+/// Conversions between the float types models compute in keep the strided, parallel map;
+/// the others go through [`convert`]. Float targets convert from f32, except from an f64
+/// source, which `half`'s own f64 conversion takes.
 fn to_dtype_typed<T: WithDType>(v: &[T], l: &Layout, dtype: DType) -> CpuStorage {
-    use std::any::TypeId;
-    let t = TypeId::of::<T>();
+    let hot = matches!(T::DTYPE, DType::F32 | DType::F16 | DType::BF16);
+    let wide = T::DTYPE == DType::F64;
     match dtype {
-        DType::U8 => CpuStorage::from_vec(convert::<T, u8>(v, l)),
-        DType::U32 => CpuStorage::from_vec(convert::<T, u32>(v, l)),
-        DType::I64 => CpuStorage::from_vec(convert::<T, i64>(v, l)),
-        DType::F64 => CpuStorage::from_vec(convert::<T, f64>(v, l)),
-        DType::F32 => CpuStorage::from_vec(unary_map(v, l, |x| x.to_f32())),
-        DType::F16 if t != TypeId::of::<f64>() => {
-            CpuStorage::from_vec(unary_map(v, l, |x| f16::from_f32(x.to_f32())))
-        }
-        DType::BF16 if t != TypeId::of::<f64>() => {
-            CpuStorage::from_vec(unary_map(v, l, |x| bf16::from_f32(x.to_f32())))
-        }
-        DType::F16 => CpuStorage::from_vec(convert::<T, f16>(v, l)),
-        DType::BF16 => CpuStorage::from_vec(convert::<T, bf16>(v, l)),
-        DType::F8E4M3 => CpuStorage::from_vec(unary_map(v, l, |x| F8E4M3::from_f32(x.to_f32()))),
+        DType::F32 if hot => CpuStorage::from_vec(unary_map(v, l, |x| x.to_f32())),
+        DType::F16 if hot => CpuStorage::from_vec(unary_map(v, l, |x| f16::from_f32(x.to_f32()))),
+        DType::BF16 if hot => CpuStorage::from_vec(unary_map(v, l, |x| bf16::from_f32(x.to_f32()))),
+        DType::F32 => convert(v, l, |x| x.to_f32()),
+        DType::F16 if !wide => convert(v, l, |x| f16::from_f32(x.to_f32())),
+        DType::BF16 if !wide => convert(v, l, |x| bf16::from_f32(x.to_f32())),
+        DType::F8E4M3 => convert(v, l, |x| F8E4M3::from_f32(x.to_f32())),
+        DType::U8 => convert(v, l, |x| u8::from_f64(x.to_f64())),
+        DType::U32 => convert(v, l, |x| u32::from_f64(x.to_f64())),
+        DType::I64 => convert(v, l, |x| i64::from_f64(x.to_f64())),
+        DType::F64 => convert(v, l, |x| x.to_f64()),
+        DType::F16 => convert(v, l, |x| f16::from_f64(x.to_f64())),
+        DType::BF16 => convert(v, l, |x| bf16::from_f64(x.to_f64())),
     }
 }
 
@@ -355,7 +364,7 @@ impl BackendStorage for CpuStorage {
     }
 
     fn copy_strided(&self, layout: &Layout) -> Result<Self> {
-        Ok(any_dtype!(self, v => CpuStorage::from_vec(unary_map(v, layout, |x| x))))
+        Ok(any_dtype!(self, v => CpuStorage::from_vec(copy_view(v, layout))))
     }
 
     fn copy2d(
@@ -575,6 +584,45 @@ impl CpuStorage {
                 d[at..at + block].copy_from_slice(&s[o * block..(o + 1) * block]);
             }
         });
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{DType, Device, Tensor};
+
+    const ALL: [DType; 8] = [
+        DType::U8,
+        DType::U32,
+        DType::I64,
+        DType::BF16,
+        DType::F16,
+        DType::F32,
+        DType::F64,
+        DType::F8E4M3,
+    ];
+
+    /// Every (source, target) pair on a transposed view (the tiled strided path for float
+    /// pairs, the contiguous-first path for the others): small integers are exact in every
+    /// type, so the result must be the view's values in row-major order.
+    #[test]
+    fn every_dtype_pair_converts_a_strided_view() -> crate::Result<()> {
+        let (rows, cols) = (40, 36);
+        let vals: Vec<f64> = (0..rows * cols).map(|i| (i % 16) as f64).collect();
+        let base = Tensor::from_vec(vals, (rows, cols), &Device::Cpu)?;
+        let want: Vec<f64> = (0..cols)
+            .flat_map(|c| (0..rows).map(move |r| ((r * cols + c) % 16) as f64))
+            .collect();
+        for src in ALL {
+            let view = base.to_dtype(src)?.t()?;
+            for dst in ALL {
+                let got = view.to_dtype(dst)?;
+                assert_eq!(got.dtype(), dst);
+                let got = got.to_dtype(DType::F64)?.flatten_all()?.to_vec1::<f64>()?;
+                assert_eq!(got, want, "{src:?} -> {dst:?}");
+            }
+        }
         Ok(())
     }
 }

@@ -28,6 +28,8 @@ mod float_x86;
 pub mod interleaved;
 #[cfg(target_arch = "x86_64")]
 mod interleaved_x86;
+#[cfg(target_arch = "x86_64")]
+mod lattice_x86;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 pub mod panel;
@@ -78,15 +80,7 @@ macro_rules! portable {
     )*};
 }
 portable!(f32, BlockQ8_1);
-portable!(
-    BlockIQ2XXS,
-    BlockIQ2XS,
-    BlockIQ2S,
-    BlockIQ3XXS,
-    BlockIQ3S,
-    BlockIQ1S,
-    BlockIQ1M
-);
+portable!(BlockIQ1S, BlockIQ1M);
 portable!(BlockTQ1_0, BlockTQ2_0);
 
 /// Q4_1 and Q5_1: an AVX2 dot product (their decode on x86 runs from rows repacked eight at
@@ -142,6 +136,11 @@ tiled!(BlockQ3K, pick_q3k, tile_q3k);
 tiled!(BlockIQ4NL, pick_iq4nl, tile_iq4nl);
 tiled!(BlockIQ4XS, pick_iq4xs, tile_iq4xs);
 tiled!(BlockMXFP4, pick_mxfp4, tile_mxfp4);
+tiled!(BlockIQ2XXS, pick_iq2xxs, tile_iq2xxs);
+tiled!(BlockIQ2XS, pick_iq2xs, tile_iq2xs);
+tiled!(BlockIQ2S, pick_iq2s, tile_iq2s);
+tiled!(BlockIQ3XXS, pick_iq3xxs, tile_iq3xxs);
+tiled!(BlockIQ3S, pick_iq3s, tile_iq3s);
 tiled!(HalfF16, pick_f16, tile_f16);
 tiled!(HalfBF16, pick_bf16, tile_bf16);
 impl QuantizeRow for HalfF16 {}
@@ -149,6 +148,11 @@ impl QuantizeRow for HalfBF16 {}
 impl QuantizeRow for BlockIQ4NL {}
 impl QuantizeRow for BlockIQ4XS {}
 impl QuantizeRow for BlockMXFP4 {}
+impl QuantizeRow for BlockIQ2XXS {}
+impl QuantizeRow for BlockIQ2XS {}
+impl QuantizeRow for BlockIQ2S {}
+impl QuantizeRow for BlockIQ3XXS {}
+impl QuantizeRow for BlockIQ3S {}
 impl QuantizeRow for BlockQ4_0 {}
 impl QuantizeRow for BlockQ5_0 {}
 impl QuantizeRow for BlockQ4K {}
@@ -297,6 +301,17 @@ tile_picker!(pick_iq4xs, pick_iq4xs_for, tile_iq4xs, tile_iq4xs_for, BlockIQ4XS,
 tile_picker!(pick_mxfp4, pick_mxfp4_for, tile_mxfp4, tile_mxfp4_for, BlockMXFP4, mxfp4_tile,
     ["x86_64" Avx2 => avx2, "aarch64" Neon => neon,
      "wasm32" + "simd128" Simd128 => simd128]);
+// The lattice types: magnitudes gathered by index, the AVX2 tile at every x86 level.
+tile_picker!(pick_iq2xxs, pick_iq2xxs_for, tile_iq2xxs, tile_iq2xxs_for, BlockIQ2XXS,
+    iq2xxs_tile, ["x86_64" Avx2 => lattice_x86]);
+tile_picker!(pick_iq2xs, pick_iq2xs_for, tile_iq2xs, tile_iq2xs_for, BlockIQ2XS, iq2xs_tile,
+    ["x86_64" Avx2 => lattice_x86]);
+tile_picker!(pick_iq2s, pick_iq2s_for, tile_iq2s, tile_iq2s_for, BlockIQ2S, iq2s_tile,
+    ["x86_64" Avx2 => lattice_x86]);
+tile_picker!(pick_iq3xxs, pick_iq3xxs_for, tile_iq3xxs, tile_iq3xxs_for, BlockIQ3XXS,
+    iq3xxs_tile, ["x86_64" Avx2 => lattice_x86]);
+tile_picker!(pick_iq3s, pick_iq3s_for, tile_iq3s, tile_iq3s_for, BlockIQ3S, iq3s_tile,
+    ["x86_64" Avx2 => lattice_x86]);
 // Float weights: the AVX2 tile at every x86 level (memory bound; wider vectors buy nothing).
 tile_picker!(pick_f16, pick_f16_for, tile_f16, tile_f16_for, HalfF16, f16_tile,
     ["x86_64" Avx2 => float_x86]);
@@ -426,6 +441,8 @@ mod tests {
         check_type::<BlockIQ4NL>(tile_iq4nl_for, tile_iq4nl_for, pick_iq4nl_for);
         check_type::<BlockIQ4XS>(tile_iq4xs_for, tile_iq4xs_for, pick_iq4xs_for);
         check_type::<BlockMXFP4>(tile_mxfp4_for, tile_mxfp4_for, pick_mxfp4_for);
+        check_type::<BlockIQ3XXS>(tile_iq3xxs_for, tile_iq3xxs_for, pick_iq3xxs_for);
+        check_type::<BlockIQ3S>(tile_iq3s_for, tile_iq3s_for, pick_iq3s_for);
         check_type::<HalfF16>(tile_f16_for, tile_f16_for, pick_f16_for);
         check_type::<HalfBF16>(tile_bf16_for, tile_bf16_for, pick_bf16_for);
     }
@@ -453,9 +470,10 @@ mod tests {
 
     /// Blocks of random bytes (every scale, min, sign and level pattern the format can hold,
     /// scales then set to ±1 so nothing overflows f16) against Q8_K activations of random
-    /// levels in [-128, 127], through every tile shape at every level.
+    /// levels in [-128, 127] (in [-127, 127] for the lattice types, whose kernels negate
+    /// activations: our Q8_K never holds -128), through every tile shape at every level.
     #[test]
-    fn k_quant_tiles_match_the_scalar_dot_on_random_bit_patterns() {
+    fn q8k_tiles_match_the_scalar_dot_on_random_bit_patterns() {
         fn random_bytes<T: bytemuck::Pod>(n: usize, seed: u64) -> Vec<T> {
             let mut s = seed | 1;
             let mut out = vec![<T as bytemuck::Zeroable>::zeroed(); n];
@@ -468,6 +486,7 @@ mod tests {
             out
         }
         fn check<B: GgmlBlock<Dot = BlockQ8K>>(
+            full_range: bool,
             fix: fn(&mut B, f32),
             tile_for: fn(Isa) -> Option<TileFn<B, 2, 4>>,
             rows_for: fn(Isa) -> Option<TileFn<B, 4, 1>>,
@@ -494,6 +513,9 @@ mod tests {
                     let mut x = random_bytes::<BlockQ8K>(nb, 91 + c);
                     for b in &mut x {
                         b.d = 0.5;
+                        if !full_range {
+                            b.qs.iter_mut().for_each(|q| *q = (*q).max(-127));
+                        }
                         for g in 0..16 {
                             b.bsums[g] = b.qs[16 * g..16 * g + 16].iter().map(|&q| q as i16).sum();
                         }
@@ -529,26 +551,70 @@ mod tests {
         }
         use half::f16;
         check::<BlockQ2K>(
+            true,
             |b, d| (b.d, b.dmin) = (f16::from_f32(d), f16::from_f32(-d)),
             tile_q2k_for,
             tile_q2k_for,
         );
-        check::<BlockQ3K>(|b, d| b.d = f16::from_f32(d), tile_q3k_for, tile_q3k_for);
+        check::<BlockQ3K>(
+            true,
+            |b, d| b.d = f16::from_f32(d),
+            tile_q3k_for,
+            tile_q3k_for,
+        );
         check::<BlockQ4K>(
+            true,
             |b, d| (b.d, b.dmin) = (f16::from_f32(d), f16::from_f32(d)),
             tile_q4k_for,
             tile_q4k_for,
         );
         check::<BlockQ5K>(
+            true,
             |b, d| (b.d, b.dmin) = (f16::from_f32(d), f16::from_f32(d)),
             tile_q5k_for,
             tile_q5k_for,
         );
-        check::<BlockQ6K>(|b, d| b.d = f16::from_f32(d), tile_q6k_for, tile_q6k_for);
+        check::<BlockQ6K>(
+            true,
+            |b, d| b.d = f16::from_f32(d),
+            tile_q6k_for,
+            tile_q6k_for,
+        );
         check::<BlockIQ4XS>(
+            true,
             |b, d| b.d = f16::from_f32(d),
             tile_iq4xs_for,
             tile_iq4xs_for,
+        );
+        check::<BlockIQ2XXS>(
+            false,
+            |b, d| b.d = f16::from_f32(d),
+            tile_iq2xxs_for,
+            tile_iq2xxs_for,
+        );
+        check::<BlockIQ2XS>(
+            false,
+            |b, d| b.d = f16::from_f32(d),
+            tile_iq2xs_for,
+            tile_iq2xs_for,
+        );
+        check::<BlockIQ2S>(
+            false,
+            |b, d| b.d = f16::from_f32(d),
+            tile_iq2s_for,
+            tile_iq2s_for,
+        );
+        check::<BlockIQ3XXS>(
+            false,
+            |b, d| b.d = f16::from_f32(d),
+            tile_iq3xxs_for,
+            tile_iq3xxs_for,
+        );
+        check::<BlockIQ3S>(
+            false,
+            |b, d| b.d = f16::from_f32(d),
+            tile_iq3s_for,
+            tile_iq3s_for,
         );
     }
 

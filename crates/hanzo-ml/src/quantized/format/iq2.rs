@@ -117,6 +117,7 @@ lattice_block!(
     GgmlDType::IQ2XXS,
     iq2xxs_levels,
     FACTOR,
+    limit = 43,
     NO_QUANTIZER
 );
 lattice_block!(
@@ -124,6 +125,7 @@ lattice_block!(
     GgmlDType::IQ2XS,
     iq2xs_levels,
     FACTOR,
+    limit = 43,
     NO_QUANTIZER
 );
 lattice_block!(
@@ -131,5 +133,6 @@ lattice_block!(
     GgmlDType::IQ2S,
     iq2s_levels,
     FACTOR,
+    limit = 43,
     NO_QUANTIZER
 );

@@ -103,6 +103,7 @@ lattice_block!(
     GgmlDType::IQ3XXS,
     iq3xxs_levels,
     0.25,
+    limit = 62,
     quantize = quantize_xxs,
     weighted = quantize_xxs_weighted
 );
@@ -111,6 +112,7 @@ lattice_block!(
     GgmlDType::IQ3S,
     iq3s_levels,
     1.0,
+    limit = 15,
     quantize = quantize_s,
     weighted = quantize_s_weighted
 );

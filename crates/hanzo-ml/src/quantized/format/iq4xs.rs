@@ -91,6 +91,7 @@ lattice_block!(
     GgmlDType::IQ4XS,
     iq4xs_levels,
     1.0,
+    limit = 127,
     quantize = quantize,
     weighted = quantize_weighted
 );

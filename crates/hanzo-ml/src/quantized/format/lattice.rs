@@ -106,15 +106,22 @@ impl<const GROUP: usize> Levels<GROUP> {
         }
     }
 
-    /// The GEMM form (`Unpacking`): each level offset by 128 into a byte, and per group the
-    /// scale `d · mult · factor` with min `128 · scale`.
-    pub fn unpack(&self, factor: f32, u: &mut [u8; 256], s: &mut [f32; 16], m: &mut [f32; 16]) {
+    /// The GEMM form (`Unpacking`): each level offset by `offset` into a byte, and per group
+    /// the scale `d · mult · factor` with min `offset · scale`.
+    pub fn unpack(
+        &self,
+        factor: f32,
+        offset: u8,
+        u: &mut [u8; 256],
+        s: &mut [f32; 16],
+        m: &mut [f32; 16],
+    ) {
         for (u, &l) in u.iter_mut().zip(&self.level) {
-            *u = (l as u8) ^ 0x80;
+            *u = (l as u8).wrapping_add(offset);
         }
         for g in 0..QK_K / GROUP {
             s[g] = self.d * self.mult[g] as f32 * factor;
-            m[g] = 128.0 * s[g];
+            m[g] = offset as f32 * s[g];
         }
     }
 
@@ -153,21 +160,33 @@ pub(crate) fn group_of<B, const GROUP: usize>(_: fn(&B) -> Levels<GROUP>) -> usi
     GROUP
 }
 
-/// `GgmlBlock` for a type decoded by `$levels` into `Levels` with the factor `$factor`; the
-/// last argument is either `quantize = f` (its quantizer of whole rows) or the message that
-/// says why it has none.
+/// The unpacked form of levels within ±`limit`: offset by 64 where that keeps every byte
+/// within 127 (the AVX2 panels' unsigned `maddubs` then cannot saturate), else by 128. Gives
+/// (offset, largest byte).
+pub(crate) const fn unpack_offset(limit: u8) -> (u8, u8) {
+    if limit < 64 {
+        (64, 64 + limit)
+    } else {
+        (128, 255)
+    }
+}
+
+/// `GgmlBlock` for a type decoded by `$levels` into `Levels` with the factor `$factor` and
+/// levels within ±`$limit`; the last argument is either `quantize = f` (its quantizer of
+/// whole rows) or the message that says why it has none.
 macro_rules! lattice_block {
-    ($block:ty, $dtype:expr, $levels:ident, $factor:expr, quantize = $quantize:path,
-     weighted = $weighted:path) => {
-        lattice_block!(@impl $block, $dtype, $levels, $factor, None, $quantize, $weighted);
+    ($block:ty, $dtype:expr, $levels:ident, $factor:expr, limit = $limit:expr,
+     quantize = $quantize:path, weighted = $weighted:path) => {
+        lattice_block!(@impl $block, $dtype, $levels, $factor, $limit, None, $quantize,
+            $weighted);
     };
-    ($block:ty, $dtype:expr, $levels:ident, $factor:expr, $why:expr) => {
-        lattice_block!(@impl $block, $dtype, $levels, $factor, Some($why),
+    ($block:ty, $dtype:expr, $levels:ident, $factor:expr, limit = $limit:expr, $why:expr) => {
+        lattice_block!(@impl $block, $dtype, $levels, $factor, $limit, Some($why),
             |_: &[f32], _: &mut [$block]| unreachable!("{}", $why),
             |_: &[f32], _: &[f32], _: &mut [$block]| unreachable!("{}", $why));
     };
-    (@impl $block:ty, $dtype:expr, $levels:ident, $factor:expr, $unsupported:expr,
-     $quantize:expr, $weighted:expr) => {
+    (@impl $block:ty, $dtype:expr, $levels:ident, $factor:expr, $limit:expr,
+     $unsupported:expr, $quantize:expr, $weighted:expr) => {
         impl super::GgmlBlock for $block {
             const DTYPE: GgmlDType = $dtype;
             const BLOCK_SIZE: usize = QK_K;
@@ -193,10 +212,11 @@ macro_rules! lattice_block {
             }
 
             fn unpacking() -> Option<super::Unpacking<Self>> {
+                const OFFSET: (u8, u8) = super::lattice::unpack_offset($limit);
                 Some(super::Unpacking {
                     group: super::lattice::group_of($levels),
-                    max_level: 255,
-                    unpack: |b, u, s, m| $levels(b).unpack($factor, u, s, m),
+                    max_level: OFFSET.1,
+                    unpack: |b, u, s, m| $levels(b).unpack($factor, OFFSET.0, u, s, m),
                 })
             }
         }

@@ -270,4 +270,51 @@ mod tests {
             crate::with_block_type!(dt, B => check::<B>());
         }
     }
+
+    /// Every type's GEMM form on blocks of random bytes (every level and scale pattern; blocks
+    /// whose random f16 scales give non-finite values are skipped): no byte above
+    /// `max_level`, and `scale · u − min` gives the dequantized value (to float rounding).
+    #[test]
+    fn unpacked_forms_equal_the_dequantized_blocks() {
+        fn check<B: GgmlBlock>() {
+            let Some(un) = B::unpacking() else { return };
+            let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ B::DTYPE.type_size() as u64;
+            for _ in 0..64 {
+                let mut b = <B as bytemuck::Zeroable>::zeroed();
+                for byte in bytemuck::bytes_of_mut(&mut b) {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    *byte = (seed >> 32) as u8;
+                }
+                let mut want = vec![0f32; B::BLOCK_SIZE];
+                B::dequantize(std::slice::from_ref(&b), &mut want);
+                if want.iter().any(|v| !v.is_finite()) {
+                    continue;
+                }
+                let (mut u, mut sc, mut mn) = ([0u8; 256], [0f32; 16], [0f32; 16]);
+                (un.unpack)(&b, &mut u, &mut sc, &mut mn);
+                for (i, &w) in want.iter().enumerate() {
+                    let g = i / un.group;
+                    assert!(
+                        u[i] <= un.max_level,
+                        "{} byte {} > {}",
+                        B::DTYPE,
+                        u[i],
+                        un.max_level
+                    );
+                    let got = sc[g] * u[i] as f32 - mn[g];
+                    let tol = 1e-6 * (mn[g].abs() + w.abs()).max(1e-30);
+                    assert!(
+                        (got - w).abs() <= tol,
+                        "{} element {i}: {got} vs {w}",
+                        B::DTYPE
+                    );
+                }
+            }
+        }
+        for dt in GgmlDType::ALL {
+            crate::with_block_type!(dt, B => check::<B>());
+        }
+    }
 }

@@ -1,26 +1,45 @@
-//! AVX2 tiles for the lattice types (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S) against Q8_K.
+//! AVX2 tiles for the lattice types (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S)
+//! and TQ2_0 against Q8_K.
 //!
 //! Per group of 32 weights each type gives three things: the 32 magnitudes (lattice points
-//! looked up by index, four or eight bytes each, all below 64), the 32 sign bits, and the
-//! group's integer multiplier (one per 16 weights for IQ2_XS and IQ2_S). The signs go onto
+//! looked up by index, four or eight bytes each, all below 64), their signs, and the group's
+//! integer multiplier (one per 16 weights for IQ1_M, IQ2_XS and IQ2_S). The signs go onto
 //! the activations (`sign_epi8`, exact because our Q8_K levels stay within ±127), the
 //! magnitudes are the unsigned operand of `maddubs`, and the multiplier scales the i16 pair
 //! sums into i32, so every block's sum is the scalar dot's integer. The types' power-of-two
-//! factor (1/8, 1/4, 1) is applied once at the end, as the scalar dot does.
+//! factor (1/8, 1/4, 1) is applied once at the end, as the scalar dot does. IQ1's values
+//! `grid ± 1/8` are the integers `8·grid ± 1` under the factor 1/8, and TQ2_0's stored
+//! `q + 1` the integer `q`, so both take the same loop.
 
 use super::avx2::{f16_to_f32, hsum, load256_i8};
 use crate::quantized::format::{
-    iq2s_grid, iq2xs_grid, iq2xxs_grid, iq3s_grid, iq3xxs_grid, ksigns, BlockIQ2S, BlockIQ2XS,
-    BlockIQ2XXS, BlockIQ3S, BlockIQ3XXS, BlockQ8K,
+    iq1s_grid, iq2s_grid, iq2xs_grid, iq2xxs_grid, iq3s_grid, iq3xxs_grid, ksigns, BlockIQ1M,
+    BlockIQ1S, BlockIQ2S, BlockIQ2XS, BlockIQ2XXS, BlockIQ3S, BlockIQ3XXS, BlockQ8K, BlockTQ2_0,
 };
 use std::arch::x86_64::*;
 
-/// One group of 32 weights: magnitudes, sign bits (bit `i` for weight `i`), and the i16
-/// multipliers (the low 128-bit lane's for weights 0-15, the high lane's for 16-31).
+/// One group of 32 weights: magnitudes, signs (a byte per weight whose sign is the weight's;
+/// zero where the weight is), and the i16 multipliers (the low 128-bit lane's for weights
+/// 0-15, the high lane's for 16-31).
 struct Group {
     mag: __m256i,
-    signs: u32,
+    sign: __m256i,
     mult: __m256i,
+}
+
+impl Group {
+    /// Signed levels (within ±127) as magnitude and sign.
+    #[inline(always)]
+    unsafe fn signed(w: __m256i, mult: __m256i) -> Group {
+        // SAFETY: register-only AVX2, which the callers enable.
+        unsafe {
+            Group {
+                mag: _mm256_abs_epi8(w),
+                sign: w,
+                mult,
+            }
+        }
+    }
 }
 
 /// The 32 sign bits as bytes of ±1 (-1 where the bit is set).
@@ -39,6 +58,24 @@ unsafe fn sign_bytes(bits: u32) -> __m256i {
         let b = _mm256_shuffle_epi8(_mm256_set1_epi32(bits as i32), spread);
         let set = _mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit);
         _mm256_or_si256(set, _mm256_set1_epi8(1))
+    }
+}
+
+/// Four 8-value IQ1 points in {-1, 0, 1}, each shifted by ±1/8 (`minus[l]` for run `l`),
+/// in eighths: `8·grid ± 1`.
+#[inline(always)]
+unsafe fn iq1_eighths(idx: [usize; 4], minus: [bool; 4]) -> __m256i {
+    let grid = iq1s_grid();
+    // Eight bytes of -1 or of +1.
+    let shift = |l: usize| if minus[l] { -1 } else { 0x0101_0101_0101_0101 };
+    // SAFETY: register-only AVX2, which the callers enable.
+    unsafe {
+        let g = points8(grid, idx);
+        let eight = _mm256_sign_epi8(_mm256_set1_epi8(8), g);
+        _mm256_add_epi8(
+            eight,
+            _mm256_set_epi64x(shift(3), shift(2), shift(1), shift(0)),
+        )
     }
 }
 
@@ -100,10 +137,9 @@ unsafe fn lattice_tile<B, const R: usize, const C: usize>(
                 let b = &w[r][i];
                 let mut sumi = [_mm256_setzero_si256(); C];
                 for g in 0..8 {
-                    let Group { mag, signs, mult } = group(b, g);
-                    let s = sign_bytes(signs);
+                    let Group { mag, sign, mult } = group(b, g);
                     for c in 0..C {
-                        let xs = _mm256_sign_epi8(load256_i8(&xb[c].qs[32 * g..]), s);
+                        let xs = _mm256_sign_epi8(load256_i8(&xb[c].qs[32 * g..]), sign);
                         let p = _mm256_madd_epi16(_mm256_maddubs_epi16(mag, xs), mult);
                         sumi[c] = _mm256_add_epi32(sumi[c], p);
                     }
@@ -137,7 +173,7 @@ pub unsafe fn iq3xxs_tile<const R: usize, const C: usize>(
                 let aux = u32::from_le_bytes(words[4 * g..4 * g + 4].try_into().expect("4 bytes"));
                 Group {
                     mag: points4(grid, std::array::from_fn(|j| idx[8 * g + j] as usize)),
-                    signs: ksigns32(aux),
+                    sign: sign_bytes(ksigns32(aux)),
                     mult: mult32(2 * (aux >> 28) + 1),
                 }
             },
@@ -164,7 +200,7 @@ pub unsafe fn iq3s_tile<const R: usize, const C: usize>(
                 let signs = &b.signs[4 * g..4 * g + 4];
                 Group {
                     mag: points4(grid, idx),
-                    signs: u32::from_le_bytes(signs.try_into().expect("4 bytes")),
+                    sign: sign_bytes(u32::from_le_bytes(signs.try_into().expect("4 bytes"))),
                     mult: mult32(2 * (b.scales[g / 2] >> (4 * (g % 2)) & 15) as u32 + 1),
                 }
             },
@@ -191,7 +227,7 @@ pub unsafe fn iq2xxs_tile<const R: usize, const C: usize>(
                 let idx = [q[0] & 255, q[0] >> 8, q[1] & 255, q[1] >> 8].map(|i| i as usize);
                 Group {
                     mag: points8(grid, idx),
-                    signs: ksigns32(aux),
+                    sign: sign_bytes(ksigns32(aux)),
                     mult: mult32(2 * (aux >> 28) + 1),
                 }
             },
@@ -217,7 +253,7 @@ pub unsafe fn iq2xs_tile<const R: usize, const C: usize>(
                 let signs = (0..4).fold(0, |s, l| s | (ksigns(q[l] as u32 >> 9) as u32) << (8 * l));
                 Group {
                     mag: points8(grid, std::array::from_fn(|l| (q[l] & 511) as usize)),
-                    signs,
+                    sign: sign_bytes(signs),
                     mult: mult16(b.scales[g]),
                 }
             },
@@ -246,9 +282,91 @@ pub unsafe fn iq2s_tile<const R: usize, const C: usize>(
                 let signs = &signs[4 * g..4 * g + 4];
                 Group {
                     mag: points8(grid, idx),
-                    signs: u32::from_le_bytes(signs.try_into().expect("4 bytes")),
+                    sign: sign_bytes(u32::from_le_bytes(signs.try_into().expect("4 bytes"))),
                     mult: mult16(b.scales[g]),
                 }
+            },
+        )
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn iq1s_tile<const R: usize, const C: usize>(
+    w: [&[BlockIQ1S]; R],
+    x: [&[BlockQ8K]; C],
+) -> [[f32; C]; R] {
+    // SAFETY: this function enables the features lattice_tile needs.
+    unsafe {
+        lattice_tile(
+            w,
+            x,
+            0.125,
+            |b| b.d,
+            |b, g| {
+                let h = b.qh[g] as usize;
+                let idx =
+                    std::array::from_fn(|l| b.qs[4 * g + l] as usize | (h >> (3 * l) & 7) << 8);
+                let w = iq1_eighths(idx, [h & 0x8000 != 0; 4]);
+                Group::signed(w, mult32(2 * (h >> 12 & 7) as u32 + 1))
+            },
+        )
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn iq1m_tile<const R: usize, const C: usize>(
+    w: [&[BlockIQ1M]; R],
+    x: [&[BlockQ8K]; C],
+) -> [[f32; C]; R] {
+    let scales = |b: &BlockIQ1M| -> [u16; 4] {
+        std::array::from_fn(|k| u16::from_le_bytes([b.scales[2 * k], b.scales[2 * k + 1]]))
+    };
+    // SAFETY: this function enables the features lattice_tile needs.
+    unsafe {
+        lattice_tile(
+            w,
+            x,
+            0.125,
+            |b| {
+                let sc = scales(b);
+                let bits =
+                    (sc[0] >> 12) | (sc[1] >> 8 & 0xf0) | (sc[2] >> 4 & 0xf00) | (sc[3] & 0xf000);
+                half::f16::from_bits(bits)
+            },
+            |b, g| {
+                // Runs 4g..4g + 4: a nibble each (index top bits, shift sign), two per byte.
+                let nib = |l: usize| (b.qh[2 * g + l / 2] >> (4 * (l % 2)) & 15) as usize;
+                let idx = std::array::from_fn(|l| b.qs[4 * g + l] as usize | (nib(l) & 7) << 8);
+                let minus = std::array::from_fn(|l| nib(l) & 8 != 0);
+                // Scales 2g and 2g + 1, three bits each, four per little-endian word.
+                let sc = scales(b);
+                let s = |s: usize| 2 * (sc[s / 4] >> (3 * (s % 4)) & 7) as i16 + 1;
+                let mult = _mm256_set_m128i(_mm_set1_epi16(s(2 * g + 1)), _mm_set1_epi16(s(2 * g)));
+                Group::signed(iq1_eighths(idx, minus), mult)
+            },
+        )
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn tq2_0_tile<const R: usize, const C: usize>(
+    w: [&[BlockTQ2_0]; R],
+    x: [&[BlockQ8K]; C],
+) -> [[f32; C]; R] {
+    // SAFETY: this function enables the features lattice_tile needs; the load reads 32 of
+    // the 64 bytes of `qs`.
+    unsafe {
+        lattice_tile(
+            w,
+            x,
+            1.0,
+            |b| b.d,
+            |b, g| {
+                // Weights 32g..32g + 32: bits 2(g % 4) of bytes 32(g / 4)..+32, stored q + 1.
+                let bytes = super::avx2::load256(&b.qs[32 * (g / 4)..]);
+                let shifted = _mm256_srlv_epi32(bytes, _mm256_set1_epi32(2 * (g % 4) as i32));
+                let q = _mm256_and_si256(shifted, _mm256_set1_epi8(3));
+                Group::signed(_mm256_sub_epi8(q, _mm256_set1_epi8(1)), mult32(1))
             },
         )
     }

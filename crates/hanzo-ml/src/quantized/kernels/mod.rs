@@ -80,8 +80,7 @@ macro_rules! portable {
     )*};
 }
 portable!(f32, BlockQ8_1);
-portable!(BlockIQ1S, BlockIQ1M);
-portable!(BlockTQ1_0, BlockTQ2_0);
+portable!(BlockTQ1_0);
 
 /// Q4_1 and Q5_1: an AVX2 dot product (their decode on x86 runs from rows repacked eight at
 /// a time, `interleaved`), tiles on SIMD128, whose 1x1 tile is then the dot product.
@@ -141,6 +140,9 @@ tiled!(BlockIQ2XS, pick_iq2xs, tile_iq2xs);
 tiled!(BlockIQ2S, pick_iq2s, tile_iq2s);
 tiled!(BlockIQ3XXS, pick_iq3xxs, tile_iq3xxs);
 tiled!(BlockIQ3S, pick_iq3s, tile_iq3s);
+tiled!(BlockIQ1S, pick_iq1s, tile_iq1s);
+tiled!(BlockIQ1M, pick_iq1m, tile_iq1m);
+tiled!(BlockTQ2_0, pick_tq2_0, tile_tq2_0);
 tiled!(HalfF16, pick_f16, tile_f16);
 tiled!(HalfBF16, pick_bf16, tile_bf16);
 impl QuantizeRow for HalfF16 {}
@@ -153,6 +155,9 @@ impl QuantizeRow for BlockIQ2XS {}
 impl QuantizeRow for BlockIQ2S {}
 impl QuantizeRow for BlockIQ3XXS {}
 impl QuantizeRow for BlockIQ3S {}
+impl QuantizeRow for BlockIQ1S {}
+impl QuantizeRow for BlockIQ1M {}
+impl QuantizeRow for BlockTQ2_0 {}
 impl QuantizeRow for BlockQ4_0 {}
 impl QuantizeRow for BlockQ5_0 {}
 impl QuantizeRow for BlockQ4K {}
@@ -301,7 +306,14 @@ tile_picker!(pick_iq4xs, pick_iq4xs_for, tile_iq4xs, tile_iq4xs_for, BlockIQ4XS,
 tile_picker!(pick_mxfp4, pick_mxfp4_for, tile_mxfp4, tile_mxfp4_for, BlockMXFP4, mxfp4_tile,
     ["x86_64" Avx2 => avx2, "aarch64" Neon => neon,
      "wasm32" + "simd128" Simd128 => simd128]);
-// The lattice types: magnitudes gathered by index, the AVX2 tile at every x86 level.
+// The lattice types and TQ2_0: magnitudes gathered by index (or unpacked), the AVX2 tile at
+// every x86 level.
+tile_picker!(pick_iq1s, pick_iq1s_for, tile_iq1s, tile_iq1s_for, BlockIQ1S, iq1s_tile,
+    ["x86_64" Avx2 => lattice_x86]);
+tile_picker!(pick_iq1m, pick_iq1m_for, tile_iq1m, tile_iq1m_for, BlockIQ1M, iq1m_tile,
+    ["x86_64" Avx2 => lattice_x86]);
+tile_picker!(pick_tq2_0, pick_tq2_0_for, tile_tq2_0, tile_tq2_0_for, BlockTQ2_0, tq2_0_tile,
+    ["x86_64" Avx2 => lattice_x86]);
 tile_picker!(pick_iq2xxs, pick_iq2xxs_for, tile_iq2xxs, tile_iq2xxs_for, BlockIQ2XXS,
     iq2xxs_tile, ["x86_64" Avx2 => lattice_x86]);
 tile_picker!(pick_iq2xs, pick_iq2xs_for, tile_iq2xs, tile_iq2xs_for, BlockIQ2XS, iq2xs_tile,
@@ -615,6 +627,31 @@ mod tests {
             |b, d| b.d = f16::from_f32(d),
             tile_iq3s_for,
             tile_iq3s_for,
+        );
+        check::<BlockIQ1S>(
+            false,
+            |b, d| b.d = f16::from_f32(d),
+            tile_iq1s_for,
+            tile_iq1s_for,
+        );
+        // IQ1_M's f16 scale lies in the top nibbles of its four scale words.
+        check::<BlockIQ1M>(
+            false,
+            |b, d| {
+                let bits = f16::from_f32(d).to_bits();
+                for k in 0..4 {
+                    b.scales[2 * k + 1] =
+                        (b.scales[2 * k + 1] & 0x0f) | ((bits >> (4 * k)) as u8) << 4;
+                }
+            },
+            tile_iq1m_for,
+            tile_iq1m_for,
+        );
+        check::<BlockTQ2_0>(
+            false,
+            |b, d| b.d = f16::from_f32(d),
+            tile_tq2_0_for,
+            tile_tq2_0_for,
         );
     }
 

@@ -5,7 +5,7 @@
 
 use super::kquants::{BlockQ8K, QK_K};
 use super::lattice::iq1s_grid;
-use super::{GgmlBlock, GgmlDType};
+use super::{GgmlBlock, GgmlDType, Unpacking};
 use half::f16;
 
 #[repr(C)]
@@ -34,6 +34,8 @@ const _: () = assert!(std::mem::size_of::<BlockIQ1M>() == 56);
 
 /// ggml's `IQ1S_DELTA`/`IQ1M_DELTA`.
 const DELTA: f32 = 0.125;
+/// The unpacked levels' offset: `8·grid ± 1 + 16` lies in 7..=25.
+const IQ1_OFFSET: u8 = 16;
 
 /// A block as 32 runs of 8: the lattice point, the integer scale multiplier and whether the
 /// shift is negative.
@@ -53,6 +55,23 @@ impl Runs {
             for (o, &g) in o.iter_mut().zip(&grid[self.point[e] as usize]) {
                 *o = dl * (g as f32 + delta);
             }
+        }
+    }
+
+    /// The GEMM form: values in eighths, `8·grid ± 1` (within ±9), offset by 16; per group of
+    /// `group` weights (whose runs share a multiplier) the scale `d · mult / 8` and the min
+    /// `16 · scale`.
+    fn unpack(&self, group: usize, u: &mut [u8; 256], s: &mut [f32; 16], m: &mut [f32; 16]) {
+        let grid = iq1s_grid();
+        for (e, u) in u.chunks_exact_mut(8).enumerate() {
+            let shift = if self.minus[e] { -1 } else { 1 };
+            for (u, &g) in u.iter_mut().zip(&grid[self.point[e] as usize]) {
+                *u = (8 * g + shift + IQ1_OFFSET as i8) as u8;
+            }
+        }
+        for g in 0..QK_K / group {
+            s[g] = self.d * self.mult[g * group / 8] as f32 * DELTA;
+            m[g] = IQ1_OFFSET as f32 * s[g];
         }
     }
 
@@ -114,7 +133,7 @@ const NO_QUANTIZER: &str =
     "quantizing to IQ1 types (a lattice search guided by an importance matrix) is not supported";
 
 macro_rules! iq1_block {
-    ($block:ty, $dtype:expr, $runs:ident) => {
+    ($block:ty, $dtype:expr, $runs:ident, group = $group:expr) => {
         impl GgmlBlock for $block {
             const DTYPE: GgmlDType = $dtype;
             const BLOCK_SIZE: usize = QK_K;
@@ -134,9 +153,18 @@ macro_rules! iq1_block {
             fn vec_dot_scalar(w: &[Self], x: &[BlockQ8K]) -> f32 {
                 w.iter().zip(x).map(|(w, x)| $runs(w).dot(x)).sum()
             }
+
+            fn unpacking() -> Option<Unpacking<Self>> {
+                Some(Unpacking {
+                    group: $group,
+                    max_level: IQ1_OFFSET + 9,
+                    unpack: |b, u, s, m| $runs(b).unpack($group, u, s, m),
+                })
+            }
         }
     };
 }
 
-iq1_block!(BlockIQ1S, GgmlDType::IQ1S, iq1s_runs);
-iq1_block!(BlockIQ1M, GgmlDType::IQ1M, iq1m_runs);
+// IQ1_S's multiplier is per 32 weights, IQ1_M's per 16.
+iq1_block!(BlockIQ1S, GgmlDType::IQ1S, iq1s_runs, group = 32);
+iq1_block!(BlockIQ1M, GgmlDType::IQ1M, iq1m_runs, group = 16);

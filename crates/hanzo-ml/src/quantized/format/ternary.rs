@@ -4,7 +4,7 @@
 
 use super::kquants::{BlockQ8K, QK_K};
 use super::lattice::Levels;
-use super::{GgmlBlock, GgmlDType};
+use super::{GgmlBlock, GgmlDType, Unpacking};
 use half::f16;
 
 #[repr(C)]
@@ -66,6 +66,16 @@ fn tq2_levels(b: &BlockTQ2_0) -> Levels<QK_K> {
     out
 }
 
+/// The GEMM form of ternary levels: `level + 1` under the block scale in every group
+/// of 32, with min `1 · d`.
+fn unpack_ternary(l: Levels<QK_K>, u: &mut [u8; 256], s: &mut [f32; 16], m: &mut [f32; 16]) {
+    for (u, &l) in u.iter_mut().zip(&l.level) {
+        *u = (l + 1) as u8;
+    }
+    s[..QK_K / 32].fill(l.d);
+    m[..QK_K / 32].fill(l.d);
+}
+
 /// The `gguf` package's (and ggml's) ternary quantizer: the block's largest magnitude is the
 /// scale, every weight rounds to the nearest of -1, 0, 1 (halves away from zero); returns the
 /// trits biased to 0..=2.
@@ -112,6 +122,14 @@ impl GgmlBlock for BlockTQ1_0 {
     fn vec_dot_scalar(w: &[Self], x: &[BlockQ8K]) -> f32 {
         super::lattice::dot_levels(w, x, 1.0, tq1_levels)
     }
+
+    fn unpacking() -> Option<Unpacking<Self>> {
+        Some(Unpacking {
+            group: 32,
+            max_level: 2,
+            unpack: |b, u, s, m| unpack_ternary(tq1_levels(b), u, s, m),
+        })
+    }
 }
 
 impl GgmlBlock for BlockTQ2_0 {
@@ -140,5 +158,14 @@ impl GgmlBlock for BlockTQ2_0 {
 
     fn vec_dot_scalar(w: &[Self], x: &[BlockQ8K]) -> f32 {
         super::lattice::dot_levels(w, x, 1.0, tq2_levels)
+    }
+
+    fn unpacking() -> Option<Unpacking<Self>> {
+        Some(Unpacking {
+            group: 32,
+            // A stored 3 (no quantizer writes it) is level 2.
+            max_level: 3,
+            unpack: |b, u, s, m| unpack_ternary(tq2_levels(b), u, s, m),
+        })
     }
 }

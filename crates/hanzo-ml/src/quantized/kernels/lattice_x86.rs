@@ -64,8 +64,7 @@ unsafe fn sign_bytes(bits: u32) -> __m256i {
 /// Four 8-value IQ1 points in {-1, 0, 1}, each shifted by ±1/8 (`minus[l]` for run `l`),
 /// in eighths: `8·grid ± 1`.
 #[inline(always)]
-unsafe fn iq1_eighths(idx: [usize; 4], minus: [bool; 4]) -> __m256i {
-    let grid = iq1s_grid();
+unsafe fn iq1_eighths(grid: &[[i8; 8]], idx: [usize; 4], minus: [bool; 4]) -> __m256i {
     // Eight bytes of -1 or of +1.
     let shift = |l: usize| if minus[l] { -1 } else { 0x0101_0101_0101_0101 };
     // SAFETY: register-only AVX2, which the callers enable.
@@ -295,6 +294,7 @@ pub unsafe fn iq1s_tile<const R: usize, const C: usize>(
     w: [&[BlockIQ1S]; R],
     x: [&[BlockQ8K]; C],
 ) -> [[f32; C]; R] {
+    let grid = iq1s_grid();
     // SAFETY: this function enables the features lattice_tile needs.
     unsafe {
         lattice_tile(
@@ -306,7 +306,7 @@ pub unsafe fn iq1s_tile<const R: usize, const C: usize>(
                 let h = b.qh[g] as usize;
                 let idx =
                     std::array::from_fn(|l| b.qs[4 * g + l] as usize | (h >> (3 * l) & 7) << 8);
-                let w = iq1_eighths(idx, [h & 0x8000 != 0; 4]);
+                let w = iq1_eighths(grid, idx, [h & 0x8000 != 0; 4]);
                 Group::signed(w, mult32(2 * (h >> 12 & 7) as u32 + 1))
             },
         )
@@ -318,6 +318,7 @@ pub unsafe fn iq1m_tile<const R: usize, const C: usize>(
     w: [&[BlockIQ1M]; R],
     x: [&[BlockQ8K]; C],
 ) -> [[f32; C]; R] {
+    let grid = iq1s_grid();
     let scales = |b: &BlockIQ1M| -> [u16; 4] {
         std::array::from_fn(|k| u16::from_le_bytes([b.scales[2 * k], b.scales[2 * k + 1]]))
     };
@@ -342,7 +343,7 @@ pub unsafe fn iq1m_tile<const R: usize, const C: usize>(
                 let sc = scales(b);
                 let s = |s: usize| 2 * (sc[s / 4] >> (3 * (s % 4)) & 7) as i16 + 1;
                 let mult = _mm256_set_m128i(_mm_set1_epi16(s(2 * g + 1)), _mm_set1_epi16(s(2 * g)));
-                Group::signed(iq1_eighths(idx, minus), mult)
+                Group::signed(iq1_eighths(grid, idx, minus), mult)
             },
         )
     }

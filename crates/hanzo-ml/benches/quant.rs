@@ -10,6 +10,10 @@
 //! parallel sum over 1 GiB with hardware prefetch only, a lower bound for that bandwidth (the
 //! matvecs prefetch in software and can beat it).
 //!
+//! The `qtypes` group runs every stored weight type at 640x2048, one column and 512: each
+//! type's decode and prefill kernels side by side (the types without a quantizer, IQ1/IQ2,
+//! from random bytes; their speed does not depend on the values).
+//!
 //! `cargo bench -p hanzo-ml --bench quant` (RAYON_NUM_THREADS sets the thread count). Runs
 //! inside the rayon pool, as a model's forward pass does, so the calling thread computes too
 //! instead of waiting on the pool for every product.
@@ -117,6 +121,31 @@ fn bench_in_pool(c: &mut Criterion) {
                 BenchmarkId::new("Q8_0x8 16 rows", format!("{n}x{k}")),
                 |b| b.iter(|| black_box(w.forward_rows_alone(&x16, true).unwrap())),
             );
+        }
+    }
+    g.finish();
+
+    // Every weight type at Gemma 3's FFN-down shape, decode and prefill.
+    let (n, k) = (640, 2048);
+    let w = weights(n, k);
+    let mut g = c.benchmark_group("qtypes");
+    g.sample_size(10);
+    for dt in GgmlDType::ALL {
+        if !dt.is_quantized() || matches!(dt, GgmlDType::Q8K | GgmlDType::Q8_1) {
+            continue;
+        }
+        let q = QTensor::quantize_f32(&w, (n, k), dt).unwrap_or_else(|_| {
+            let len = n * k / dt.block_size() * dt.type_size();
+            let bytes: Vec<u8> = weights(1, len).iter().map(|v| v.to_bits() as u8).collect();
+            QTensor::from_bytes(dt, (n, k), &bytes).unwrap()
+        });
+        for m in [1, 512] {
+            let x = weights(m, k);
+            let id = BenchmarkId::new(dt.name(), format!("{n}x{k}x{m}"));
+            g.throughput(Throughput::Elements((2 * n * k * m) as u64));
+            g.bench_with_input(id, &q, |b, q| {
+                b.iter(|| hanzo_ml::with_block_type!(dt, B => black_box(run::<B>(q, n, k, &x, m))))
+            });
         }
     }
     g.finish();

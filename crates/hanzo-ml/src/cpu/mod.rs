@@ -592,17 +592,6 @@ impl CpuStorage {
 mod tests {
     use crate::{DType, Device, Tensor};
 
-    const ALL: [DType; 8] = [
-        DType::U8,
-        DType::U32,
-        DType::I64,
-        DType::BF16,
-        DType::F16,
-        DType::F32,
-        DType::F64,
-        DType::F8E4M3,
-    ];
-
     /// Every (source, target) pair on a transposed view (the tiled strided path for float
     /// pairs, the contiguous-first path for the others): small integers are exact in every
     /// type, so the result must be the view's values in row-major order.
@@ -614,9 +603,9 @@ mod tests {
         let want: Vec<f64> = (0..cols)
             .flat_map(|c| (0..rows).map(move |r| ((r * cols + c) % 16) as f64))
             .collect();
-        for src in ALL {
+        for src in DType::ALL {
             let view = base.to_dtype(src)?.t()?;
-            for dst in ALL {
+            for dst in DType::ALL {
                 let got = view.to_dtype(dst)?;
                 assert_eq!(got.dtype(), dst);
                 let got = got.to_dtype(DType::F64)?.flatten_all()?.to_vec1::<f64>()?;

@@ -13,8 +13,8 @@
 
 use super::avx2::{f16_to_f32, hsum, load256_i8};
 use crate::quantized::format::{
-    iq1s_grid, iq2s_grid, iq2xs_grid, iq2xxs_grid, iq3s_grid, iq3xxs_grid, ksigns, BlockIQ1M,
-    BlockIQ1S, BlockIQ2S, BlockIQ2XS, BlockIQ2XXS, BlockIQ3S, BlockIQ3XXS, BlockQ8K, BlockTQ2_0,
+    iq1s_grid, iq2s_grid, iq2xs_grid, iq2xxs_grid, iq3s_grid, iq3xxs_grid, BlockIQ1M, BlockIQ1S,
+    BlockIQ2S, BlockIQ2XS, BlockIQ2XXS, BlockIQ3S, BlockIQ3XXS, BlockQ8K, BlockTQ2_0, KSIGNS,
 };
 use std::arch::x86_64::*;
 
@@ -109,10 +109,36 @@ unsafe fn points8(grid: &[[i8; 8]], idx: [usize; 4]) -> __m256i {
     unsafe { _mm256_set_epi64x(p(3), p(2), p(1), p(0)) }
 }
 
-/// Four 7-bit sign indices (bits 0-27 of `aux`) as 32 sign bits.
+/// ggml's 128 sign patterns as bytes of ±1 (-1 where the pattern's bit is set): the signs of
+/// 8 weights from one 7-bit index in one load, where expanding bits would take a shuffle.
+static SIGN_BYTES: [u64; 128] = sign_bytes_table();
+
+const fn sign_bytes_table() -> [u64; 128] {
+    let mut t = [0u64; 128];
+    let mut i = 0;
+    while i < 128 {
+        let mut j = 0;
+        while j < 8 {
+            let byte: u64 = if KSIGNS[i] >> j & 1 == 1 { 0xff } else { 0x01 };
+            t[i] |= byte << (8 * j);
+            j += 1;
+        }
+        i += 1;
+    }
+    t
+}
+
+/// Four 7-bit sign indices (the low 7 bits of each) as 32 bytes of ±1.
 #[inline(always)]
-fn ksigns32(aux: u32) -> u32 {
-    (0..4).fold(0, |s, l| s | (ksigns(aux >> (7 * l)) as u32) << (8 * l))
+unsafe fn ksign_bytes(idx: [u32; 4]) -> __m256i {
+    let t = |l: usize| SIGN_BYTES[(idx[l] & 127) as usize] as i64;
+    // SAFETY: register-only AVX2, which the callers enable.
+    unsafe { _mm256_set_epi64x(t(3), t(2), t(1), t(0)) }
+}
+
+/// The four sign indices packed in bits 0-27 of an IQ2_XXS/IQ3_XXS word.
+fn packed_signs(aux: u32) -> [u32; 4] {
+    [aux, aux >> 7, aux >> 14, aux >> 21]
 }
 
 /// `factor · Σ_blocks d_w · d_x · Σ_groups mult · Σ magnitude · sign · x` for every (row,
@@ -172,7 +198,7 @@ pub unsafe fn iq3xxs_tile<const R: usize, const C: usize>(
                 let aux = u32::from_le_bytes(words[4 * g..4 * g + 4].try_into().expect("4 bytes"));
                 Group {
                     mag: points4(grid, std::array::from_fn(|j| idx[8 * g + j] as usize)),
-                    sign: sign_bytes(ksigns32(aux)),
+                    sign: ksign_bytes(packed_signs(aux)),
                     mult: mult32(2 * (aux >> 28) + 1),
                 }
             },
@@ -226,7 +252,7 @@ pub unsafe fn iq2xxs_tile<const R: usize, const C: usize>(
                 let idx = [q[0] & 255, q[0] >> 8, q[1] & 255, q[1] >> 8].map(|i| i as usize);
                 Group {
                     mag: points8(grid, idx),
-                    sign: sign_bytes(ksigns32(aux)),
+                    sign: ksign_bytes(packed_signs(aux)),
                     mult: mult32(2 * (aux >> 28) + 1),
                 }
             },
@@ -249,10 +275,9 @@ pub unsafe fn iq2xs_tile<const R: usize, const C: usize>(
             |b| b.d,
             |b, g| {
                 let q = &b.qs[4 * g..4 * g + 4];
-                let signs = (0..4).fold(0, |s, l| s | (ksigns(q[l] as u32 >> 9) as u32) << (8 * l));
                 Group {
                     mag: points8(grid, std::array::from_fn(|l| (q[l] & 511) as usize)),
-                    sign: sign_bytes(signs),
+                    sign: ksign_bytes(std::array::from_fn(|l| q[l] as u32 >> 9)),
                     mult: mult16(b.scales[g]),
                 }
             },

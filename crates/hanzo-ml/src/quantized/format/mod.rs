@@ -253,6 +253,21 @@ pub(crate) fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
     a.iter().zip(b).map(|(&x, &y)| x as i32 * y as i32).sum()
 }
 
+/// `n` values of random bytes (xorshift from `seed`): blocks with every bit pattern the
+/// format can hold, for tests.
+#[cfg(test)]
+pub(crate) fn random_pod<T: bytemuck::Pod>(n: usize, seed: u64) -> Vec<T> {
+    let mut s = seed | 1;
+    let mut out = vec![<T as bytemuck::Zeroable>::zeroed(); n];
+    for b in bytemuck::cast_slice_mut::<T, u8>(&mut out) {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        *b = (s >> 32) as u8;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -281,15 +296,8 @@ mod tests {
     fn unpacked_forms_equal_the_dequantized_blocks() {
         fn check<B: GgmlBlock>() {
             let Some(un) = B::unpacking() else { return };
-            let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ B::DTYPE.type_size() as u64;
-            for _ in 0..64 {
-                let mut b = <B as bytemuck::Zeroable>::zeroed();
-                for byte in bytemuck::bytes_of_mut(&mut b) {
-                    seed ^= seed << 13;
-                    seed ^= seed >> 7;
-                    seed ^= seed << 17;
-                    *byte = (seed >> 32) as u8;
-                }
+            let seed = 0x9e37_79b9_7f4a_7c15u64 ^ B::DTYPE.type_size() as u64;
+            for b in random_pod::<B>(64, seed) {
                 let mut want = vec![0f32; B::BLOCK_SIZE];
                 B::dequantize(std::slice::from_ref(&b), &mut want);
                 if want.iter().any(|v| !v.is_finite()) {

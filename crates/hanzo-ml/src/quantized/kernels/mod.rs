@@ -486,17 +486,6 @@ mod tests {
     /// activations: our Q8_K never holds -128), through every tile shape at every level.
     #[test]
     fn q8k_tiles_match_the_scalar_dot_on_random_bit_patterns() {
-        fn random_bytes<T: bytemuck::Pod>(n: usize, seed: u64) -> Vec<T> {
-            let mut s = seed | 1;
-            let mut out = vec![<T as bytemuck::Zeroable>::zeroed(); n];
-            for b in bytemuck::cast_slice_mut::<T, u8>(&mut out) {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                *b = (s >> 32) as u8;
-            }
-            out
-        }
         fn check<B: GgmlBlock<Dot = BlockQ8K>>(
             full_range: bool,
             fix: fn(&mut B, f32),
@@ -506,7 +495,7 @@ mod tests {
             let nb = 3;
             let w: Vec<Vec<B>> = (0..4)
                 .map(|r| {
-                    let mut w = random_bytes::<B>(nb, 7 + r);
+                    let mut w = random_pod::<B>(nb, 7 + r);
                     for (i, b) in w.iter_mut().enumerate() {
                         fix(
                             b,
@@ -522,7 +511,7 @@ mod tests {
                 .collect();
             let x: Vec<Vec<BlockQ8K>> = (0..4)
                 .map(|c| {
-                    let mut x = random_bytes::<BlockQ8K>(nb, 91 + c);
+                    let mut x = random_pod::<BlockQ8K>(nb, 91 + c);
                     for b in &mut x {
                         b.d = 0.5;
                         if !full_range {

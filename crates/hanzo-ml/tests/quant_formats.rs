@@ -90,7 +90,7 @@ fn every_quantizer_matches_ggml_c_reference_bytes() {
     let x = common::synthetic_weights(8, 512, 7);
     for name in [
         "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "iq4_nl",
-        "iq4_xs", "iq3_xxs", "iq3_s",
+        "iq4_xs", "iq3_xxs", "iq3_s", "iq2_s", "iq1_m",
     ] {
         let dt = GgmlDType::from_name(name).unwrap();
         let want = ggml_bytes(name);
@@ -132,12 +132,15 @@ fn weighted_case() -> (Vec<f32>, Vec<f32>) {
     (x, qw)
 }
 
+/// The types ggml will not quantize without an importance matrix.
+const NEED_IMPORTANCE: [&str; 3] = ["iq2_xxs", "iq2_xs", "iq1_s"];
+
 #[test]
 fn importance_weighted_quantizers_match_ggml_c_reference_bytes() {
     let (x, qw) = weighted_case();
     for name in [
         "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "iq4_nl",
-        "iq4_xs", "iq3_xxs", "iq3_s",
+        "iq4_xs", "iq3_xxs", "iq3_s", "iq2_xxs", "iq2_xs", "iq2_s", "iq1_s", "iq1_m",
     ] {
         let dt = GgmlDType::from_name(name).unwrap();
         let want = ggml_bytes(&format!("imatrix/{name}"));
@@ -154,9 +157,15 @@ fn importance_weighted_quantizers_match_ggml_c_reference_bytes() {
             want.len() / bs,
             differ[0]
         );
-        // The importance changes the result wherever ggml's quantizer uses it.
-        let plain = QTensor::quantize_f32(&x, (8, 512), dt).unwrap();
-        assert_eq!(plain.data() == got.data(), name == "q8_0", "{name}");
+        // The importance changes the result wherever ggml's quantizer uses it; the types
+        // whose quantizer needs one refuse to work without.
+        match QTensor::quantize_f32(&x, (8, 512), dt) {
+            Ok(plain) => assert_eq!(plain.data() == got.data(), name == "q8_0", "{name}"),
+            Err(e) => {
+                assert!(NEED_IMPORTANCE.contains(&name), "{name}: {e}");
+                assert!(e.to_string().contains("importance matrix"), "{name}: {e}");
+            }
+        }
     }
 }
 
@@ -196,7 +205,8 @@ fn importance_must_fit_the_tensor() {
         let err = q(n, &shape).unwrap_err().to_string();
         assert!(err.contains("importance"), "{n}: {err}");
     }
-    assert!(QTensor::quantize_f32_weighted(&x, (4, 256), GgmlDType::IQ2XXS, &[1.0; 256]).is_err());
+    assert!(QTensor::quantize_f32_weighted(&x, (4, 256), GgmlDType::IQ2XXS, &[1.0; 256]).is_ok());
+    assert!(QTensor::quantize_f32_weighted(&x, (4, 256), GgmlDType::IQ2XXS, &[1.0; 255]).is_err());
 }
 
 fn quant_rmse(x: &[f32], rows: usize, cols: usize, dt: GgmlDType) -> f64 {

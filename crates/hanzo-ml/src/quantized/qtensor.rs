@@ -218,6 +218,11 @@ impl QTensor {
             GgmlDType::IQ4XS => row!(BlockIQ4XS),
             GgmlDType::IQ3XXS => row!(BlockIQ3XXS),
             GgmlDType::IQ3S => row!(BlockIQ3S),
+            GgmlDType::IQ2XXS => row!(BlockIQ2XXS),
+            GgmlDType::IQ2XS => row!(BlockIQ2XS),
+            GgmlDType::IQ2S => row!(BlockIQ2S),
+            GgmlDType::IQ1S => row!(BlockIQ1S),
+            GgmlDType::IQ1M => row!(BlockIQ1M),
             _ => return Self::quantize_f32(xs, shape, dtype),
         };
         if !cols.is_multiple_of(dtype.block_size()) {

@@ -3,6 +3,7 @@
 //! weights and one f16 scale per 256 (IQ1_M spreads it over the top bits of its scales).
 //! Element `i` of run `e` is `d · (2s + 1) · (grid[i] ± 1/8)`.
 
+use super::iq1_quant::{iq1m_rows, iq1m_rows_weighted, iq1s_rows, NEEDS_IMPORTANCE};
 use super::kquants::{BlockQ8K, QK_K};
 use super::lattice::iq1s_grid;
 use super::{GgmlBlock, GgmlDType, Unpacking};
@@ -129,15 +130,13 @@ fn iq1m_runs(b: &BlockIQ1M) -> Runs {
     r
 }
 
-const NO_QUANTIZER: &str =
-    "quantizing to IQ1 types (a lattice search guided by an importance matrix) is not supported";
-
 macro_rules! iq1_block {
-    ($block:ty, $dtype:expr, $runs:ident, group = $group:expr) => {
+    ($block:ty, $dtype:expr, $runs:ident, group = $group:expr, unsupported = $why:expr,
+     quantize = $quantize:expr, weighted = $weighted:path) => {
         impl GgmlBlock for $block {
             const DTYPE: GgmlDType = $dtype;
             const BLOCK_SIZE: usize = QK_K;
-            const QUANTIZE_UNSUPPORTED: Option<&'static str> = Some(NO_QUANTIZER);
+            const QUANTIZE_UNSUPPORTED: Option<&'static str> = $why;
             type Dot = BlockQ8K;
 
             fn dequantize(blocks: &[Self], out: &mut [f32]) {
@@ -146,8 +145,12 @@ macro_rules! iq1_block {
                 }
             }
 
-            fn quantize(_: &[f32], _: &mut [Self]) {
-                unreachable!("{}", NO_QUANTIZER)
+            fn quantize(xs: &[f32], out: &mut [Self]) {
+                ($quantize)(xs, out)
+            }
+
+            fn quantize_row_weighted(xs: &[f32], qw: &[f32], out: &mut [Self]) {
+                $weighted(xs, qw, out)
             }
 
             fn vec_dot_scalar(w: &[Self], x: &[BlockQ8K]) -> f32 {
@@ -166,5 +169,22 @@ macro_rules! iq1_block {
 }
 
 // IQ1_S's multiplier is per 32 weights, IQ1_M's per 16.
-iq1_block!(BlockIQ1S, GgmlDType::IQ1S, iq1s_runs, group = 32);
-iq1_block!(BlockIQ1M, GgmlDType::IQ1M, iq1m_runs, group = 16);
+// IQ1_S is written only under an importance matrix (as in ggml), IQ1_M with or without.
+iq1_block!(
+    BlockIQ1S,
+    GgmlDType::IQ1S,
+    iq1s_runs,
+    group = 32,
+    unsupported = Some(NEEDS_IMPORTANCE),
+    quantize = |_: &[f32], _: &mut [BlockIQ1S]| unreachable!("{NEEDS_IMPORTANCE}"),
+    weighted = iq1s_rows
+);
+iq1_block!(
+    BlockIQ1M,
+    GgmlDType::IQ1M,
+    iq1m_runs,
+    group = 16,
+    unsupported = None,
+    quantize = iq1m_rows,
+    weighted = iq1m_rows_weighted
+);

@@ -3,6 +3,7 @@
 //! per 32 (XXS) or 16 (XS, S) weights and one f16 scale per 256. Element `i` is
 //! `d · (2s + 1) / 8 · grid[i] · sign[i]`.
 
+use super::iq2_quant::{iq2s_rows, iq2s_rows_weighted, iq2xs_rows, iq2xxs_rows, NEEDS_IMPORTANCE};
 use super::kquants::{BlockQ8K, QK_K};
 use super::lattice::{iq2s_grid, iq2xs_grid, iq2xxs_grid, ksigns, lattice_block, signed, Levels};
 use super::GgmlDType;
@@ -107,18 +108,14 @@ fn iq2s_levels(b: &BlockIQ2S) -> Levels<16> {
     out
 }
 
-/// Why these types cannot be written yet: ggml's quantizers for them search the lattice with
-/// an importance matrix.
-const NO_QUANTIZER: &str =
-    "quantizing to IQ2 types (a lattice search guided by an importance matrix) is not supported";
-
 lattice_block!(
     BlockIQ2XXS,
     GgmlDType::IQ2XXS,
     iq2xxs_levels,
     FACTOR,
     limit = 43,
-    NO_QUANTIZER
+    needs_importance = NEEDS_IMPORTANCE,
+    weighted = iq2xxs_rows
 );
 lattice_block!(
     BlockIQ2XS,
@@ -126,7 +123,8 @@ lattice_block!(
     iq2xs_levels,
     FACTOR,
     limit = 43,
-    NO_QUANTIZER
+    needs_importance = NEEDS_IMPORTANCE,
+    weighted = iq2xs_rows
 );
 lattice_block!(
     BlockIQ2S,
@@ -134,5 +132,6 @@ lattice_block!(
     iq2s_levels,
     FACTOR,
     limit = 43,
-    NO_QUANTIZER
+    quantize = iq2s_rows,
+    weighted = iq2s_rows_weighted
 );

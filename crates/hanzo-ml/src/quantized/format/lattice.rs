@@ -172,13 +172,19 @@ pub(crate) const fn unpack_offset(limit: u8) -> (u8, u8) {
 }
 
 /// `GgmlBlock` for a type decoded by `$levels` into `Levels` with the factor `$factor` and
-/// levels within ±`$limit`; the last argument is either `quantize = f` (its quantizer of
-/// whole rows) or the message that says why it has none.
+/// levels within ±`$limit`; the last arguments are its quantizers of whole rows (`quantize`
+/// without importance, `weighted` with it), or the message that says why it has none without
+/// an importance matrix and the weighted one, or only the message where it has none.
 macro_rules! lattice_block {
     ($block:ty, $dtype:expr, $levels:ident, $factor:expr, limit = $limit:expr,
      quantize = $quantize:path, weighted = $weighted:path) => {
         lattice_block!(@impl $block, $dtype, $levels, $factor, $limit, None, $quantize,
             $weighted);
+    };
+    ($block:ty, $dtype:expr, $levels:ident, $factor:expr, limit = $limit:expr,
+     needs_importance = $why:expr, weighted = $weighted:path) => {
+        lattice_block!(@impl $block, $dtype, $levels, $factor, $limit, Some($why),
+            |_: &[f32], _: &mut [$block]| unreachable!("{}", $why), $weighted);
     };
     ($block:ty, $dtype:expr, $levels:ident, $factor:expr, limit = $limit:expr, $why:expr) => {
         lattice_block!(@impl $block, $dtype, $levels, $factor, $limit, Some($why),

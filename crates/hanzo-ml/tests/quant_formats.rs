@@ -259,6 +259,51 @@ fn quantization_error_within_one_percent_of_ggml_on_real_weights() {
     }
 }
 
+/// all-MiniLM-L6-v2's layer-0 FFN output projection ([384, 1536] f32) and one importance per
+/// column, built like `weighted_case`'s.
+fn minilm_weighted_case() -> (Vec<f32>, usize, usize, Vec<f32>) {
+    let dir = common::fixture("minilm");
+    let st = hanzo_ml::io::safetensors::load(dir.join("model.safetensors")).unwrap();
+    let w = st
+        .iter()
+        .find(|(k, _)| k.ends_with("encoder.layer.0.output.dense.weight"))
+        .map(|(_, t)| t.clone())
+        .expect("weight present");
+    let (rows, cols) = w.dims2().unwrap();
+    let qw = common::synthetic_weights(1, cols, 17)
+        .iter()
+        .enumerate()
+        .map(|(j, &v)| if j % 97 == 0 { 0.0 } else { (50.0 * v) * (50.0 * v) })
+        .collect();
+    (w.to_vec_flat::<f32>().unwrap(), rows, cols, qw)
+}
+
+/// 64-bit FNV-1a, the fingerprint recorded for ggml's bytes.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+#[test]
+fn importance_weighted_quantizers_match_ggml_on_real_weights() {
+    // Each type's bytes from ggml's `ggml_quantize_chunk` on the MiniLM case, fingerprinted
+    // (tests/data/ggml_quants/README.md): a few hundred rows of real weights reach the rare
+    // branches and float orderings a small synthetic matrix misses.
+    let (x, rows, cols, qw) = minilm_weighted_case();
+    let p = common::crate_dir().join("tests/data/ggml_quants/minilm_imatrix_fnv1a.json");
+    let want: serde_json::Value = serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap();
+    let mut wrong = Vec::new();
+    for (name, hash) in want.as_object().unwrap() {
+        let dt = GgmlDType::from_name(name).unwrap();
+        let got = QTensor::quantize_f32_weighted(&x, (rows, cols), dt, &qw).unwrap();
+        if format!("{:016x}", fnv1a(got.data())) != hash.as_str().unwrap() {
+            wrong.push(name.as_str());
+        }
+    }
+    assert!(wrong.is_empty(), "differ from ggml: {wrong:?}");
+}
+
 #[test]
 fn more_bits_give_less_error() {
     let x = common::synthetic_weights(16, 1024, 3);
@@ -305,7 +350,13 @@ fn dump_synthetic_inputs() {
         .unwrap();
     }
     let (x, qw) = weighted_case();
-    for (name, v) in [("imatrix_input_8x512", x), ("imatrix_importance_512", qw)] {
+    let (minilm, _, _, minilm_qw) = minilm_weighted_case();
+    for (name, v) in [
+        ("imatrix_input_8x512", x),
+        ("imatrix_importance_512", qw),
+        ("minilm_384x1536", minilm),
+        ("minilm_importance_1536", minilm_qw),
+    ] {
         std::fs::write(
             dir.join(format!("{name}.f32")),
             bytemuck::cast_slice::<f32, u8>(&v),

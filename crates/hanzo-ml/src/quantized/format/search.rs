@@ -170,7 +170,8 @@ pub fn make_qkx2_quants(
         l_out[..n].fill(0);
         return (0.0, -min);
     }
-    let err = |d: f32, w: f32| if use_mad { w * d.abs() } else { w * d * d };
+    // `w · (d²)`, squared first as in ggml: `(w · d) · d` rounds differently.
+    let err = |d: f32, w: f32| if use_mad { w * d.abs() } else { w * (d * d) };
     let mut iscale = nmax as f32 / (max - min);
     let mut scale = 1.0 / iscale;
     let mut best_error = 0f32;

@@ -399,14 +399,10 @@ fn iq3_mixture_plans_match_llama_quantize_on_gemma3() {
     );
 }
 
-/// IQ3_XS puts attention Q/K in IQ3_XXS, which needs an importance matrix. None of the
-/// fixtures has 256-wide attention rows (they fall back to IQ4_NL), so this writes a small
-/// model that has them.
-#[test]
-fn iq3_xxs_tensors_need_an_importance_matrix() {
-    use hanzo_ml::quantized::gguf::{write_gguf, Array, TensorSpec};
-    let model = tmp("tiny-256.gguf");
-    let names = ["blk.0.attn_q.weight", "blk.0.attn_v.weight"];
+/// A small llama model of F32 matrices `names`, each 8x256 (none of the fixtures has
+/// 256-wide attention rows: theirs fall back to IQ4_NL), and the values it holds.
+fn write_tiny_model(path: &std::path::Path, names: &[&str]) -> Vec<f32> {
+    use hanzo_ml::quantized::gguf::{write_gguf, TensorSpec};
     let specs: Vec<TensorSpec> = names
         .iter()
         .map(|n| TensorSpec {
@@ -415,19 +411,70 @@ fn iq3_xxs_tensors_need_an_importance_matrix() {
             shape: (8, 256).into(),
         })
         .collect();
-    let data: Vec<u8> = (0..8 * 256)
-        .flat_map(|i| (((i * 7919) % 255) as f32 / 255.0 - 0.5).to_le_bytes())
+    let x: Vec<f32> = (0..8 * 256)
+        .map(|i| ((i * 7919) % 255) as f32 / 255.0 - 0.5)
         .collect();
+    let data: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
     let meta = vec![(
         "general.architecture".to_string(),
         Value::String("llama".into()),
     )];
-    let mut w = std::fs::File::create(&model).unwrap();
+    let mut w = std::fs::File::create(path).unwrap();
     write_gguf(&mut w, &meta, &specs, |_| {
         Ok(std::borrow::Cow::Borrowed(&data[..]))
     })
     .unwrap();
-    drop(w);
+    x
+}
+
+/// An importance matrix (llama-imatrix's GGUF form) covering the 256-column tensors `names`.
+fn write_tiny_imatrix(path: &std::path::Path, names: &[&str]) {
+    use hanzo_ml::quantized::gguf::{write_gguf, Array, TensorSpec};
+    let mut specs = Vec::new();
+    let mut blobs = Vec::new();
+    for n in names {
+        specs.push(TensorSpec {
+            name: format!("{n}.in_sum2"),
+            dtype: GgmlDType::F32,
+            shape: (1, 256).into(),
+        });
+        blobs.push(
+            (0..256)
+                .flat_map(|i| (1.0 + i as f32).to_le_bytes())
+                .collect(),
+        );
+        specs.push(TensorSpec {
+            name: format!("{n}.counts"),
+            dtype: GgmlDType::F32,
+            shape: (1, 1).into(),
+        });
+        blobs.push(2f32.to_le_bytes().to_vec());
+    }
+    let meta = vec![
+        (
+            "imatrix.datasets".to_string(),
+            Value::Array(Array::String(vec!["t".into()])),
+        ),
+        ("imatrix.chunk_count".to_string(), Value::U32(1)),
+        ("imatrix.chunk_size".to_string(), Value::U32(512)),
+    ];
+    let mut w = std::fs::File::create(path).unwrap();
+    write_gguf(&mut w, &meta, &specs, |i| {
+        Ok(std::borrow::Cow::Borrowed(&blobs[i][..]))
+    })
+    .unwrap();
+}
+
+fn rms(v: impl Iterator<Item = f32>) -> f64 {
+    let v: Vec<f32> = v.collect();
+    (v.iter().map(|a| (*a as f64).powi(2)).sum::<f64>() / v.len() as f64).sqrt()
+}
+
+/// IQ3_XS puts attention Q/K in IQ3_XXS, which needs an importance matrix.
+#[test]
+fn iq3_xxs_tensors_need_an_importance_matrix() {
+    let model = tmp("tiny-256.gguf");
+    let x = write_tiny_model(&model, &["blk.0.attn_q.weight", "blk.0.attn_v.weight"]);
     let out = tmp("tiny-256-iq3_xs.gguf");
     std::fs::remove_file(&out).ok();
     let (m, o) = (model.to_str().unwrap(), out.to_str().unwrap());
@@ -442,36 +489,7 @@ fn iq3_xxs_tensors_need_an_importance_matrix() {
 
     // With an importance matrix for it, attention Q is IQ3_XXS (V stays IQ3_S).
     let im = tmp("tiny-256.imatrix.gguf");
-    let specs = vec![
-        TensorSpec {
-            name: "blk.0.attn_q.weight.in_sum2".into(),
-            dtype: GgmlDType::F32,
-            shape: (1, 256).into(),
-        },
-        TensorSpec {
-            name: "blk.0.attn_q.weight.counts".into(),
-            dtype: GgmlDType::F32,
-            shape: (1, 1).into(),
-        },
-    ];
-    let sums: Vec<u8> = (0..256)
-        .flat_map(|i| (1.0 + i as f32).to_le_bytes())
-        .collect();
-    let meta = vec![
-        (
-            "imatrix.datasets".to_string(),
-            Value::Array(Array::String(vec!["t".into()])),
-        ),
-        ("imatrix.chunk_count".to_string(), Value::U32(1)),
-        ("imatrix.chunk_size".to_string(), Value::U32(512)),
-    ];
-    let blobs = [sums, 2f32.to_le_bytes().to_vec()];
-    let mut w = std::fs::File::create(&im).unwrap();
-    write_gguf(&mut w, &meta, &specs, |i| {
-        Ok(std::borrow::Cow::Borrowed(&blobs[i][..]))
-    })
-    .unwrap();
-    drop(w);
+    write_tiny_imatrix(&im, &["blk.0.attn_q.weight"]);
     let r = quantize_with(&[m, o, "--type", "IQ3_XS", "--imatrix", im.to_str().unwrap()]);
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     let f = GgufFile::open(&out).unwrap();
@@ -479,21 +497,76 @@ fn iq3_xxs_tensors_need_an_importance_matrix() {
     assert_eq!(ty("blk.0.attn_q.weight"), GgmlDType::IQ3XXS);
     assert_eq!(ty("blk.0.attn_v.weight"), GgmlDType::IQ3S);
     // IQ3_XXS round-trips the weights to within its 3 bits.
-    let x: Vec<f32> = data
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
-        .collect();
     let y = f
         .tensor("blk.0.attn_q.weight")
         .unwrap()
         .dequantize_f32()
         .unwrap();
-    let rms = |v: &mut dyn Iterator<Item = f32>| {
-        let v: Vec<f32> = v.collect();
-        (v.iter().map(|a| (*a as f64).powi(2)).sum::<f64>() / v.len() as f64).sqrt()
-    };
-    let err = rms(&mut x.iter().zip(&y).map(|(a, b)| a - b));
-    assert!(err < 0.25 * rms(&mut x.iter().copied()), "{err}");
+    let err = rms(x.iter().zip(&y).map(|(a, b)| a - b));
+    assert!(err < 0.25 * rms(x.iter().copied()), "{err}");
+    for p in [&model, &out, &im] {
+        std::fs::remove_file(p).ok();
+    }
+}
+
+/// The IQ1/IQ2 mixtures and IQ3_XXS: llama-quantize's types per tensor role, refused without
+/// an importance matrix, and each lattice type within its bits of the weights.
+#[test]
+fn lattice_mixtures_plan_like_llama_quantize() {
+    let names = [
+        "blk.0.attn_q.weight",
+        "blk.0.attn_v.weight",
+        "blk.0.attn_output.weight",
+        "blk.0.ffn_down.weight",
+    ];
+    let model = tmp("tiny-lattice.gguf");
+    let x = write_tiny_model(&model, &names);
+    let im = tmp("tiny-lattice.imatrix.gguf");
+    write_tiny_imatrix(&im, &names);
+    let out = tmp("tiny-lattice-out.gguf");
+    let (m, o, i) = (
+        model.to_str().unwrap(),
+        out.to_str().unwrap(),
+        im.to_str().unwrap(),
+    );
+    use GgmlDType as T;
+    // Per recipe: attention Q, V, output and FFN down (one layer: none in the first eighth),
+    // and a bound on the relative RMS error of each (uniform weights; about 1.1x what the
+    // types reach).
+    for (recipe, want, max_rel_err) in [
+        ("IQ1_S", [T::IQ1S, T::Q2K, T::IQ2XXS, T::IQ1S], 0.45),
+        ("IQ1_M", [T::IQ1M, T::Q2K, T::IQ2XXS, T::IQ1M], 0.42),
+        ("IQ2_XXS", [T::IQ2XXS, T::Q2K, T::IQ2XXS, T::IQ2XXS], 0.4),
+        ("IQ2_XS", [T::IQ2XS, T::Q2K, T::IQ2XS, T::IQ2XS], 0.34),
+        ("IQ2_S", [T::IQ2XS, T::IQ3S, T::IQ3S, T::IQ2XS], 0.34),
+        ("IQ2_M", [T::IQ2S, T::IQ3S, T::IQ3S, T::IQ2S], 0.24),
+        ("IQ3_XXS", [T::IQ2S, T::IQ3XXS, T::IQ3S, T::IQ3XXS], 0.24),
+    ] {
+        std::fs::remove_file(&out).ok();
+        let r = quantize_with(&[m, o, "--type", recipe]);
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert!(!r.status.success(), "{recipe}: {err}");
+        assert!(err.contains("importance matrix"), "{recipe}: {err}");
+        assert!(!out.exists(), "{recipe}");
+
+        let r = quantize_with(&[m, o, "--type", recipe, "--imatrix", i]);
+        assert!(
+            r.status.success(),
+            "{recipe}: {}",
+            String::from_utf8_lossy(&r.stderr)
+        );
+        let f = GgufFile::open(&out).unwrap();
+        for (n, want) in names.iter().zip(want) {
+            assert_eq!(
+                f.content().tensor_info(n).unwrap().dtype,
+                want,
+                "{recipe} {n}"
+            );
+            let y = f.tensor(n).unwrap().dequantize_f32().unwrap();
+            let err = rms(x.iter().zip(&y).map(|(a, b)| a - b)) / rms(x.iter().copied());
+            assert!(err < max_rel_err, "{recipe} {n}: relative error {err}");
+        }
+    }
     for p in [&model, &out, &im] {
         std::fs::remove_file(p).ok();
     }

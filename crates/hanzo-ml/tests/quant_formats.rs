@@ -273,7 +273,13 @@ fn minilm_weighted_case() -> (Vec<f32>, usize, usize, Vec<f32>) {
     let qw = common::synthetic_weights(1, cols, 17)
         .iter()
         .enumerate()
-        .map(|(j, &v)| if j % 97 == 0 { 0.0 } else { (50.0 * v) * (50.0 * v) })
+        .map(|(j, &v)| {
+            if j % 97 == 0 {
+                0.0
+            } else {
+                (50.0 * v) * (50.0 * v)
+            }
+        })
         .collect();
     (w.to_vec_flat::<f32>().unwrap(), rows, cols, qw)
 }

@@ -28,8 +28,9 @@ pub struct Args {
     /// Output GGUF file.
     pub output: PathBuf,
     /// Target: a llama.cpp mixture (Q4_K_M, Q5_K_M, Q4_K_S, Q5_K_S, Q3_K_M, Q3_K_L, Q3_K_S,
-    /// Q2_K, Q6_K, IQ4_XS, IQ3_M, IQ3_S, IQ3_XS) or a single type (Q4_0, Q4_1, Q5_0, Q5_1,
-    /// Q8_0, IQ4_NL, MXFP4, F16, BF16, F32; TQ1_0 and TQ2_0 for models trained ternary).
+    /// Q2_K, Q6_K, IQ4_XS, IQ3_M, IQ3_S, IQ3_XS; with --imatrix also IQ3_XXS, IQ2_M, IQ2_S,
+    /// IQ2_XS, IQ2_XXS, IQ1_M, IQ1_S) or a single type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL,
+    /// MXFP4, F16, BF16, F32; TQ1_0 and TQ2_0 for models trained ternary).
     #[arg(long = "type", value_name = "TYPE")]
     pub qtype: String,
     /// Use the base type for every quantizable tensor (no mixture, no output-layer bump).
@@ -167,9 +168,21 @@ pub fn run(mut args: Args) -> Result<()> {
     Ok(())
 }
 
+/// The types llama-quantize will not write without an importance matrix (below 3 bits the
+/// result is noise without one).
+const NEEDS_IMPORTANCE: [GgmlDType; 6] = [
+    GgmlDType::IQ1S,
+    GgmlDType::IQ1M,
+    GgmlDType::IQ2XXS,
+    GgmlDType::IQ2XS,
+    GgmlDType::IQ2S,
+    GgmlDType::IQ3XXS,
+];
+
 /// The importance each tensor is quantized under (`None`: none, or not quantized here),
-/// checked before anything is written: sizes that do not fit, and IQ3_XXS tensors without
-/// one, which llama-quantize refuses too (the embedding and output projection excepted).
+/// checked before anything is written: sizes that do not fit, and tensors of the
+/// `NEEDS_IMPORTANCE` types without one, which llama-quantize refuses too (the embedding and
+/// output projection excepted).
 fn importance_per_tensor<'a>(
     imatrix: Option<&'a ImportanceMatrix>,
     tensors: &[source::SourceTensor],
@@ -187,11 +200,12 @@ fn importance_per_tensor<'a>(
             policy::category(&t.name),
             policy::Category::TokenEmbd | policy::Category::Output
         );
-        if w.is_none() && spec.dtype == GgmlDType::IQ3XXS && !exempt {
+        if w.is_none() && NEEDS_IMPORTANCE.contains(&spec.dtype) && !exempt {
             bail!(
-                "{} would be IQ3_XXS, which needs an importance matrix covering it \
+                "{} would be {}, which needs an importance matrix covering it \
                  (--imatrix FILE from llama-imatrix), as in llama-quantize",
-                t.name
+                t.name,
+                spec.dtype
             );
         }
         if w.is_none() && quantized {

@@ -112,6 +112,43 @@ const RECIPES: &[Recipe] = &[
         base: GgmlDType::IQ4XS,
         file_type: 30,
     },
+    // The lattice mixtures: below 3 bits they need an importance matrix (`--imatrix`).
+    Recipe {
+        name: "IQ1_S",
+        base: GgmlDType::IQ1S,
+        file_type: 24,
+    },
+    Recipe {
+        name: "IQ1_M",
+        base: GgmlDType::IQ1M,
+        file_type: 31,
+    },
+    Recipe {
+        name: "IQ2_XXS",
+        base: GgmlDType::IQ2XXS,
+        file_type: 19,
+    },
+    Recipe {
+        name: "IQ2_XS",
+        base: GgmlDType::IQ2XS,
+        file_type: 20,
+    },
+    // IQ2_S is an IQ2_XS mixture with more IQ3_S, and IQ2_M the same over IQ2_S (the type).
+    Recipe {
+        name: "IQ2_S",
+        base: GgmlDType::IQ2XS,
+        file_type: 28,
+    },
+    Recipe {
+        name: "IQ2_M",
+        base: GgmlDType::IQ2S,
+        file_type: 29,
+    },
+    Recipe {
+        name: "IQ3_XXS",
+        base: GgmlDType::IQ3XXS,
+        file_type: 23,
+    },
     Recipe {
         name: "IQ3_XS",
         base: GgmlDType::IQ3S,
@@ -164,19 +201,8 @@ impl Recipe {
             "MXFP4" => "MXFP4_MOE".into(),
             _ => up,
         };
-        // llama-quantize's IQ1/IQ2 lattice types (and IQ3_XXS, whose mixture puts attention
-        // Q/K in IQ2_S): their searches are not written here.
-        const LATTICE: &[&str] = &[
-            "IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ3_XXS",
-        ];
         match RECIPES.iter().find(|r| r.name == up) {
             Some(r) => Ok(*r),
-            None if LATTICE.contains(&up.as_str()) => {
-                bail!(
-                    "writing {up} is not supported yet: it needs ggml's IQ1/IQ2 lattice search; \
-                     IQ3_M, IQ3_S, IQ3_XS, IQ4_XS, IQ4_NL and the k-quants can be written"
-                )
-            }
             None => {
                 let names: Vec<&str> = RECIPES.iter().map(|r| r.name).collect();
                 bail!(
@@ -317,6 +343,13 @@ impl Planner {
         let ncols = shape.last().copied().unwrap_or(1);
         let t = if self.pure {
             base
+        } else if base == GgmlDType::MXFP4 {
+            // MXFP4_MOE: the expert stacks in MXFP4, everything else in Q8_0.
+            if shape.len() == 3 && shape[0] > 1 {
+                base
+            } else {
+                GgmlDType::Q8_0
+            }
         } else {
             self.mixture(name, ncols)
         };
@@ -324,82 +357,150 @@ impl Planner {
     }
 
     fn mixture(&mut self, name: &str, ncols: usize) -> GgmlDType {
-        use GgmlDType as T;
         let r = self.recipe.name;
-        let mut t = self.recipe.base;
-        match category(name) {
-            Category::Output => t = output_type(t, ncols),
-            Category::TokenEmbd if self.tied_embeddings => t = output_type(t, ncols),
-            Category::AttnV | Category::AttnQkv => {
-                let (i, n) = (self.i_attn_v, self.n_attn_v);
-                t = match r {
-                    "Q2_K" if self.n_gqa >= 4 => T::Q4K,
-                    "Q2_K" => T::Q3K,
-                    "Q3_K_M" if i < 2 => T::Q5K,
-                    "Q3_K_M" => T::Q4K,
-                    "Q3_K_L" => T::Q5K,
-                    "IQ4_NL" | "IQ4_XS" if self.n_gqa >= 4 => T::Q5K,
-                    "IQ3_XS" | "IQ3_S" if self.n_gqa >= 4 => T::Q4K,
-                    "IQ3_M" => T::Q4K,
-                    "Q4_K_M" | "Q5_K_M" if use_more_bits(i, n) => T::Q6K,
-                    "Q4_K_S" if i < 4 => T::Q5K,
-                    _ => t,
-                };
-                self.i_attn_v += 1;
+        let category = category(name);
+        match category {
+            Category::Output => return output_type(r, self.recipe.base, ncols),
+            Category::TokenEmbd if self.tied_embeddings => {
+                return output_type(r, self.recipe.base, ncols)
             }
-            Category::FfnDown => {
-                let (i, n) = (self.i_ffn_down, self.n_ffn_down);
-                t = match r {
-                    "Q2_K" => T::Q3K,
-                    "Q3_K_M" if i < n / 16 => T::Q5K,
-                    "Q3_K_M" => T::Q4K,
-                    "Q3_K_L" => T::Q5K,
-                    "Q4_K_M" | "Q5_K_M" if use_more_bits(i, n) => T::Q6K,
-                    // Without importance the first layers' FFN down is IQ4's weak spot;
-                    // with it, Q4_0 and Q5_0 get llama.cpp's guard there instead.
-                    "IQ4_NL" | "IQ4_XS" if i < n / 8 && !self.has_importance => T::Q5K,
-                    "Q4_K_S" if i < n / 8 => T::Q5K,
-                    "IQ3_M" if i < n / 8 => T::Q4K,
-                    "Q4_0" if i < n / 8 && self.has_importance => T::Q4_1,
-                    "Q5_0" if i < n / 8 && self.has_importance => T::Q5_1,
-                    _ => t,
-                };
-                self.i_ffn_down += 1;
-            }
-            Category::AttnK | Category::AttnQ if r == "IQ3_XS" => t = T::IQ3XXS,
-            Category::FfnGate | Category::FfnUp => {
-                let (i, n) = if category(name) == Category::FfnGate {
-                    self.i_ffn_gate += 1;
-                    (self.i_ffn_gate - 1, self.n_ffn_gate)
-                } else {
-                    self.i_ffn_up += 1;
-                    (self.i_ffn_up - 1, self.n_ffn_up)
-                };
-                if r == "IQ3_XS" && i >= n / 8 && i < 7 * n / 8 {
-                    t = T::IQ3XXS;
-                }
-            }
-            Category::AttnOutput => {
-                t = match r {
-                    "Q2_K" => T::Q3K,
-                    "Q3_K_M" | "IQ3_M" => T::Q4K,
-                    "Q3_K_L" => T::Q5K,
-                    _ => t,
-                };
-            }
+            Category::TokenEmbd => return token_embd_type(r, self.recipe.base),
             _ => {}
         }
-        t
+        // The position of this tensor among those of its kind, and their count.
+        let counter = match category {
+            Category::AttnV | Category::AttnQkv => Some((&mut self.i_attn_v, self.n_attn_v)),
+            Category::FfnDown => Some((&mut self.i_ffn_down, self.n_ffn_down)),
+            Category::FfnGate => Some((&mut self.i_ffn_gate, self.n_ffn_gate)),
+            Category::FfnUp => Some((&mut self.i_ffn_up, self.n_ffn_up)),
+            _ => None,
+        };
+        let (i, n) = match counter {
+            Some((i, n)) => {
+                *i += 1;
+                (*i - 1, n)
+            }
+            None => (0, 0),
+        };
+        let layer = Layer {
+            i,
+            n,
+            n_gqa: self.n_gqa,
+            has_importance: self.has_importance,
+        };
+        if LOW_BIT.contains(&r) {
+            low_bit_type(r, self.recipe.base, category, &layer)
+        } else {
+            mixture_type(r, self.recipe.base, category, &layer)
+        }
     }
 }
 
-/// The output projection (and a tied embedding) gets Q6_K, or Q8_0 when its rows are not
-/// whole 256-blocks (or the recipe is already Q8_0).
-fn output_type(base: GgmlDType, ncols: usize) -> GgmlDType {
+/// Where a tensor sits among those of its kind, and what the plan knows of the model.
+struct Layer {
+    i: usize,
+    n: usize,
+    n_gqa: usize,
+    has_importance: bool,
+}
+
+/// The mixtures below 3 bits, which llama.cpp plans by rules of their own.
+const LOW_BIT: &[&str] = &["IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M"];
+
+/// The IQ1/IQ2 mixtures: attention V, the first eighth of FFN down and attention output get
+/// more bits (IQ3_S in IQ2_S/IQ2_M, Q2_K or IQ2_XXS in the others).
+fn low_bit_type(r: &str, base: GgmlDType, category: Category, at: &Layer) -> GgmlDType {
+    use GgmlDType as T;
+    let wider = if matches!(r, "IQ2_S" | "IQ2_M") {
+        T::IQ3S
+    } else {
+        T::Q2K
+    };
+    match category {
+        Category::AttnV | Category::AttnQkv if at.n_gqa >= 4 => T::Q4K,
+        Category::AttnV | Category::AttnQkv => wider,
+        Category::FfnDown if at.i < at.n / 8 => wider,
+        Category::AttnOutput if matches!(r, "IQ1_S" | "IQ1_M") => T::IQ2XXS,
+        Category::AttnOutput if matches!(r, "IQ2_S" | "IQ2_M") => T::IQ3S,
+        _ => base,
+    }
+}
+
+/// The other mixtures.
+fn mixture_type(r: &str, base: GgmlDType, category: Category, at: &Layer) -> GgmlDType {
+    use GgmlDType as T;
+    let (i, n) = (at.i, at.n);
+    match category {
+        Category::AttnV | Category::AttnQkv => match r {
+            "Q2_K" if at.n_gqa >= 4 => T::Q4K,
+            "Q2_K" => T::Q3K,
+            "IQ3_XXS" if at.n_gqa >= 4 => T::Q4K,
+            "IQ3_XXS" if !at.has_importance => T::IQ3S,
+            "Q3_K_M" if i < 2 => T::Q5K,
+            "Q3_K_M" => T::Q4K,
+            "Q3_K_L" => T::Q5K,
+            "IQ4_NL" | "IQ4_XS" if at.n_gqa >= 4 => T::Q5K,
+            "IQ3_XS" | "IQ3_S" if at.n_gqa >= 4 => T::Q4K,
+            "IQ3_M" => T::Q4K,
+            "Q4_K_M" | "Q5_K_M" if use_more_bits(i, n) => T::Q6K,
+            "Q4_K_S" if i < 4 => T::Q5K,
+            _ => base,
+        },
+        Category::FfnDown => match r {
+            "Q2_K" => T::Q3K,
+            "IQ3_XXS" if !at.has_importance && i < n / 8 => T::Q4K,
+            "IQ3_XXS" if !at.has_importance => T::Q3K,
+            "Q3_K_M" if i < n / 16 => T::Q5K,
+            "Q3_K_M" => T::Q4K,
+            "Q3_K_L" => T::Q5K,
+            "Q4_K_M" | "Q5_K_M" if use_more_bits(i, n) => T::Q6K,
+            // Without importance the first layers' FFN down is IQ4's weak spot; with it,
+            // Q4_0 and Q5_0 get llama.cpp's guard there instead.
+            "IQ4_NL" | "IQ4_XS" if i < n / 8 && !at.has_importance => T::Q5K,
+            "Q4_K_S" if i < n / 8 => T::Q5K,
+            "IQ3_M" if i < n / 8 => T::Q4K,
+            "Q4_0" if i < n / 8 && at.has_importance => T::Q4_1,
+            "Q5_0" if i < n / 8 && at.has_importance => T::Q5_1,
+            _ => base,
+        },
+        Category::AttnK | Category::AttnQ if r == "IQ3_XS" => T::IQ3XXS,
+        Category::AttnK | Category::AttnQ if r == "IQ3_XXS" => T::IQ2S,
+        Category::FfnGate | Category::FfnUp if r == "IQ3_XS" && i >= n / 8 && i < 7 * n / 8 => {
+            T::IQ3XXS
+        }
+        Category::AttnOutput => match r {
+            "Q2_K" => T::Q3K,
+            "IQ3_XXS" => T::IQ3S,
+            "Q3_K_M" | "IQ3_M" => T::Q4K,
+            "Q3_K_L" => T::Q5K,
+            _ => base,
+        },
+        _ => base,
+    }
+}
+
+/// The output projection (and a tied embedding): Q8_0 when its rows are not whole blocks of
+/// the recipe's type (or the recipe is already Q8_0), Q5_K for the lattice mixtures, else
+/// Q6_K.
+fn output_type(r: &str, base: GgmlDType, ncols: usize) -> GgmlDType {
     if !ncols.is_multiple_of(base.block_size()) || base == GgmlDType::Q8_0 {
         GgmlDType::Q8_0
+    } else if LOW_BIT.contains(&r) || r == "IQ3_XXS" {
+        GgmlDType::Q5K
     } else {
         GgmlDType::Q6K
+    }
+}
+
+/// An untied token embedding: the low-bit mixtures keep it at Q2_K or IQ3_S, the ternary ones
+/// at Q4_K.
+fn token_embd_type(r: &str, base: GgmlDType) -> GgmlDType {
+    use GgmlDType as T;
+    match r {
+        "IQ2_XXS" | "IQ2_XS" | "IQ1_S" | "IQ1_M" => T::Q2K,
+        "IQ2_S" | "IQ2_M" | "IQ3_XXS" => T::IQ3S,
+        "TQ1_0" | "TQ2_0" => T::Q4K,
+        _ => base,
     }
 }
 
@@ -418,8 +519,8 @@ mod tests {
         assert_eq!(Recipe::parse("iq4_xs").unwrap().file_type, 30);
         assert_eq!(Recipe::parse("iq3_m").unwrap().file_type, 27);
         assert_eq!(Recipe::parse("IQ3_XS").unwrap().base, GgmlDType::IQ3S);
-        let err = Recipe::parse("IQ2_XXS").unwrap_err().to_string();
-        assert!(err.contains("not supported yet"), "{err}");
+        assert_eq!(Recipe::parse("iq2_s").unwrap().base, GgmlDType::IQ2XS);
+        assert_eq!(Recipe::parse("IQ1_M").unwrap().file_type, 31);
     }
 
     #[test]

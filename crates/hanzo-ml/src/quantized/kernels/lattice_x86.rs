@@ -1,5 +1,5 @@
 //! AVX2 tiles for the lattice types (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S)
-//! and TQ2_0 against Q8_K.
+//! and the ternary TQ1_0 and TQ2_0 against Q8_K.
 //!
 //! Per group of 32 weights each type gives three things: the 32 magnitudes (lattice points
 //! looked up by index, four or eight bytes each, all below 64), their signs, and the group's
@@ -8,13 +8,14 @@
 //! magnitudes are the unsigned operand of `maddubs`, and the multiplier scales the i16 pair
 //! sums into i32, so every block's sum is the scalar dot's integer. The types' power-of-two
 //! factor (1/8, 1/4, 1) is applied once at the end, as the scalar dot does. IQ1's values
-//! `grid ± 1/8` are the integers `8·grid ± 1` under the factor 1/8, and TQ2_0's stored
-//! `q + 1` the integer `q`, so both take the same loop.
+//! `grid ± 1/8` are the integers `8·grid ± 1` under the factor 1/8, and the ternary types'
+//! stored `q + 1` the integer `q`, so all take the same loop.
 
 use super::avx2::{f16_to_f32, hsum, load256_i8};
 use crate::quantized::format::{
     iq1s_grid, iq2s_grid, iq2xs_grid, iq2xxs_grid, iq3s_grid, iq3xxs_grid, BlockIQ1M, BlockIQ1S,
-    BlockIQ2S, BlockIQ2XS, BlockIQ2XXS, BlockIQ3S, BlockIQ3XXS, BlockQ8K, BlockTQ2_0, KSIGNS,
+    BlockIQ2S, BlockIQ2XS, BlockIQ2XXS, BlockIQ3S, BlockIQ3XXS, BlockQ8K, BlockTQ1_0, BlockTQ2_0,
+    KSIGNS,
 };
 use std::arch::x86_64::*;
 
@@ -393,6 +394,71 @@ pub unsafe fn tq2_0_tile<const R: usize, const C: usize>(
                 let shifted = _mm256_srlv_epi32(bytes, _mm256_set1_epi32(2 * (g % 4) as i32));
                 let q = _mm256_and_si256(shifted, _mm256_set1_epi8(3));
                 Group::signed(_mm256_sub_epi8(q, _mm256_set1_epi8(1)), mult32(1))
+            },
+        )
+    }
+}
+
+/// Trits of 32 TQ1_0 bytes, as `trit - 1`: 16-bit lane `k` takes the trit that multiplying by
+/// `pow3[k]` (mod 256) brings to the top of both its bytes, `(3·q) >> 8`.
+#[inline(always)]
+unsafe fn ternary_levels(bytes: __m256i, pow3: __m256i) -> __m256i {
+    // SAFETY: register-only AVX2, which the callers enable.
+    unsafe {
+        let high = _mm256_set1_epi16(0xff00u16 as i16);
+        let three = _mm256_set1_epi16(3);
+        // The even bytes' products are the low bytes of the lane products, the odd bytes'
+        // the high bytes of the products of the odd bytes alone.
+        let even = _mm256_mullo_epi16(bytes, pow3);
+        let odd = _mm256_mullo_epi16(_mm256_and_si256(bytes, high), pow3);
+        // `mulhi(q << 8, 3)` is `(3·q) >> 8` for the byte q in the lane's top.
+        let t_even = _mm256_mulhi_epu16(_mm256_slli_epi16(even, 8), three);
+        let t_odd = _mm256_mulhi_epu16(_mm256_and_si256(odd, high), three);
+        let t = _mm256_or_si256(t_even, _mm256_slli_epi16(t_odd, 8));
+        _mm256_sub_epi8(t, _mm256_set1_epi8(1))
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn tq1_0_tile<const R: usize, const C: usize>(
+    w: [&[BlockTQ1_0]; R],
+    x: [&[BlockQ8K]; C],
+) -> [[f32; C]; R] {
+    // SAFETY: this function enables the features lattice_tile needs; the loads read 32 of
+    // the 48 bytes of `qs` at 0, 16 of them at 32, and the 4 of `qh`.
+    unsafe {
+        lattice_tile(
+            w,
+            x,
+            1.0,
+            |b| b.d,
+            |b, g| {
+                let p = |lo: i16, hi: i16| _mm256_set_m128i(_mm_set1_epi16(hi), _mm_set1_epi16(lo));
+                let levels = match g {
+                    // Weights 32g + j: trit g of byte j.
+                    0..5 => {
+                        let bytes = super::avx2::load256(&b.qs[..]);
+                        ternary_levels(bytes, _mm256_set1_epi16([1, 3, 9, 27, 81][g]))
+                    }
+                    // Weights 160 + 16n + j: trit n of byte 32 + j, two n per group.
+                    5 | 6 => {
+                        let half = _mm_loadu_si128(b.qs[32..48].as_ptr() as *const __m128i);
+                        let bytes = _mm256_set_m128i(half, half);
+                        let (lo, hi) = if g == 5 { (1, 3) } else { (9, 27) };
+                        ternary_levels(bytes, p(lo, hi))
+                    }
+                    // Weights 224..239 (trit 4 of bytes 32..48), then 240 + 4n + j: trit n of
+                    // `qh[j]`, a 16-bit lane per two weights of the same n.
+                    _ => {
+                        let half = _mm_loadu_si128(b.qs[32..48].as_ptr() as *const __m128i);
+                        let qh = _mm_set1_epi32(i32::from_le_bytes(b.qh));
+                        let pow = _mm256_set_epi16(
+                            27, 27, 9, 9, 3, 3, 1, 1, 81, 81, 81, 81, 81, 81, 81, 81,
+                        );
+                        ternary_levels(_mm256_set_m128i(qh, half), pow)
+                    }
+                };
+                Group::signed(levels, mult32(1))
             },
         )
     }

@@ -80,7 +80,6 @@ macro_rules! portable {
     )*};
 }
 portable!(f32, BlockQ8_1);
-portable!(BlockTQ1_0);
 
 /// Q4_1 and Q5_1: an AVX2 dot product (their decode on x86 runs from rows repacked eight at
 /// a time, `interleaved`), tiles on SIMD128, whose 1x1 tile is then the dot product.
@@ -143,6 +142,7 @@ tiled!(BlockIQ3S, pick_iq3s, tile_iq3s);
 tiled!(BlockIQ1S, pick_iq1s, tile_iq1s);
 tiled!(BlockIQ1M, pick_iq1m, tile_iq1m);
 tiled!(BlockTQ2_0, pick_tq2_0, tile_tq2_0);
+tiled!(BlockTQ1_0, pick_tq1_0, tile_tq1_0);
 tiled!(HalfF16, pick_f16, tile_f16);
 tiled!(HalfBF16, pick_bf16, tile_bf16);
 impl QuantizeRow for HalfF16 {}
@@ -158,6 +158,7 @@ impl QuantizeRow for BlockIQ3S {}
 impl QuantizeRow for BlockIQ1S {}
 impl QuantizeRow for BlockIQ1M {}
 impl QuantizeRow for BlockTQ2_0 {}
+impl QuantizeRow for BlockTQ1_0 {}
 impl QuantizeRow for BlockQ4_0 {}
 impl QuantizeRow for BlockQ5_0 {}
 impl QuantizeRow for BlockQ4K {}
@@ -313,6 +314,8 @@ tile_picker!(pick_iq1s, pick_iq1s_for, tile_iq1s, tile_iq1s_for, BlockIQ1S, iq1s
 tile_picker!(pick_iq1m, pick_iq1m_for, tile_iq1m, tile_iq1m_for, BlockIQ1M, iq1m_tile,
     ["x86_64" Avx2 => lattice_x86]);
 tile_picker!(pick_tq2_0, pick_tq2_0_for, tile_tq2_0, tile_tq2_0_for, BlockTQ2_0, tq2_0_tile,
+    ["x86_64" Avx2 => lattice_x86]);
+tile_picker!(pick_tq1_0, pick_tq1_0_for, tile_tq1_0, tile_tq1_0_for, BlockTQ1_0, tq1_0_tile,
     ["x86_64" Avx2 => lattice_x86]);
 tile_picker!(pick_iq2xxs, pick_iq2xxs_for, tile_iq2xxs, tile_iq2xxs_for, BlockIQ2XXS,
     iq2xxs_tile, ["x86_64" Avx2 => lattice_x86]);
@@ -641,6 +644,12 @@ mod tests {
             |b, d| b.d = f16::from_f32(d),
             tile_tq2_0_for,
             tile_tq2_0_for,
+        );
+        check::<BlockTQ1_0>(
+            false,
+            |b, d| b.d = f16::from_f32(d),
+            tile_tq1_0_for,
+            tile_tq1_0_for,
         );
     }
 

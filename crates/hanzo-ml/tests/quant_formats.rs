@@ -333,7 +333,7 @@ fn misshapen_input_is_an_error_not_a_panic() {
         .unwrap_err()
         .to_string()
         .contains("F64"));
-    // Types we read but cannot write say so instead of writing something else.
+    // Types written only under an importance matrix say so without one.
     let err = QTensor::quantize_f32(&[0.5; 256], (1, 256), GgmlDType::IQ2XXS).unwrap_err();
     assert!(err.to_string().contains("importance matrix"), "{err}");
 }

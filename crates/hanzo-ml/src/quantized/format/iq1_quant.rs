@@ -20,7 +20,7 @@ use std::sync::OnceLock;
 
 /// Why IQ1_S cannot be written without an importance matrix.
 pub(super) const NEEDS_IMPORTANCE: &str =
-    "IQ1_S needs an importance matrix (llama-imatrix's file, `--imatrix`)";
+    "IQ1_S is written only under an importance matrix (llama-imatrix's)";
 
 const DELTA: f32 = 0.125;
 /// The three values under a positive and under a negative shift.

@@ -21,7 +21,7 @@ use std::sync::OnceLock;
 
 /// Why IQ2_XXS and IQ2_XS cannot be written without an importance matrix.
 pub(super) const NEEDS_IMPORTANCE: &str =
-    "IQ2_XXS and IQ2_XS need an importance matrix (llama-imatrix's file, `--imatrix`)";
+    "IQ2_XXS and IQ2_XS are written only under an importance matrix (llama-imatrix's)";
 
 /// An 8-weight lattice of 2-bit levels from its packed grid; ggml keeps the points at the
 /// 2 smallest distances as neighbours (1 for IQ2_S's denser lattice).

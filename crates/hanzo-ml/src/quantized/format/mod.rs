@@ -95,9 +95,9 @@ pub trait GgmlBlock: bytemuck::Pod + Send + Sync + 'static {
         let _ = qw;
         Self::quantize(xs, out)
     }
-    /// Why `quantize` cannot write this type, for the types whose quantizer is not written
-    /// (ggml's lattice searches); their `quantize` must not be called, and
-    /// `QTensor::quantize` answers with this message instead.
+    /// Why `quantize` (without importance) cannot write this type: ggml quantizes IQ2_XXS,
+    /// IQ2_XS and IQ1_S only under an importance matrix (`quantize_row_weighted`). Their
+    /// `quantize` must not be called; `QTensor::quantize` answers with this message instead.
     const QUANTIZE_UNSUPPORTED: Option<&'static str> = None;
     /// The GEMM form, for the types that have one.
     fn unpacking() -> Option<Unpacking<Self>> {
@@ -226,7 +226,8 @@ macro_rules! with_block_type {
 }
 
 impl GgmlDType {
-    /// Why this type cannot be quantized to, for the types we read but do not write.
+    /// Why this type cannot be quantized to without an importance matrix, for the types that
+    /// need one.
     pub fn quantize_unsupported(self) -> Option<&'static str> {
         crate::with_block_type!(self, B => B::QUANTIZE_UNSUPPORTED)
     }

@@ -112,13 +112,10 @@ fn every_quantizer_matches_ggml_c_reference_bytes() {
     }
 }
 
-/// The importance-matrix case: `synthetic_weights(8, 512, 7)` with row 2's elements 96..128
-/// zeroed (an all-zero group), and one importance per column, heavy-tailed like an imatrix's
-/// mean squared activations, with some zeros (columns no activation reached).
-fn weighted_case() -> (Vec<f32>, Vec<f32>) {
-    let mut x = common::synthetic_weights(8, 512, 7);
-    x[2 * 512 + 96..2 * 512 + 128].fill(0.0);
-    let qw = common::synthetic_weights(1, 512, 13)
+/// One importance per column, heavy-tailed like an imatrix's mean squared activations, with
+/// some zeros (columns no activation reached).
+fn importances(cols: usize, seed: u64) -> Vec<f32> {
+    common::synthetic_weights(1, cols, seed)
         .iter()
         .enumerate()
         .map(|(j, &v)| {
@@ -128,8 +125,15 @@ fn weighted_case() -> (Vec<f32>, Vec<f32>) {
                 (50.0 * v) * (50.0 * v)
             }
         })
-        .collect();
-    (x, qw)
+        .collect()
+}
+
+/// The importance-matrix case: `synthetic_weights(8, 512, 7)` with row 2's elements 96..128
+/// zeroed (an all-zero group), and `importances(512, 13)`.
+fn weighted_case() -> (Vec<f32>, Vec<f32>) {
+    let mut x = common::synthetic_weights(8, 512, 7);
+    x[2 * 512 + 96..2 * 512 + 128].fill(0.0);
+    (x, importances(512, 13))
 }
 
 /// The types ggml will not quantize without an importance matrix.
@@ -259,8 +263,8 @@ fn quantization_error_within_one_percent_of_ggml_on_real_weights() {
     }
 }
 
-/// all-MiniLM-L6-v2's layer-0 FFN output projection ([384, 1536] f32) and one importance per
-/// column, built like `weighted_case`'s.
+/// all-MiniLM-L6-v2's layer-0 FFN output projection ([384, 1536] f32) and
+/// `importances(1536, 17)`.
 fn minilm_weighted_case() -> (Vec<f32>, usize, usize, Vec<f32>) {
     let dir = common::fixture("minilm");
     let st = hanzo_ml::io::safetensors::load(dir.join("model.safetensors")).unwrap();
@@ -270,17 +274,7 @@ fn minilm_weighted_case() -> (Vec<f32>, usize, usize, Vec<f32>) {
         .map(|(_, t)| t.clone())
         .expect("weight present");
     let (rows, cols) = w.dims2().unwrap();
-    let qw = common::synthetic_weights(1, cols, 17)
-        .iter()
-        .enumerate()
-        .map(|(j, &v)| {
-            if j % 97 == 0 {
-                0.0
-            } else {
-                (50.0 * v) * (50.0 * v)
-            }
-        })
-        .collect();
+    let qw = importances(cols, 17);
     (w.to_vec_flat::<f32>().unwrap(), rows, cols, qw)
 }
 

@@ -269,13 +269,8 @@ mod tests {
     #[test]
     fn lattices_match_ggmls_point_lists() {
         // The first points of ggml's `kgrid_2bit_256`, `_512` and `_1024` (2 bits per level).
-        let keys = |lat: &Lattice| {
-            (0..5)
-                .map(|p| lat.key(lat.point_levels(p)))
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(keys(iq2xxs_lattice()), [0, 2, 5, 8, 10]);
-        assert_eq!(keys(iq2xs_lattice()), [0, 2, 5, 8, 10]);
+        assert_eq!(iq2xxs_lattice().first_keys(5), [0, 2, 5, 8, 10]);
+        assert_eq!(iq2xs_lattice().first_keys(5), [0, 2, 5, 8, 10]);
         assert_eq!(
             iq2xs_lattice().key(iq2xs_lattice().point_levels(511)),
             43690

@@ -80,6 +80,12 @@ impl Lattice {
         &self.points[p * self.run..(p + 1) * self.run]
     }
 
+    /// The keys of the first `n` points (the tests compare them with ggml's point lists).
+    #[cfg(test)]
+    pub fn first_keys(&self, n: usize) -> Vec<usize> {
+        (0..n).map(|p| self.key(self.point_levels(p))).collect()
+    }
+
     /// The lattice point of levels `l`, if they are one.
     pub fn point(&self, l: &[i8]) -> Option<usize> {
         usize::try_from(self.map[self.key(l)]).ok()

@@ -173,8 +173,8 @@ pub(crate) const fn unpack_offset(limit: u8) -> (u8, u8) {
 
 /// `GgmlBlock` for a type decoded by `$levels` into `Levels` with the factor `$factor` and
 /// levels within ±`$limit`; the last arguments are its quantizers of whole rows (`quantize`
-/// without importance, `weighted` with it), or the message that says why it has none without
-/// an importance matrix and the weighted one, or only the message where it has none.
+/// without importance, `weighted` with it), or, for a type written only under importance, the
+/// message that says so and the weighted one.
 macro_rules! lattice_block {
     ($block:ty, $dtype:expr, $levels:ident, $factor:expr, limit = $limit:expr,
      quantize = $quantize:path, weighted = $weighted:path) => {
@@ -185,11 +185,6 @@ macro_rules! lattice_block {
      needs_importance = $why:expr, weighted = $weighted:path) => {
         lattice_block!(@impl $block, $dtype, $levels, $factor, $limit, Some($why),
             |_: &[f32], _: &mut [$block]| unreachable!("{}", $why), $weighted);
-    };
-    ($block:ty, $dtype:expr, $levels:ident, $factor:expr, limit = $limit:expr, $why:expr) => {
-        lattice_block!(@impl $block, $dtype, $levels, $factor, $limit, Some($why),
-            |_: &[f32], _: &mut [$block]| unreachable!("{}", $why),
-            |_: &[f32], _: &[f32], _: &mut [$block]| unreachable!("{}", $why));
     };
     (@impl $block:ty, $dtype:expr, $levels:ident, $factor:expr, $limit:expr,
      $unsupported:expr, $quantize:expr, $weighted:expr) => {

@@ -524,6 +524,49 @@ mod tests {
     }
 
     #[test]
+    fn mxfp4_moe_puts_only_expert_stacks_in_mxfp4() {
+        let names = [
+            "token_embd.weight",
+            "output.weight",
+            "blk.0.attn_q.weight",
+            "blk.0.ffn_down_exps.weight",
+        ];
+        let mut p = Planner::new(Recipe::parse("MXFP4").unwrap(), false, &names, 8);
+        let f16 = GgmlDType::F16;
+        assert_eq!(
+            p.plan("blk.0.ffn_down_exps.weight", &[32, 2880, 2880], f16),
+            GgmlDType::MXFP4
+        );
+        assert_eq!(
+            p.plan("blk.0.attn_q.weight", &[4096, 2880], f16),
+            GgmlDType::Q8_0
+        );
+        assert_eq!(
+            p.plan("output.weight", &[201088, 2880], f16),
+            GgmlDType::Q8_0
+        );
+        assert_eq!(
+            p.plan("token_embd.weight", &[201088, 2880], f16),
+            GgmlDType::Q8_0
+        );
+    }
+
+    #[test]
+    fn low_bit_mixtures_keep_an_untied_embedding_wider() {
+        let names = ["token_embd.weight", "output.weight", "blk.0.attn_q.weight"];
+        let plan = |recipe: &str, name: &str| {
+            let mut p = Planner::new(Recipe::parse(recipe).unwrap(), false, &names, 1);
+            p.plan(name, &[1024, 2048], GgmlDType::F16)
+        };
+        assert_eq!(plan("IQ1_S", "token_embd.weight"), GgmlDType::Q2K);
+        assert_eq!(plan("IQ2_M", "token_embd.weight"), GgmlDType::IQ3S);
+        assert_eq!(plan("TQ1_0", "token_embd.weight"), GgmlDType::Q4K);
+        assert_eq!(plan("IQ2_XXS", "output.weight"), GgmlDType::Q5K);
+        assert_eq!(plan("Q4_K_M", "output.weight"), GgmlDType::Q6K);
+        assert_eq!(plan("IQ1_M", "blk.0.attn_q.weight"), GgmlDType::IQ1M);
+    }
+
+    #[test]
     fn more_bits_layers_match_llama_cpp_for_18_layers() {
         let picked: Vec<usize> = (0..18).filter(|&i| use_more_bits(i, 18)).collect();
         assert_eq!(picked, vec![0, 1, 4, 7, 10, 13, 15, 16, 17]);

@@ -241,16 +241,7 @@ fn quantization_error_within_one_percent_of_ggml_on_synthetic_weights() {
 
 #[test]
 fn quantization_error_within_one_percent_of_ggml_on_real_weights() {
-    // all-MiniLM-L6-v2's layer-0 FFN output projection: [384, 1536] f32.
-    let dir = common::fixture("minilm");
-    let st = hanzo_ml::io::safetensors::load(dir.join("model.safetensors")).unwrap();
-    let w = st
-        .iter()
-        .find(|(k, _)| k.ends_with("encoder.layer.0.output.dense.weight"))
-        .map(|(_, t)| t.clone())
-        .expect("weight present");
-    let (rows, cols) = w.dims2().unwrap();
-    let x = w.to_vec_flat::<f32>().unwrap();
+    let (x, rows, cols) = minilm_ffn_out();
     let refs = ggml_rmse();
     for (name, want) in refs["minilm_layer0_output_dense"].as_object().unwrap() {
         let dt = GgmlDType::from_name(name).unwrap();
@@ -263,9 +254,8 @@ fn quantization_error_within_one_percent_of_ggml_on_real_weights() {
     }
 }
 
-/// all-MiniLM-L6-v2's layer-0 FFN output projection ([384, 1536] f32) and
-/// `importances(1536, 17)`.
-fn minilm_weighted_case() -> (Vec<f32>, usize, usize, Vec<f32>) {
+/// all-MiniLM-L6-v2's layer-0 FFN output projection: [384, 1536] f32, with its rows and columns.
+fn minilm_ffn_out() -> (Vec<f32>, usize, usize) {
     let dir = common::fixture("minilm");
     let st = hanzo_ml::io::safetensors::load(dir.join("model.safetensors")).unwrap();
     let w = st
@@ -274,8 +264,13 @@ fn minilm_weighted_case() -> (Vec<f32>, usize, usize, Vec<f32>) {
         .map(|(_, t)| t.clone())
         .expect("weight present");
     let (rows, cols) = w.dims2().unwrap();
-    let qw = importances(cols, 17);
-    (w.to_vec_flat::<f32>().unwrap(), rows, cols, qw)
+    (w.to_vec_flat::<f32>().unwrap(), rows, cols)
+}
+
+/// The MiniLM matrix of `minilm_ffn_out` and `importances(1536, 17)`.
+fn minilm_weighted_case() -> (Vec<f32>, usize, usize, Vec<f32>) {
+    let (x, rows, cols) = minilm_ffn_out();
+    (x, rows, cols, importances(cols, 17))
 }
 
 /// 64-bit FNV-1a, the fingerprint recorded for ggml's bytes.

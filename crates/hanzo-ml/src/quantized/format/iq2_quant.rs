@@ -13,7 +13,7 @@ use super::iq_grids::{IQ2S_PACKED, IQ2XS_PACKED, IQ2XXS_BITS, IQ2XXS_PACKED};
 use super::kquants::QK_K;
 use super::lattice::level_indices;
 use super::lattice_search::{
-    even_signs, fit_group, max_of, multipliers, Candidates, Lattice, Replace,
+    even_signs, even_signs32, fit_group, max_of, multipliers, Candidates, Lattice, Replace,
 };
 use super::search::{make_qp_quants, GROUP_MAX_EPS};
 use half::f16;
@@ -81,12 +81,7 @@ pub(super) fn quantize_iq2xxs(x: &[f32], qw: &[f32]) -> BlockIQ2XXS {
     for ib in 0..8 {
         let xb = &x[32 * ib..32 * ib + 32];
         let w: [f32; 32] = super::importance::weights(xb, &qw[32 * ib..], sigma2);
-        let mut xval = [0f32; 32];
-        let mut signs = [0u32; 4];
-        for k in 0..4 {
-            let r = 8 * k..8 * k + 8;
-            signs[k] = even_signs(&xb[r.clone()], &w[r.clone()], &mut xval[r]) as u32;
-        }
+        let (xval, mut signs) = even_signs32(xb, &w);
         let max = max_of(&xval);
         if max < GROUP_MAX_EPS {
             continue;

@@ -11,7 +11,7 @@ use super::iq_grids::{IQ3S_BITS, IQ3S_PACKED, IQ3XXS_BITS, IQ3XXS_PACKED};
 use super::kquants::QK_K;
 use super::lattice::level_indices;
 use super::lattice_search::{
-    even_signs, fit_group, max_of, multipliers, Candidates, Lattice, Replace,
+    even_signs32, fit_group, max_of, multipliers, Candidates, Lattice, Replace,
 };
 use half::f16;
 use std::sync::OnceLock;
@@ -66,12 +66,7 @@ pub(super) fn quantize_iq3xxs(x: &[f32], qw: Option<&[f32]>) -> BlockIQ3XXS {
     for ib in 0..8 {
         let xb = &x[32 * ib..32 * ib + 32];
         let w = group_weights(xb, qw.map(|q| &q[32 * ib..]), sigma2);
-        let mut xval = [0f32; 32];
-        let mut signs = [0u32; 4];
-        for k in 0..4 {
-            let r = 8 * k..8 * k + 8;
-            signs[k] = even_signs(&xb[r.clone()], &w[r.clone()], &mut xval[r]) as u32;
-        }
+        let (xval, mut signs) = even_signs32(xb, &w);
         let max = max_of(&xval);
         if max < 1e-8 {
             continue;

@@ -244,6 +244,16 @@ pub(super) fn even_signs(x: &[f32], w: &[f32], xval: &mut [f32]) -> u8 {
     s & 127
 }
 
+/// The magnitudes of a group of 32 and the 7-bit sign index of each run of 8 (`even_signs`).
+pub(super) fn even_signs32(x: &[f32], w: &[f32; 32]) -> ([f32; 32], [u32; 4]) {
+    let mut xval = [0f32; 32];
+    let signs = std::array::from_fn(|k| {
+        let r = 8 * k..8 * k + 8;
+        even_signs(&x[r.clone()], &w[r.clone()], &mut xval[r]) as u32
+    });
+    (xval, signs)
+}
+
 /// The largest of `x` (ggml's `MAX` fold, first wins on ties).
 pub(super) fn max_of(x: &[f32]) -> f32 {
     x[1..].iter().fold(x[0], |m, &v| if m > v { m } else { v })

@@ -41,10 +41,18 @@ fn iq1_lattice() -> &'static Lattice {
 }
 
 /// The lattice point of the 8 levels `l` (values `xx[l]`), or, off the lattice, the neighbour
-/// with the least `Σ w·(scale·xx[l] - x)²` (the first on ties), written back into `l`.
-fn place(lat: &Lattice, l: &mut [i8], x: &[f32], w: &[f32], scale: f32, xx: &[f32; 3]) -> usize {
+/// with the least `Σ w·(scale·xx[l] - x)²` (the first on ties), written back into `l`; and
+/// whether `l` was on the lattice.
+fn place(
+    lat: &Lattice,
+    l: &mut [i8],
+    x: &[f32],
+    w: &[f32],
+    scale: f32,
+    xx: &[f32; 3],
+) -> (usize, bool) {
     if let Some(p) = lat.point(l) {
-        return p;
+        return (p, true);
     }
     let (mut best_d2, mut best) = (f32::MAX, None);
     for &p in lat.neighbours(l) {
@@ -61,7 +69,7 @@ fn place(lat: &Lattice, l: &mut [i8], x: &[f32], w: &[f32], scale: f32, xx: &[f3
     // A NaN error leaves none best; the first neighbour is as good as any then.
     let best = best.unwrap_or(lat.neighbours(l)[0] as usize);
     l[..8].copy_from_slice(lat.point_levels(best));
-    best
+    (best, false)
 }
 
 /// Adds to the fit `(Σ w·q·x, Σ w·q²)` the runs of 8 on lattice points `index`, run `k`
@@ -161,8 +169,9 @@ pub(super) fn quantize_iq1s(x: &[f32], qw: &[f32]) -> BlockIQ1S {
         let mut all_on = true;
         for k in 0..4 {
             let r = 8 * k..8 * k + 8;
-            all_on &= lat.point(&l[r.clone()]).is_some();
-            index[k] = place(lat, &mut l[r.clone()], &xb[r.clone()], &w[r], scale, xx);
+            let on;
+            (index[k], on) = place(lat, &mut l[r.clone()], &xb[r.clone()], &w[r], scale, xx);
+            all_on &= on;
         }
         if !all_on {
             let mut fit = (0f32, 0f32);
@@ -301,9 +310,10 @@ pub(super) fn quantize_iq1m(x: &[f32], qw: Option<&[f32]>) -> BlockIQ1M {
         let mut all_on = true;
         for k in 0..2 {
             let r = 8 * k..8 * k + 8;
-            all_on &= lat.point(&l[r.clone()]).is_some();
             let xx = m_values(s, k);
-            index[k] = place(lat, &mut l[r.clone()], &xb[r.clone()], &w[r], scale, xx);
+            let on;
+            (index[k], on) = place(lat, &mut l[r.clone()], &xb[r.clone()], &w[r], scale, xx);
+            all_on &= on;
         }
         if !all_on {
             let mut fit = (0f32, 0f32);

@@ -9,7 +9,8 @@
 //! sums into i32, so every block's sum is the scalar dot's integer. The types' power-of-two
 //! factor (1/8, 1/4, 1) is applied once at the end, as the scalar dot does. IQ1's values
 //! `grid ± 1/8` are the integers `8·grid ± 1` under the factor 1/8, and the ternary types'
-//! stored `q + 1` the integer `q`, so all take the same loop.
+//! stored `q + 1` the integer `q`, so all take the same loop. IQ1_S, whose `±1` is one sign
+//! per group of 32, adds it as `±Σ x` from the activations' sums of 16 instead.
 
 use super::avx2::{f16_to_f32, hsum, load256_i8};
 use crate::quantized::format::{
@@ -152,6 +153,22 @@ unsafe fn lattice_tile<B, const R: usize, const C: usize>(
     d: impl Fn(&B) -> half::f16,
     group: impl Fn(&B, usize) -> Group,
 ) -> [[f32; C]; R] {
+    // SAFETY: the caller's guarantees pass on; a zero shift adds nothing (and folds away).
+    unsafe { shifted_lattice_tile(w, x, factor, d, group, |_, _| 0) }
+}
+
+/// `lattice_tile` plus `shift(b, g) · Σ x` over each group's 32 activations, taken from Q8_K's
+/// sums of 16 (`bsums`) rather than added to every weight: IQ1_S's `±1/8` is one sign for a
+/// whole group.
+#[inline(always)]
+unsafe fn shifted_lattice_tile<B, const R: usize, const C: usize>(
+    w: [&[B]; R],
+    x: [&[BlockQ8K]; C],
+    factor: f32,
+    d: impl Fn(&B) -> half::f16,
+    group: impl Fn(&B, usize) -> Group,
+    shift: impl Fn(&B, usize) -> i32,
+) -> [[f32; C]; R] {
     check_tile!(w, x);
     // SAFETY: the callers enable AVX2, FMA and F16C; every activation load is 32 bytes inside
     // a block's 256 `qs`.
@@ -162,18 +179,24 @@ unsafe fn lattice_tile<B, const R: usize, const C: usize>(
             for r in 0..R {
                 let b = &w[r][i];
                 let mut sumi = [_mm256_setzero_si256(); C];
+                let mut shifted = [0i32; C];
                 for g in 0..8 {
                     let Group { mag, sign, mult } = group(b, g);
+                    let k = shift(b, g);
                     for c in 0..C {
                         let xs = _mm256_sign_epi8(load256_i8(&xb[c].qs[32 * g..]), sign);
                         let p = _mm256_madd_epi16(_mm256_maddubs_epi16(mag, xs), mult);
                         sumi[c] = _mm256_add_epi32(sumi[c], p);
+                        let sums = &xb[c].bsums;
+                        shifted[c] += k * (sums[2 * g] as i32 + sums[2 * g + 1] as i32);
                     }
                 }
                 let dw = f16_to_f32(d(b));
                 for c in 0..C {
                     let s = _mm256_set1_ps(dw * xb[c].d);
-                    acc[r][c] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(sumi[c]), acc[r][c]);
+                    let lane0 = _mm256_zextsi128_si256(_mm_cvtsi32_si128(shifted[c]));
+                    let sumi = _mm256_add_epi32(sumi[c], lane0);
+                    acc[r][c] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(sumi), acc[r][c]);
                 }
             }
         }
@@ -315,6 +338,11 @@ pub unsafe fn iq2s_tile<const R: usize, const C: usize>(
     }
 }
 
+/// IQ1_S's group multiplier `2s + 1` from its `qh` word.
+fn iq1s_mult(h: usize) -> u32 {
+    2 * (h >> 12 & 7) as u32 + 1
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn iq1s_tile<const R: usize, const C: usize>(
     w: [&[BlockIQ1S]; R],
@@ -323,7 +351,7 @@ pub unsafe fn iq1s_tile<const R: usize, const C: usize>(
     let grid = iq1s_grid();
     // SAFETY: this function enables the features lattice_tile needs.
     unsafe {
-        lattice_tile(
+        shifted_lattice_tile(
             w,
             x,
             0.125,
@@ -332,8 +360,17 @@ pub unsafe fn iq1s_tile<const R: usize, const C: usize>(
                 let h = b.qh[g] as usize;
                 let idx =
                     std::array::from_fn(|l| b.qs[4 * g + l] as usize | (h >> (3 * l) & 7) << 8);
-                let w = iq1_eighths(grid, idx, [h & 0x8000 != 0; 4]);
-                Group::signed(w, mult32(2 * (h >> 12 & 7) as u32 + 1))
+                // `8·grid` in eighths: the multiplier carries the 8, the shift comes after.
+                Group::signed(points8(grid, idx), mult32(8 * iq1s_mult(h)))
+            },
+            |b, g| {
+                let h = b.qh[g] as usize;
+                let m = iq1s_mult(h) as i32;
+                if h & 0x8000 != 0 {
+                    -m
+                } else {
+                    m
+                }
             },
         )
     }

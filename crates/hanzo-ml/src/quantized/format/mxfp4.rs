@@ -3,7 +3,7 @@
 //! and halves the scale, so the dot product with Q8_0 runs on integers.
 
 use super::legacy::{BlockQ8_0, QK};
-use super::{GgmlBlock, GgmlDType};
+use super::{GgmlBlock, GgmlDType, Unpacking};
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
@@ -85,5 +85,21 @@ impl GgmlBlock for BlockMXFP4 {
                 e8m0_half(w.e) * x.d.to_f32() * s as f32
             })
             .sum()
+    }
+
+    /// The doubled values offset by 12 into bytes up to 24 (the prefill panels for unsigned
+    /// levels), min `12 · scale`; the power-of-two scale makes both exact.
+    fn unpacking() -> Option<Unpacking<Self>> {
+        Some(Unpacking {
+            group: QK,
+            max_level: 24,
+            unpack: |b, u, s, m| {
+                for (u, v) in u[..QK].iter_mut().zip(values(b)) {
+                    *u = (v + 12) as u8;
+                }
+                s[0] = e8m0_half(b.e);
+                m[0] = 12.0 * s[0];
+            },
+        })
     }
 }

@@ -280,14 +280,7 @@ unsafe fn tile_avx2<const G: usize, const S: usize, const C: usize>(
                     dot[c] = _mm256_add_epi32(dot[c], _mm256_madd_epi16(pairs[c], ones));
                 }
             }
-            let s = _mm256_loadu_ps(p.scale.as_ptr().add(g * 8));
-            let m = _mm256_loadu_ps(p.min.as_ptr().add(g * 8));
-            for c in 0..C {
-                let xc = x.get_unchecked(c);
-                let sd = _mm256_mul_ps(s, _mm256_set1_ps(*xc.d.get_unchecked(g)));
-                acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[c]), sd, acc[c]);
-                acc[c] = _mm256_fnmadd_ps(m, _mm256_set1_ps(*xc.dsum.get_unchecked(g)), acc[c]);
-            }
+            add_group_256(&mut acc, &dot, p, x, g);
         }
         for (c, a) in acc.iter().enumerate() {
             _mm256_storeu_ps(out.as_mut_ptr().add(c * 8), *a);
@@ -321,17 +314,37 @@ unsafe fn tile_256<D: ByteDot, const G: usize, const C: usize>(
                     *dot = D::dot(*dot, w, xb);
                 }
             }
-            let s = _mm256_loadu_ps(p.scale.as_ptr().add(g * 8));
-            let m = _mm256_loadu_ps(p.min.as_ptr().add(g * 8));
-            for c in 0..C {
-                let xc = x.get_unchecked(c);
-                let sd = _mm256_mul_ps(s, _mm256_set1_ps(*xc.d.get_unchecked(g)));
-                acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[c]), sd, acc[c]);
-                acc[c] = _mm256_fnmadd_ps(m, _mm256_set1_ps(*xc.dsum.get_unchecked(g)), acc[c]);
-            }
+            add_group_256(&mut acc, &dot, p, x, g);
         }
         for (c, a) in acc.iter().enumerate() {
             _mm256_storeu_ps(out.as_mut_ptr().add(c * 8), *a);
+        }
+    }
+}
+
+/// Adds group `g`'s integer dots of 8 rows, scaled by `s_g · d`, less `m_g · (d · Σ q)`, into
+/// each activation row's accumulator.
+///
+/// # Safety
+/// AVX2 and FMA are enabled; the panel has group `g` of 8 rows and `x` holds `C` rows with
+/// group `g` (as `check` verifies).
+#[inline(always)]
+unsafe fn add_group_256<const C: usize>(
+    acc: &mut [__m256; C],
+    dot: &[__m256i; C],
+    p: &Panel,
+    x: &[PanelRow],
+    g: usize,
+) {
+    // SAFETY: by the caller's bounds.
+    unsafe {
+        let s = _mm256_loadu_ps(p.scale.as_ptr().add(g * 8));
+        let m = _mm256_loadu_ps(p.min.as_ptr().add(g * 8));
+        for c in 0..C {
+            let xc = x.get_unchecked(c);
+            let sd = _mm256_mul_ps(s, _mm256_set1_ps(*xc.d.get_unchecked(g)));
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[c]), sd, acc[c]);
+            acc[c] = _mm256_fnmadd_ps(m, _mm256_set1_ps(*xc.dsum.get_unchecked(g)), acc[c]);
         }
     }
 }

@@ -249,18 +249,18 @@ fn run_avxvnni<const G: usize>(p: &Panel, x: &[PanelRow], out: &mut [f32]) {
 
 /// AVX2 for levels within `max_level` (see `pick_avx2`): `S` steps of `maddubs` add up in i16
 /// before one `madd` widens them, so 4-bit levels take one `madd` per group of 32 rather than
-/// one per 4 elements (the multiplies are what the loop waits on).
+/// one per 4 elements (Q4_0 +12%, Q4_K +16% at 640x2048 x 512 on the AMD VM).
 #[target_feature(enable = "avx2,fma")]
 unsafe fn tile_avx2<const G: usize, const S: usize, const C: usize>(
     p: &Panel,
     x: &[PanelRow],
     out: &mut [f32],
 ) {
+    const { assert!((G / 4).is_multiple_of(S)) };
     let groups = p.scale.len() / 8;
     // SAFETY: as in tile_avx512, with 8 rows; this function enables AVX2 and FMA. `pick_avx2`
     // chose `S` so that `S` pair sums of levels within `max_level` against bytes within
     // ±128 stay within i16: no step saturates or wraps.
-    const { assert!((G / 4).is_multiple_of(S)) };
     unsafe {
         let ones = _mm256_set1_epi16(1);
         let mut acc = [_mm256_setzero_ps(); C];

@@ -134,6 +134,13 @@ fn qmatmul_matches_dequantized_matmul_for_every_type_and_odd_shapes() {
                 check(dt, n, k, m);
             }
         }
+        if dt.block_size() == 1 {
+            // Float prefill: rows past a block of 16, columns past a multiple of 8, and
+            // every count of activation rows past its tiles of 6.
+            for m in 18..24 {
+                check(dt, 21, 1100, m);
+            }
+        }
     }
 }
 

@@ -10,7 +10,7 @@ use crate::quantized::format::{HalfBF16, HalfF16};
 use std::arch::x86_64::*;
 
 /// Eight halves of one kind, widened to f32.
-trait Widen: Copy {
+pub(super) trait Widen: Copy {
     /// # Safety
     /// `p` holds at least 8 elements; the CPU has AVX2 and F16C.
     unsafe fn widen8(p: &[Self]) -> __m256;

@@ -24,6 +24,8 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 #[cfg(target_arch = "x86_64")]
+mod float_panel_x86;
+#[cfg(target_arch = "x86_64")]
 mod float_x86;
 pub mod interleaved;
 #[cfg(target_arch = "x86_64")]
@@ -52,6 +54,10 @@ pub type VecDotFn<B> = fn(&[B], &[<B as GgmlBlock>::Dot]) -> f32;
 pub type TileFn<B, const R: usize, const C: usize> =
     fn([&[B]; R], [&[<B as GgmlBlock>::Dot]; C]) -> [[f32; C]; R];
 
+/// Prefill with float weights: `w [rows, k]` times `x [m, k]` (f32, not rounded to the
+/// weight type) transposed, written as `out [m, rows]`.
+pub type FloatPanelFn<B> = fn(w: &[B], k: usize, x: &[f32], m: usize, out: &mut [f32]);
+
 /// Quantization of a row, the fastest this CPU has: the activation types (Q8_0, Q8_K) have
 /// SIMD forms, byte-exact with `GgmlBlock::quantize`.
 pub trait QuantizeRow: GgmlBlock {
@@ -69,6 +75,10 @@ pub trait Kernels: QuantizeRow + GgmlBlock<Dot: QuantizeRow> {
     }
     /// An `R x C` tile kernel, where this CPU has one for this type.
     fn tile<const R: usize, const C: usize>() -> Option<TileFn<Self, R, C>> {
+        None
+    }
+    /// Prefill against f32 activations, for two-byte float weights where this CPU has it.
+    fn float_panel() -> Option<FloatPanelFn<Self>> {
         None
     }
 }
@@ -112,7 +122,7 @@ impl Kernels for BlockQ8K {}
 
 /// A type with tile kernels: its dot product is the 1x1 tile.
 macro_rules! tiled {
-    ($block:ty, $one:ident, $tile:ident) => {
+    ($block:ty, $one:ident, $tile:ident $(, $panel:ident)?) => {
         impl Kernels for $block {
             fn vec_dot() -> VecDotFn<Self> {
                 $one()
@@ -120,6 +130,9 @@ macro_rules! tiled {
             fn tile<const R: usize, const C: usize>() -> Option<TileFn<Self, R, C>> {
                 $tile::<R, C>()
             }
+            $(fn float_panel() -> Option<FloatPanelFn<Self>> {
+                $panel()
+            })?
         }
     };
 }
@@ -143,8 +156,8 @@ tiled!(BlockIQ1S, pick_iq1s, tile_iq1s);
 tiled!(BlockIQ1M, pick_iq1m, tile_iq1m);
 tiled!(BlockTQ2_0, pick_tq2_0, tile_tq2_0);
 tiled!(BlockTQ1_0, pick_tq1_0, tile_tq1_0);
-tiled!(HalfF16, pick_f16, tile_f16);
-tiled!(HalfBF16, pick_bf16, tile_bf16);
+tiled!(HalfF16, pick_f16, tile_f16, pick_f16_panel);
+tiled!(HalfBF16, pick_bf16, tile_bf16, pick_bf16_panel);
 impl QuantizeRow for HalfF16 {}
 impl QuantizeRow for HalfBF16 {}
 impl QuantizeRow for BlockIQ4NL {}
@@ -225,6 +238,24 @@ macro_rules! picker {
 /// `$tile_for(isa)` gives the `R x C` tile kernel of the best level at or below `isa` that
 /// has one for this type (the `"arch" $level => $module` list, best first), `$one_for(isa)` the
 /// 1x1 tile as a dot product; `$tile` and `$one` use the process-wide `isa()`.
+/// The AVX2 float prefill panel (`float_x86`), on x86 CPUs that have AVX2; none elsewhere
+/// (the driver then widens the weights for the `gemm` crate).
+macro_rules! float_panel_picker {
+    ($pick:ident, $block:ty, $kernel:ident) => {
+        fn $pick() -> Option<FloatPanelFn<$block>> {
+            #[cfg(target_arch = "x86_64")]
+            if isa() >= Isa::Avx2 {
+                fn kernel(w: &[$block], k: usize, x: &[f32], m: usize, out: &mut [f32]) {
+                    // SAFETY: handed out only where AVX2 (with FMA and F16C, see `Isa`) is.
+                    unsafe { float_panel_x86::$kernel(w, k, x, m, out) }
+                }
+                return Some(kernel);
+            }
+            None
+        }
+    };
+}
+
 macro_rules! tile_picker {
     ($one:ident, $one_for:ident, $tile:ident, $tile_for:ident, $block:ty, $kernel:ident,
      [$($arch:literal $(+ $feature:literal)? $level:ident => $module:ident),+]) => {
@@ -332,6 +363,8 @@ tile_picker!(pick_f16, pick_f16_for, tile_f16, tile_f16_for, HalfF16, f16_tile,
     ["x86_64" Avx2 => float_x86]);
 tile_picker!(pick_bf16, pick_bf16_for, tile_bf16, tile_bf16_for, HalfBF16, bf16_tile,
     ["x86_64" Avx2 => float_x86]);
+float_panel_picker!(pick_f16_panel, HalfF16, f16_panel);
+float_panel_picker!(pick_bf16_panel, HalfBF16, bf16_panel);
 // Q4_1 and Q5_1: tiles on SIMD128 only (`affine!`), `picker!`'s dot on AVX2.
 tile_picker!(tile_q4_1_one, tile_q4_1_one_for, tile_q4_1, tile_q4_1_for, BlockQ4_1, q4_1_tile,
     ["wasm32" + "simd128" Simd128 => simd128]);

@@ -3,8 +3,8 @@
 //! to the weight type, as ggml's are). Each task takes one panel of weight rows against every
 //! activation row.
 //!
-//! Where the CPU has a float panel kernel (`Kernels::float_panel`, AVX2), it reads the
-//! two-byte weights directly. Elsewhere the task widens its panel to f32 and hands it to the
+//! Where the CPU has a float panel kernel (`Kernels::float_panel`, AVX2), the kernel widens
+//! and packs the task's weight rows itself, a piece of the row width at a time. Elsewhere the task widens its panel to f32 and hands it to the
 //! f32 GEMM of the `gemm` crate; widening a row costs about as much as one activation row's
 //! products with it, so it pays from a few rows on. Decode (one row) takes the tiles in
 //! `matvec` instead.

@@ -10,7 +10,8 @@
 //! F16's `vcvtph2ps` in its inner loop also made it wait (docs/QUANTIZATION.md, "Float
 //! weights").
 //!
-//! Every output is one f32 FMA chain along `k` in order: no sums across lanes.
+//! Every output sums along `k` in order (one f32 FMA chain per piece of 256 columns, the
+//! pieces added up): no sums across lanes.
 
 use super::float_x86::Widen;
 use crate::quantized::format::{HalfBF16, HalfF16};
@@ -38,8 +39,7 @@ unsafe fn panel<H: Widen>(w: &[H], k: usize, x: &[f32], m: usize, out: &mut [f32
         static PACKED: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
     }
     // Taken out and put back rather than borrowed in a closure, which might not inherit the
-    // caller's target features.
-    // `pack` writes every element it hands on, padding rows included.
+    // caller's target features; `pack` writes every element it hands on, padding included.
     let mut packed = PACKED.take();
     packed.resize(rows.div_ceil(BLOCK) * BLOCK * PIECE.min(k), 0.0);
     // SAFETY: the caller enables the features; the shapes are checked above.

@@ -235,11 +235,8 @@ macro_rules! picker {
     };
 }
 
-/// `$tile_for(isa)` gives the `R x C` tile kernel of the best level at or below `isa` that
-/// has one for this type (the `"arch" $level => $module` list, best first), `$one_for(isa)` the
-/// 1x1 tile as a dot product; `$tile` and `$one` use the process-wide `isa()`.
-/// The AVX2 float prefill panel (`float_x86`), on x86 CPUs that have AVX2; none elsewhere
-/// (the driver then widens the weights for the `gemm` crate).
+/// The AVX2 float prefill panel (`float_panel_x86`), on x86 CPUs that have AVX2; none
+/// elsewhere (the driver then widens the weights for the `gemm` crate).
 macro_rules! float_panel_picker {
     ($pick:ident, $block:ty, $kernel:ident) => {
         fn $pick() -> Option<FloatPanelFn<$block>> {
@@ -256,6 +253,9 @@ macro_rules! float_panel_picker {
     };
 }
 
+/// `$tile_for(isa)` gives the `R x C` tile kernel of the best level at or below `isa` that
+/// has one for this type (the `"arch" $level => $module` list, best first), `$one_for(isa)` the
+/// 1x1 tile as a dot product; `$tile` and `$one` use the process-wide `isa()`.
 macro_rules! tile_picker {
     ($one:ident, $one_for:ident, $tile:ident, $tile_for:ident, $block:ty, $kernel:ident,
      [$($arch:literal $(+ $feature:literal)? $level:ident => $module:ident),+]) => {

@@ -145,15 +145,16 @@ fn qmatmul_matches_dequantized_matmul_for_every_type_and_odd_shapes() {
 }
 
 /// The types repacked eight rows at a time.
-const INTERLEAVED: [GgmlDType; 5] = [
+const INTERLEAVED: [GgmlDType; 6] = [
     GgmlDType::Q4_0,
     GgmlDType::Q4_1,
     GgmlDType::Q5_0,
     GgmlDType::Q8_0,
     GgmlDType::IQ4NL,
+    GgmlDType::MXFP4,
 ];
 
-/// Q4_0/Q4_1/Q5_0/Q8_0/IQ4_NL repacked eight rows at a time (the decode kernel, the small-batch
+/// Q4_0/Q4_1/Q5_0/Q8_0/IQ4_NL/MXFP4 repacked eight rows at a time (the decode kernel, the small-batch
 /// tiles of 4 and 1 activation rows, and the prefill panels from 16 rows on), against the same
 /// references.
 #[test]

@@ -2,13 +2,15 @@
 //! dequantization pass.
 //!
 //! It picks the path for each product (`cpu::matvec` for decode and small batches as the
-//! blocks are stored, `cpu::gemm` panels for prefill, `cpu::interleaved` for Q4_0/Q5_0/Q8_0
-//! weights repacked eight rows at a time where the kernels are 256 bits wide) and owns the
-//! repacking.
+//! blocks are stored, `cpu::gemm` panels for prefill, `cpu::interleaved` for the types it
+//! `fits` (Q4_0, Q4_1, Q5_0, Q8_0, IQ4_NL, MXFP4) repacked eight rows at a time where the
+//! kernels are 256 bits wide) and owns the repacking.
 
 use super::cpu::interleaved::{self, Interleaved, RowGroups};
 use super::cpu::matvec::{self, matvec_many, Matvec, MatvecJob};
-use super::format::{BlockIQ4NL, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ8_0, GgmlDType};
+use super::format::{
+    BlockIQ4NL, BlockMXFP4, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ8_0, GgmlDType,
+};
 use super::QTensor;
 use crate::{DType, Error, Result, Tensor};
 use std::sync::{Arc, OnceLock};
@@ -18,15 +20,15 @@ use std::sync::{Arc, OnceLock};
 pub enum QMatMul {
     /// Blocks multiplied as they are stored.
     Quantized(Arc<QTensor>),
-    /// Q4_0/Q5_0/Q8_0 blocks, repacked eight rows at a time (see `interleaved`) on their first
-    /// decode product.
+    /// Blocks of the types `interleaved::fits`, repacked eight rows at a time (see
+    /// `interleaved`) on their first decode product.
     Interleaved(Arc<Repacking>),
     /// F32 weights go through the dense matmul. (F16/BF16 ones are `Quantized`: read in
     /// their two-byte form, half the bytes per decode step.)
     Dense(Tensor),
 }
 
-/// A Q4_0/Q5_0/Q8_0 weight that `interleaved` repacks on its first decode product (one
+/// A weight of a type `interleaved::fits` that it repacks on its first decode product (one
 /// activation row; a prompt's logits do not count, see `QMatMul::forward_prompt`). Until then,
 /// which covers loading and the first prompt, it is multiplied as stored, so the first token
 /// does not wait for the copy (tens of milliseconds for Gemma 3 270M's 44 MB of Q5_0 and
@@ -46,7 +48,7 @@ impl Repacking {
             return Err(Error::invalid(
                 "QMatMul::interleave",
                 format!(
-                    "{} weight [{n}, {k}]: only Q4_0, Q4_1, Q5_0, Q8_0 and IQ4_NL weights of whole groups of {} rows are repacked",
+                    "{} weight [{n}, {k}]: only Q4_0, Q4_1, Q5_0, Q8_0, IQ4_NL and MXFP4 weights of whole groups of {} rows are repacked",
                     stored.dtype(),
                     super::format::interleaved::ROWS
                 ),
@@ -69,6 +71,7 @@ impl Repacking {
                     GgmlDType::Q4_1 => Box::new(Self::pack::<BlockQ4_1>(w, n, k)),
                     GgmlDType::Q5_0 => Box::new(Self::pack::<BlockQ5_0>(w, n, k)),
                     GgmlDType::IQ4NL => Box::new(Self::pack::<BlockIQ4NL>(w, n, k)),
+                    GgmlDType::MXFP4 => Box::new(Self::pack::<BlockMXFP4>(w, n, k)),
                     _ => Box::new(Self::pack::<BlockQ8_0>(w, n, k)),
                 };
                 packed
@@ -92,8 +95,8 @@ impl QMatMul {
         Self::from_arc(Arc::new(w))
     }
 
-    /// F32 weights go to the dense matmul; Q4_0/Q5_0/Q8_0 ones are repacked where that pays
-    /// (`interleaved::pays`); the rest stay as stored.
+    /// F32 weights go to the dense matmul; the types `interleaved::fits` are repacked where
+    /// that pays (`interleaved::pays`); the rest stay as stored.
     pub fn from_arc(w: Arc<QTensor>) -> Result<Self> {
         let (n, k) = Self::dims_of(&w)?;
         if interleaved::pays(w.dtype(), n, k) {
@@ -111,9 +114,9 @@ impl QMatMul {
         })
     }
 
-    /// Repacks a Q4_0/Q5_0/Q8_0 weight eight rows at a time now, whatever the CPU (the kernels
-    /// fall back to portable code); an error for other types or a row count not a multiple of
-    /// 8.
+    /// Repacks a weight of a type `interleaved::fits` eight rows at a time now, whatever the
+    /// CPU (the kernels fall back to portable code); an error for other types or a row count
+    /// not a multiple of 8.
     pub fn interleave(w: &QTensor) -> Result<Self> {
         let r = Repacking::new(Arc::new(w.clone()))?;
         r.packed();

@@ -129,7 +129,7 @@ impl<B: InterleavedKernels> Interleaved<B> {
     fn dequantize_row(&self, r: usize, out: &mut [f32]) {
         let (g, p) = (r / ROWS, r % ROWS);
         for (b, out) in self.group(g).iter().zip(out.chunks_exact_mut(32)) {
-            let (u, d) = (B::unpack(b), B::scales(b)[p].to_f32());
+            let (u, d) = (B::unpack(b), B::scales(b)[p]);
             let m = B::mins(b).map(|m| m[p].to_f32());
             for (j, o) in out.iter_mut().enumerate() {
                 let level = (u[j / 4][4 * p + j % 4] as i32 - B::OFFSET) as f32 * d;
@@ -207,11 +207,11 @@ impl<B: InterleavedKernels> Interleaved<B> {
         for ((i, b), levels) in self.group(r0 / ROWS).iter().enumerate().zip(levels) {
             expand(b, levels);
             // The panels compute `s·u − min` per group.
-            for (r, d) in B::scales(b).iter().enumerate() {
-                scale[i * ROWS + r] = d.to_f32();
+            for (r, d) in B::scales(b).into_iter().enumerate() {
+                scale[i * ROWS + r] = d;
                 min[i * ROWS + r] = match B::mins(b) {
                     Some(m) => -m[r].to_f32(),
-                    None => B::OFFSET as f32 * d.to_f32(),
+                    None => B::OFFSET as f32 * d,
                 };
             }
         }
@@ -267,12 +267,14 @@ impl<B: InterleavedKernels> MatvecJob for Job<'_, B> {
     }
 }
 
-/// Whether a `dtype` weight of `n` rows by `k` can be repacked: Q4_0, Q4_1, Q5_0, Q8_0 or
-/// IQ4_NL, in whole groups of eight rows.
+/// Whether a `dtype` weight of `n` rows by `k` can be repacked: Q4_0, Q4_1, Q5_0, Q8_0,
+/// IQ4_NL or MXFP4, in whole groups of eight rows.
 pub(crate) fn fits(dtype: GgmlDType, n: usize, k: usize) -> bool {
     use GgmlDType as T;
-    matches!(dtype, T::Q4_0 | T::Q4_1 | T::Q5_0 | T::Q8_0 | T::IQ4NL)
-        && n.is_multiple_of(ROWS)
+    matches!(
+        dtype,
+        T::Q4_0 | T::Q4_1 | T::Q5_0 | T::Q8_0 | T::IQ4NL | T::MXFP4
+    ) && n.is_multiple_of(ROWS)
         && k.is_multiple_of(32)
 }
 
@@ -286,8 +288,10 @@ pub(crate) fn pays(dtype: GgmlDType, n: usize, k: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quantized::format::interleaved::dot_scalar;
-    use crate::quantized::format::{BlockIQ4NL, BlockQ4_0, BlockQ4_1, BlockQ5_0};
+    use crate::quantized::format::interleaved::{dot_scalar, BlockMXFP4x8};
+    use crate::quantized::format::{
+        e8m0_half, BlockIQ4NL, BlockMXFP4, BlockQ4_0, BlockQ4_1, BlockQ5_0,
+    };
     use half::f16;
     use rand::{Rng, SeedableRng};
 
@@ -298,10 +302,14 @@ mod tests {
         w
     }
 
-    /// A block's scale: the first two bytes of both types.
-    fn orig_scale<B: InterleavedKernels>(b: &B) -> [u8; 2] {
-        let bytes = bytemuck::bytes_of(b);
-        [bytes[0], bytes[1]]
+    /// A block's scale, read from its bytes: an f16 in the first two, or MXFP4's exponent
+    /// in the first.
+    fn orig_scale<B: InterleavedKernels>(b: &B) -> f32 {
+        match bytemuck::bytes_of(b) {
+            [e, ..] if B::DTYPE == GgmlDType::MXFP4 => e8m0_half(*e),
+            [lo, hi, ..] => f16::from_le_bytes([*lo, *hi]).to_f32(),
+            _ => unreachable!("blocks are longer than two bytes"),
+        }
     }
 
     /// Eight rows whose every level is the largest (`top`) or the smallest, scales 1, and
@@ -309,15 +317,21 @@ mod tests {
     fn extreme_block<B: InterleavedKernels>(top: bool) -> (B::X8, u8) {
         let mut one = <B as bytemuck::Zeroable>::zeroed();
         let bytes = bytemuck::bytes_of_mut(&mut one);
-        // Stored as unsigned bits except Q8_0's signed bytes: 127 on top, -128 at the bottom.
-        let signed = B::DTYPE == GgmlDType::Q8_0;
-        bytes.fill(match (top, signed) {
-            (true, false) => 0xFF,
-            (false, false) => 0x00,
-            (true, true) => 0x7F,
-            (false, true) => 0x80,
+        // Stored as unsigned bits except Q8_0's signed bytes: 127 on top, -128 at the bottom;
+        // MXFP4's largest value (12) is index 7, its smallest (-12) index 15.
+        bytes.fill(match (top, B::DTYPE) {
+            (true, GgmlDType::Q8_0) => 0x7F,
+            (false, GgmlDType::Q8_0) => 0x80,
+            (true, GgmlDType::MXFP4) => 0x77,
+            (false, GgmlDType::MXFP4) => 0xFF,
+            (true, _) => 0xFF,
+            (false, _) => 0x00,
         });
-        bytes[..2].copy_from_slice(&f16::ONE.to_le_bytes());
+        if B::DTYPE == GgmlDType::MXFP4 {
+            bytes[0] = 128; // e8m0_half(128) = 1
+        } else {
+            bytes[..2].copy_from_slice(&f16::ONE.to_le_bytes());
+        }
         if B::DTYPE == GgmlDType::Q4_1 {
             // Its min (bytes 2..4): zero, so the sums below are the levels' alone.
             bytes[2..4].fill(0);
@@ -326,6 +340,7 @@ mod tests {
         let level = match (top, B::DTYPE) {
             (true, GgmlDType::IQ4NL) => 113 + 128,
             (false, GgmlDType::IQ4NL) => 1,
+            (false, GgmlDType::MXFP4) => 0,
             (true, _) => B::MAX_LEVEL,
             (false, _) => 0,
         };
@@ -352,7 +367,7 @@ mod tests {
                 );
                 for r in 0..ROWS {
                     let orig = &w[(g * ROWS + r) * (k / 32) + i];
-                    assert_eq!(B::scales(b)[r], f16::from_le_bytes(orig_scale(orig)));
+                    assert_eq!(B::scales(b)[r], orig_scale(orig));
                     let levels = orig.levels();
                     for j in 0..32 {
                         assert_eq!(
@@ -374,6 +389,7 @@ mod tests {
         round_trip::<BlockQ5_0>();
         round_trip::<BlockQ8_0>();
         round_trip::<BlockIQ4NL>();
+        round_trip::<BlockMXFP4>();
     }
 
     /// The SIMD kernel against the portable one, bit for bit, including the largest levels
@@ -387,6 +403,14 @@ mod tests {
         let (bottom, bottom_level) = extreme_block::<B>(false);
         packed.blocks[0] = top;
         packed.blocks[1] = bottom;
+        if B::DTYPE == GgmlDType::MXFP4 {
+            // Exponents 0 to 169 spread over the other blocks (larger ones would overflow the
+            // sums to infinities; `interleaved_x86`'s test checks every scale alone).
+            let blocks: &mut [BlockMXFP4x8] = bytemuck::cast_slice_mut(&mut packed.blocks);
+            for (i, b) in blocks.iter_mut().enumerate().skip(2) {
+                b.e = std::array::from_fn(|r| (19 * (ROWS * (i - 2) + r) % 170) as u8);
+            }
+        }
         w.clear();
         // Blocks 0 and 1 of activation row 0 are all +1 and of row 1 all -1 (levels ±127).
         let width = 32 * blocks;
@@ -442,5 +466,6 @@ mod tests {
         kernels_agree::<BlockQ5_0>();
         kernels_agree::<BlockQ8_0>();
         kernels_agree::<BlockIQ4NL>();
+        kernels_agree::<BlockMXFP4>();
     }
 }

@@ -17,12 +17,14 @@
 //! broadcast activation instead. IQ4_NL stores Q4_0's nibble planes (`BlockIQ4NLx8`); its
 //! kernel looks the nibbles up in the level table and then proceeds as Q8_0's. Q4_1 stores
 //! Q4_0's planes with its eight mins beside the scales (`BlockQ4_1x8`); the min comes in as
-//! `m · d_x · Σ x` per block and row, so its activations are Q8_0 too.
+//! `m · d_x · Σ x` per block and row, so its activations are Q8_0 too. MXFP4 stores Q4_0's
+//! nibble planes beside its eight power-of-two scales (`BlockMXFP4x8`); its doubled E2M1
+//! values offset by 12 fit the unsigned path (`u` ≤ 24), looked up from the nibbles.
 //! docs/QUANTIZATION.md has the measurements behind the layout.
 
 use super::{
-    nibbles, nibbles_5, BlockIQ4NL, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ8_0, GgmlBlock,
-    IQ4NL_VALUES,
+    e8m0_half, nibbles, nibbles_5, BlockIQ4NL, BlockMXFP4, BlockQ4_0, BlockQ4_1, BlockQ5_0,
+    BlockQ8_0, GgmlBlock, IQ4NL_VALUES, MXFP4_VALUES,
 };
 use half::f16;
 
@@ -78,7 +80,18 @@ pub struct BlockQ4_1x8 {
     pub qs: [u8; 128],
 }
 
+/// Block `i` of eight consecutive rows of MXFP4: each row's scale exponent `e` (element =
+/// `e8m0_half(e) · value`), and the table indices laid out as `BlockQ4_0x8`'s nibbles; the
+/// unsigned level is `MXFP4_VALUES[index] + 12`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct BlockMXFP4x8 {
+    pub e: [u8; ROWS],
+    pub qs: [u8; 128],
+}
+
 const _: () = assert!(std::mem::size_of::<BlockQ4_0x8>() == ROWS * 18);
+const _: () = assert!(std::mem::size_of::<BlockMXFP4x8>() == ROWS * 17);
 const _: () = assert!(std::mem::size_of::<BlockQ4_1x8>() == ROWS * 20);
 const _: () = assert!(std::mem::size_of::<BlockIQ4NLx8>() == ROWS * 18);
 const _: () = assert!(std::mem::size_of::<BlockQ5_0x8>() == ROWS * 22);
@@ -103,7 +116,8 @@ pub trait Interleave: GgmlBlock {
     fn pack(rows: [&Self; ROWS]) -> Self::X8;
     /// The unsigned levels, by the portable code the SIMD expansion is checked against.
     fn unpack(b: &Self::X8) -> Steps;
-    fn scales(b: &Self::X8) -> &[f16; ROWS];
+    /// The eight rows' scales, as stored.
+    fn scales(b: &Self::X8) -> [f32; ROWS];
     /// The eight rows' mins, for the types that have them.
     fn mins(_: &Self::X8) -> Option<&[f16; ROWS]> {
         None
@@ -150,8 +164,8 @@ impl Interleave for BlockQ4_0 {
     fn unpack(b: &BlockQ4_0x8) -> Steps {
         nibble_steps(&b.qs)
     }
-    fn scales(b: &BlockQ4_0x8) -> &[f16; ROWS] {
-        &b.d
+    fn scales(b: &BlockQ4_0x8) -> [f32; ROWS] {
+        b.d.map(f16::to_f32)
     }
 }
 
@@ -180,8 +194,8 @@ impl Interleave for BlockQ5_0 {
             std::array::from_fn(|p| nibble_of(&b.qs, t, p) | ((b.qh[p] >> t) & 1) << 4)
         })
     }
-    fn scales(b: &BlockQ5_0x8) -> &[f16; ROWS] {
-        &b.d
+    fn scales(b: &BlockQ5_0x8) -> [f32; ROWS] {
+        b.d.map(f16::to_f32)
     }
 }
 
@@ -204,8 +218,8 @@ impl Interleave for BlockQ8_0 {
     fn unpack(b: &BlockQ8_0x8) -> Steps {
         std::array::from_fn(|t| std::array::from_fn(|p| b.qs[32 * t + p] as u8 ^ 0x80))
     }
-    fn scales(b: &BlockQ8_0x8) -> &[f16; ROWS] {
-        &b.d
+    fn scales(b: &BlockQ8_0x8) -> [f32; ROWS] {
+        b.d.map(f16::to_f32)
     }
 }
 
@@ -227,8 +241,8 @@ impl Interleave for BlockQ4_1 {
     fn unpack(b: &BlockQ4_1x8) -> Steps {
         nibble_steps(&b.qs)
     }
-    fn scales(b: &BlockQ4_1x8) -> &[f16; ROWS] {
-        &b.d
+    fn scales(b: &BlockQ4_1x8) -> [f32; ROWS] {
+        b.d.map(f16::to_f32)
     }
     fn mins(b: &BlockQ4_1x8) -> Option<&[f16; ROWS]> {
         Some(&b.m)
@@ -252,8 +266,41 @@ impl Interleave for BlockIQ4NL {
     fn unpack(b: &BlockIQ4NLx8) -> Steps {
         nibble_steps(&b.qs).map(|step| step.map(|i| IQ4NL_VALUES[i as usize] as u8 ^ 0x80))
     }
-    fn scales(b: &BlockIQ4NLx8) -> &[f16; ROWS] {
-        &b.d
+    fn scales(b: &BlockIQ4NLx8) -> [f32; ROWS] {
+        b.d.map(f16::to_f32)
+    }
+}
+
+/// MXFP4's doubled E2M1 values made unsigned: `MXFP4_VALUES[i] + 12`, by table index.
+pub const MXFP4_LEVELS: [u8; 16] = {
+    let mut u = [0; 16];
+    let mut i = 0;
+    while i < 16 {
+        u[i] = (MXFP4_VALUES[i] + 12) as u8;
+        i += 1;
+    }
+    u
+};
+
+impl Interleave for BlockMXFP4 {
+    type X8 = BlockMXFP4x8;
+    const OFFSET: i32 = 12;
+    const MAX_LEVEL: u8 = 24;
+
+    fn levels(&self) -> [u8; 32] {
+        nibbles(&self.qs).map(|i| MXFP4_LEVELS[i as usize])
+    }
+    fn pack(rows: [&Self; ROWS]) -> BlockMXFP4x8 {
+        BlockMXFP4x8 {
+            e: rows.map(|b| b.e),
+            qs: interleave_qs(rows.map(|b| &b.qs)),
+        }
+    }
+    fn unpack(b: &BlockMXFP4x8) -> Steps {
+        nibble_steps(&b.qs).map(|step| step.map(|i| MXFP4_LEVELS[i as usize]))
+    }
+    fn scales(b: &BlockMXFP4x8) -> [f32; ROWS] {
+        b.e.map(e8m0_half)
     }
 }
 
@@ -272,7 +319,7 @@ pub fn dot_scalar<B: Interleave, const C: usize>(w: &[B::X8], x: &[XRow; C]) -> 
     let mut acc = [[0f32; ROWS]; C];
     for (i, b) in w.iter().enumerate() {
         let u = B::unpack(b);
-        let d = B::scales(b).map(f16::to_f32);
+        let d = B::scales(b);
         let m = B::mins(b).map(|m| m.map(f16::to_f32));
         for (acc, x) in acc.iter_mut().zip(x) {
             let q = &x.q[i].qs;

@@ -2,7 +2,9 @@
 //! instruction set has it (`interleaved_x86`), the portable ones of `format` otherwise.
 
 use crate::quantized::format::interleaved::{dot_scalar, Interleave, XRow, ROWS};
-use crate::quantized::format::{BlockIQ4NL, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ8_0};
+use crate::quantized::format::{
+    BlockIQ4NL, BlockMXFP4, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ8_0,
+};
 
 /// `[c][r]` = row `r` of a group (`w`, one block per 32 elements) times activation row `c`,
 /// asking for what lies ahead of the blocks as the `Ahead` says. (A run-time argument rather
@@ -88,3 +90,4 @@ interleaved_kernels!(BlockQ4_1);
 interleaved_kernels!(BlockQ5_0);
 interleaved_kernels!(BlockQ8_0);
 interleaved_kernels!(BlockIQ4NL);
+interleaved_kernels!(BlockMXFP4);

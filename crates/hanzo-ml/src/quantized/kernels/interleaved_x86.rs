@@ -6,7 +6,8 @@
 use super::interleaved::Ahead;
 use super::prefetch::prefetch_ahead;
 use crate::quantized::format::interleaved::{
-    BlockIQ4NLx8, BlockQ4_0x8, BlockQ4_1x8, BlockQ5_0x8, BlockQ8_0x8, XRow, ROWS,
+    BlockIQ4NLx8, BlockMXFP4x8, BlockQ4_0x8, BlockQ4_1x8, BlockQ5_0x8, BlockQ8_0x8, XRow,
+    MXFP4_LEVELS, ROWS,
 };
 use crate::quantized::format::IQ4NL_VALUES;
 use std::arch::x86_64::*;
@@ -17,11 +18,25 @@ pub(super) trait Expand: bytemuck::Pod {
     /// # Safety
     /// AVX2 must be enabled in the caller.
     unsafe fn expand(&self) -> [__m256i; 8];
-    fn scales(&self) -> &[half::f16; ROWS];
+    /// The eight rows' scales.
+    ///
+    /// # Safety
+    /// AVX2 and F16C must be enabled in the caller.
+    unsafe fn scales(&self) -> __m256;
     /// The rows' mins, for the types that have them.
     fn mins(&self) -> Option<&[half::f16; ROWS]> {
         None
     }
+}
+
+/// Eight f16 values widened.
+///
+/// # Safety
+/// F16C must be enabled in the caller.
+#[inline(always)]
+unsafe fn halves(h: &[half::f16; ROWS]) -> __m256 {
+    // SAFETY: the caller enables F16C; the load reads the 16 bytes of `h`.
+    unsafe { _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr() as *const __m128i)) }
 }
 
 /// The low four bits of all eight steps: step `p` in the low nibbles of `qs[32p..]`, step
@@ -52,8 +67,10 @@ impl Expand for BlockQ4_0x8 {
         unsafe { nibble_steps(&self.qs) }
     }
 
-    fn scales(&self) -> &[half::f16; ROWS] {
-        &self.d
+    #[inline(always)]
+    unsafe fn scales(&self) -> __m256 {
+        // SAFETY: forwarded from the caller.
+        unsafe { halves(&self.d) }
     }
 }
 
@@ -66,8 +83,10 @@ impl Expand for BlockQ4_1x8 {
         unsafe { nibble_steps(&self.qs) }
     }
 
-    fn scales(&self) -> &[half::f16; ROWS] {
-        &self.d
+    #[inline(always)]
+    unsafe fn scales(&self) -> __m256 {
+        // SAFETY: forwarded from the caller.
+        unsafe { halves(&self.d) }
     }
 
     fn mins(&self) -> Option<&[half::f16; ROWS]> {
@@ -104,8 +123,10 @@ impl Expand for BlockQ5_0x8 {
         }
     }
 
-    fn scales(&self) -> &[half::f16; ROWS] {
-        &self.d
+    #[inline(always)]
+    unsafe fn scales(&self) -> __m256 {
+        // SAFETY: forwarded from the caller.
+        unsafe { halves(&self.d) }
     }
 }
 
@@ -126,8 +147,10 @@ impl Expand for BlockQ8_0x8 {
         }
     }
 
-    fn scales(&self) -> &[half::f16; ROWS] {
-        &self.d
+    #[inline(always)]
+    unsafe fn scales(&self) -> __m256 {
+        // SAFETY: forwarded from the caller.
+        unsafe { halves(&self.d) }
     }
 }
 
@@ -154,8 +177,47 @@ impl Expand for BlockIQ4NLx8 {
         }
     }
 
-    fn scales(&self) -> &[half::f16; ROWS] {
-        &self.d
+    #[inline(always)]
+    unsafe fn scales(&self) -> __m256 {
+        // SAFETY: forwarded from the caller.
+        unsafe { halves(&self.d) }
+    }
+}
+
+/// MXFP4's unsigned levels (`MXFP4_LEVELS`), in both 128-bit lanes.
+///
+/// # Safety
+/// AVX2 must be enabled in the caller.
+#[inline(always)]
+unsafe fn mxfp4_table() -> __m256i {
+    // SAFETY: the table is 16 bytes; the caller enables AVX2.
+    unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(MXFP4_LEVELS.as_ptr() as *const __m128i)) }
+}
+
+impl Expand for BlockMXFP4x8 {
+    const OFFSET: i32 = 12;
+
+    #[inline(always)]
+    unsafe fn expand(&self) -> [__m256i; 8] {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            let table = mxfp4_table();
+            nibble_steps(&self.qs).map(|n| _mm256_shuffle_epi8(table, n))
+        }
+    }
+
+    /// `e8m0_half` of each exponent, as bits: `(e − 1) << 23`, or the subnormals
+    /// `0x200000 << e` for `e` < 2.
+    #[inline(always)]
+    unsafe fn scales(&self) -> __m256 {
+        // SAFETY: the caller enables AVX2; the load reads the 8 bytes of `e`.
+        unsafe {
+            let e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(self.e.as_ptr() as *const __m128i));
+            let normal = _mm256_slli_epi32::<23>(_mm256_sub_epi32(e, _mm256_set1_epi32(1)));
+            let small = _mm256_sllv_epi32(_mm256_set1_epi32(0x0020_0000), e);
+            let is_small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+            _mm256_castsi256_ps(_mm256_blendv_epi8(normal, small, is_small))
+        }
     }
 }
 
@@ -253,7 +315,7 @@ macro_rules! unsigned_block_dot {
         }
     )+};
 }
-unsigned_block_dot!(BlockQ4_0x8, BlockQ4_1x8, BlockQ5_0x8);
+unsigned_block_dot!(BlockQ4_0x8, BlockQ4_1x8, BlockQ5_0x8, BlockMXFP4x8);
 
 /// A repacked block whose levels are signed bytes, step by step.
 trait SignedSteps: Expand {
@@ -386,7 +448,7 @@ pub(super) unsafe fn dot<B: BlockDot, const C: usize>(
                 Ahead::Cached => prefetch_ahead::<false>(at, std::mem::size_of::<B>()),
                 Ahead::Streamed => prefetch_ahead::<true>(at, std::mem::size_of::<B>()),
             }
-            let d = _mm256_cvtph_ps(_mm_loadu_si128(b.scales().as_ptr() as *const __m128i));
+            let d = b.scales();
             let s = b.sums_many::<C>(
                 std::array::from_fn(|c| x[c].q.get_unchecked(i).qs.as_ptr()),
                 std::array::from_fn(|c| *x[c].sum.get_unchecked(i)),
@@ -397,7 +459,7 @@ pub(super) unsafe fn dot<B: BlockDot, const C: usize>(
             }
             if let Some(m) = b.mins() {
                 // The min times the activation block's sum, after the levels (as `dot_scalar`).
-                let m = _mm256_cvtph_ps(_mm_loadu_si128(m.as_ptr() as *const __m128i));
+                let m = halves(m);
                 for c in 0..C {
                     let dx = _mm256_set1_ps(*x[c].d.get_unchecked(i));
                     let sum = _mm256_set1_ps(*x[c].sum.get_unchecked(i) as f32);
@@ -410,5 +472,39 @@ pub(super) unsafe fn dot<B: BlockDot, const C: usize>(
             _mm256_storeu_ps(out.as_mut_ptr(), a);
             out
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::features::test_kernels_at;
+    use crate::quantized::format::e8m0_half;
+    use crate::quantized::kernels::Isa;
+
+    /// Every exponent, the two subnormal scales among them, widens to `e8m0_half`'s bits (in
+    /// a dot product a wrong tiny scale would vanish into the other blocks' sums).
+    #[test]
+    fn mxfp4_scales_are_e8m0_half() {
+        if !test_kernels_at(Isa::Avx2, "MXFP4 scales") {
+            return;
+        }
+        for first in (0..=255u8).step_by(ROWS) {
+            let b = BlockMXFP4x8 {
+                e: std::array::from_fn(|r| first + r as u8),
+                qs: [0; 128],
+            };
+            // SAFETY: `test_kernels_at` found AVX2 and F16C.
+            let got = unsafe { widened(&b) };
+            assert_eq!(got.map(f32::to_bits), b.e.map(|e| e8m0_half(e).to_bits()));
+        }
+    }
+
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn widened(b: &BlockMXFP4x8) -> [f32; ROWS] {
+        let mut out = [0f32; ROWS];
+        // SAFETY: the features are enabled; the store writes the eight floats of `out`.
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), b.scales()) };
+        out
     }
 }

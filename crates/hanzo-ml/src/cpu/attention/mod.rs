@@ -259,9 +259,7 @@ impl Query {
         }
         let n = hi - lo;
         let mut scores = [0f32; KEY_BLOCK];
-        for (s, j) in scores.iter_mut().zip(lo..hi) {
-            *s = dot(&keys[j * d..(j + 1) * d], &self.q);
-        }
+        dots(&keys[lo * d..hi * d], &self.q, &mut scores[..n]);
         let block_max = scores[..n]
             .iter()
             .copied()
@@ -428,6 +426,21 @@ fn dot<K: Elem>(a: &[K], b: &[f32]) -> f32 {
         return unsafe { x86::dot(a, b) };
     }
     a.iter().zip(b).map(|(x, y)| x.widen() * y).sum()
+}
+
+/// `out[j] = dot(keys[j·d..(j + 1)·d], q)` (`d = q.len()`), the same floats as `dot` for
+/// each key.
+fn dots<K: Elem>(keys: &[K], q: &[f32], out: &mut [f32]) {
+    let d = q.len();
+    #[cfg(target_arch = "x86_64")]
+    if has_f16c() && !has_avx512() && d.is_multiple_of(32) {
+        // SAFETY: the CPU supports avx2/fma/f16c (checked above); `dots` checks the lengths.
+        unsafe { x86::dots(keys, q, out) };
+        return;
+    }
+    for (o, key) in out.iter_mut().zip(keys.chunks_exact(d)) {
+        *o = dot(key, q);
+    }
 }
 
 #[cfg(test)]

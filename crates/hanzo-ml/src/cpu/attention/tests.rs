@@ -92,6 +92,48 @@ fn wide_kernels_round_like_the_narrow_ones() {
     assert_eq!(wide, scalar);
 }
 
+/// Four keys' scores at a time equal each key's own `dot`, bit for bit, at every count of keys
+/// (the remainders of four) and for f16 and f32 keys.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn four_key_scores_equal_one_key_scores() {
+    use crate::cpu::features::{test_kernels_at, Isa};
+    if !test_kernels_at(Isa::Avx2, "attention scores of four keys") {
+        return;
+    }
+    for d in [64, 96, 256] {
+        let q = values(d, 11);
+        // Scaled apart so that every key's sums round differently.
+        let keys: Vec<f32> = values(11 * d, 12)
+            .iter()
+            .enumerate()
+            .map(|(i, x)| x * (1.0 + (i / d) as f32 * 0.37))
+            .collect();
+        let keys16: Vec<f16> = keys.iter().map(|&x| f16::from_f32(x)).collect();
+        for n in 1..=11 {
+            let mut got = vec![0f32; n];
+            let mut got16 = vec![0f32; n];
+            // SAFETY: AVX2/FMA/F16C checked above; `keys` holds at least n rows of d.
+            unsafe {
+                x86::dots(&keys[..n * d], &q, &mut got);
+                x86::dots(&keys16[..n * d], &q, &mut got16);
+            }
+            for j in 0..n {
+                let row = j * d..(j + 1) * d;
+                // SAFETY: as above.
+                let (want, want16) =
+                    unsafe { (x86::dot(&keys[row.clone()], &q), x86::dot(&keys16[row], &q)) };
+                assert_eq!(got[j].to_bits(), want.to_bits(), "d {d} n {n} key {j}");
+                assert_eq!(
+                    got16[j].to_bits(),
+                    want16.to_bits(),
+                    "d {d} n {n} key {j}, f16"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn blocked_softmax_matches_f64_softmax() {
     // head_dim 64 takes 64-column register chunks on x86, 72 adds an 8-column one, 96

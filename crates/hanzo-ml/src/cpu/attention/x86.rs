@@ -113,19 +113,55 @@ pub unsafe fn dot_avx512<K: Elem>(a: &[K], b: &[f32]) -> f32 {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot<K: Elem>(a: &[K], b: &[f32]) -> f32 {
-    let mut s = [_mm256_setzero_ps(); 4];
-    for (x, y) in a.chunks_exact(32).zip(b.chunks_exact(32)) {
-        for (j, acc) in s.iter_mut().enumerate() {
-            // SAFETY: each 32-element chunk holds four 8-lane vectors.
-            unsafe {
+    // SAFETY: the features are enabled here.
+    let t0 = unsafe { quarter_sums(a, b) };
+    let t1 = _mm_hadd_ps(t0, t0);
+    _mm_cvtss_f32(_mm_hadd_ps(t1, t1))
+}
+
+/// `dot` up to its last two additions: `[t0, t1, t2, t3]`, whose sum in ggml's order is
+/// `(t0 + t1) + (t2 + t3)`.
+///
+/// # Safety
+/// AVX2, FMA and F16C are enabled in the caller.
+#[inline(always)]
+unsafe fn quarter_sums<K: Elem>(a: &[K], b: &[f32]) -> __m128 {
+    // SAFETY: each 32-element chunk holds four 8-lane vectors; the caller enables the
+    // features.
+    unsafe {
+        let mut s = [_mm256_setzero_ps(); 4];
+        for (x, y) in a.chunks_exact(32).zip(b.chunks_exact(32)) {
+            for (j, acc) in s.iter_mut().enumerate() {
                 let xv = K::load8(x.as_ptr().add(8 * j));
                 let yv = _mm256_loadu_ps(y.as_ptr().add(8 * j));
                 *acc = _mm256_fmadd_ps(xv, yv, *acc);
             }
         }
+        let x0 = _mm256_add_ps(_mm256_add_ps(s[0], s[2]), _mm256_add_ps(s[1], s[3]));
+        _mm_add_ps(_mm256_castps256_ps128(x0), _mm256_extractf128_ps::<1>(x0))
     }
-    let x0 = _mm256_add_ps(_mm256_add_ps(s[0], s[2]), _mm256_add_ps(s[1], s[3]));
-    let t0 = _mm_add_ps(_mm256_castps256_ps128(x0), _mm256_extractf128_ps::<1>(x0));
-    let t1 = _mm_hadd_ps(t0, t0);
-    _mm_cvtss_f32(_mm_hadd_ps(t1, t1))
+}
+
+/// `out[j] = dot(keys[j·d..(j + 1)·d], q)` (`d = q.len()`), bit for bit, four keys at a time:
+/// `hadd(hadd(a, b), hadd(c, e))` makes lane `i` of four keys' quarter sums `(t0 + t1) + (t2 +
+/// t3)`, the pairing `dot` ends with, in three instructions instead of eight.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dots<K: Elem>(keys: &[K], q: &[f32], out: &mut [f32]) {
+    let d = q.len();
+    assert!(keys.len() == d * out.len());
+    let whole = out.len() - out.len() % 4;
+    for (j, o) in out[..whole].chunks_exact_mut(4).enumerate() {
+        let key = |i: usize| &keys[(4 * j + i) * d..][..d];
+        // SAFETY: the features are enabled here; the store writes the four floats of `o`.
+        unsafe {
+            let (a, b) = (quarter_sums(key(0), q), quarter_sums(key(1), q));
+            let (c, e) = (quarter_sums(key(2), q), quarter_sums(key(3), q));
+            let four = _mm_hadd_ps(_mm_hadd_ps(a, b), _mm_hadd_ps(c, e));
+            _mm_storeu_ps(o.as_mut_ptr(), four);
+        }
+    }
+    for (j, o) in out.iter_mut().enumerate().skip(whole) {
+        // SAFETY: the features are enabled here.
+        *o = unsafe { dot(&keys[j * d..][..d], q) };
+    }
 }

@@ -145,18 +145,19 @@ fn qmatmul_matches_dequantized_matmul_for_every_type_and_odd_shapes() {
 }
 
 /// The types repacked eight rows at a time.
-const INTERLEAVED: [GgmlDType; 6] = [
+const INTERLEAVED: [GgmlDType; 7] = [
     GgmlDType::Q4_0,
     GgmlDType::Q4_1,
     GgmlDType::Q5_0,
+    GgmlDType::Q5_1,
     GgmlDType::Q8_0,
     GgmlDType::IQ4NL,
     GgmlDType::MXFP4,
 ];
 
-/// Q4_0/Q4_1/Q5_0/Q8_0/IQ4_NL/MXFP4 repacked eight rows at a time (the decode kernel, the small-batch
-/// tiles of 4 and 1 activation rows, and the prefill panels from 16 rows on), against the same
-/// references.
+/// Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL/MXFP4 repacked eight rows at a time (the decode kernel, the
+/// small-batch tiles of 4 and 1 activation rows, and the prefill panels from 16 rows on),
+/// against the same references.
 #[test]
 fn interleaved_types_match_dequantized_matmul() {
     for dt in INTERLEAVED {
@@ -236,9 +237,9 @@ fn repacking_waits_for_the_first_decode_product() {
 }
 
 /// The repacked form gives the row form's outputs to float rounding, through `forward_many`
-/// (one decode pass over several weights) as through `forward`. Q4_1 row by row takes Q8_1
-/// activations, whose block sum `d·Σq` is stored as an f16; repacked it takes the exact integer
-/// sum, so the two differ by that rounding of the min's term.
+/// (one decode pass over several weights) as through `forward`. Q4_1 and Q5_1 row by row take
+/// Q8_1 activations, whose block sum `d·Σq` is stored as an f16; repacked they take the exact
+/// integer sum, so the two differ by that rounding of the min's term.
 #[test]
 fn interleaved_and_stored_rows_agree() {
     let (k, n) = (256, 64);
@@ -253,7 +254,8 @@ fn interleaved_and_stored_rows_agree() {
         for got in [packed.forward(&x).unwrap(), many[0].clone()] {
             let got = got.to_vec_flat::<f32>().unwrap();
             let scale = a.iter().fold(0f32, |s, v| s.max(v.abs()));
-            let tol = if dt == GgmlDType::Q4_1 { 1e-3 } else { 1e-5 };
+            let with_min = matches!(dt, GgmlDType::Q4_1 | GgmlDType::Q5_1);
+            let tol = if with_min { 1e-3 } else { 1e-5 };
             for (g, a) in got.iter().zip(&a) {
                 assert!((g - a).abs() <= tol * scale, "{dt}: {g} vs {a}");
             }

@@ -3,13 +3,13 @@
 //!
 //! It picks the path for each product (`cpu::matvec` for decode and small batches as the
 //! blocks are stored, `cpu::gemm` panels for prefill, `cpu::interleaved` for the types it
-//! `fits` (Q4_0, Q4_1, Q5_0, Q8_0, IQ4_NL, MXFP4) repacked eight rows at a time where the
+//! `fits` (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4) repacked eight rows at a time where the
 //! kernels are 256 bits wide) and owns the repacking.
 
 use super::cpu::interleaved::{self, Interleaved, RowGroups};
 use super::cpu::matvec::{self, matvec_many, Matvec, MatvecJob};
 use super::format::{
-    BlockIQ4NL, BlockMXFP4, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ8_0, GgmlDType,
+    BlockIQ4NL, BlockMXFP4, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, GgmlDType,
 };
 use super::QTensor;
 use crate::{DType, Error, Result, Tensor};
@@ -48,7 +48,7 @@ impl Repacking {
             return Err(Error::invalid(
                 "QMatMul::interleave",
                 format!(
-                    "{} weight [{n}, {k}]: only Q4_0, Q4_1, Q5_0, Q8_0, IQ4_NL and MXFP4 weights of whole groups of {} rows are repacked",
+                    "{} weight [{n}, {k}]: only Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL and MXFP4 weights of whole groups of {} rows are repacked",
                     stored.dtype(),
                     super::format::interleaved::ROWS
                 ),
@@ -70,6 +70,7 @@ impl Repacking {
                     GgmlDType::Q4_0 => Box::new(Self::pack::<BlockQ4_0>(w, n, k)),
                     GgmlDType::Q4_1 => Box::new(Self::pack::<BlockQ4_1>(w, n, k)),
                     GgmlDType::Q5_0 => Box::new(Self::pack::<BlockQ5_0>(w, n, k)),
+                    GgmlDType::Q5_1 => Box::new(Self::pack::<BlockQ5_1>(w, n, k)),
                     GgmlDType::IQ4NL => Box::new(Self::pack::<BlockIQ4NL>(w, n, k)),
                     GgmlDType::MXFP4 => Box::new(Self::pack::<BlockMXFP4>(w, n, k)),
                     _ => Box::new(Self::pack::<BlockQ8_0>(w, n, k)),

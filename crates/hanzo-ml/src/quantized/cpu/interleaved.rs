@@ -267,13 +267,13 @@ impl<B: InterleavedKernels> MatvecJob for Job<'_, B> {
     }
 }
 
-/// Whether a `dtype` weight of `n` rows by `k` can be repacked: Q4_0, Q4_1, Q5_0, Q8_0,
-/// IQ4_NL or MXFP4, in whole groups of eight rows.
+/// Whether a `dtype` weight of `n` rows by `k` can be repacked: Q4_0, Q4_1, Q5_0, Q5_1,
+/// Q8_0, IQ4_NL or MXFP4, in whole groups of eight rows.
 pub(crate) fn fits(dtype: GgmlDType, n: usize, k: usize) -> bool {
     use GgmlDType as T;
     matches!(
         dtype,
-        T::Q4_0 | T::Q4_1 | T::Q5_0 | T::Q8_0 | T::IQ4NL | T::MXFP4
+        T::Q4_0 | T::Q4_1 | T::Q5_0 | T::Q5_1 | T::Q8_0 | T::IQ4NL | T::MXFP4
     ) && n.is_multiple_of(ROWS)
         && k.is_multiple_of(32)
 }
@@ -290,7 +290,7 @@ mod tests {
     use super::*;
     use crate::quantized::format::interleaved::{dot_scalar, BlockMXFP4x8};
     use crate::quantized::format::{
-        e8m0_half, BlockIQ4NL, BlockMXFP4, BlockQ4_0, BlockQ4_1, BlockQ5_0,
+        e8m0_half, BlockIQ4NL, BlockMXFP4, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1,
     };
     use half::f16;
     use rand::{Rng, SeedableRng};
@@ -332,7 +332,7 @@ mod tests {
         } else {
             bytes[..2].copy_from_slice(&f16::ONE.to_le_bytes());
         }
-        if B::DTYPE == GgmlDType::Q4_1 {
+        if matches!(B::DTYPE, GgmlDType::Q4_1 | GgmlDType::Q5_1) {
             // Its min (bytes 2..4): zero, so the sums below are the levels' alone.
             bytes[2..4].fill(0);
         }
@@ -387,6 +387,7 @@ mod tests {
         round_trip::<BlockQ4_0>();
         round_trip::<BlockQ4_1>();
         round_trip::<BlockQ5_0>();
+        round_trip::<BlockQ5_1>();
         round_trip::<BlockQ8_0>();
         round_trip::<BlockIQ4NL>();
         round_trip::<BlockMXFP4>();
@@ -464,6 +465,7 @@ mod tests {
         kernels_agree::<BlockQ4_0>();
         kernels_agree::<BlockQ4_1>();
         kernels_agree::<BlockQ5_0>();
+        kernels_agree::<BlockQ5_1>();
         kernels_agree::<BlockQ8_0>();
         kernels_agree::<BlockIQ4NL>();
         kernels_agree::<BlockMXFP4>();

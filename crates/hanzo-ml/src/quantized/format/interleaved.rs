@@ -17,14 +17,15 @@
 //! broadcast activation instead. IQ4_NL stores Q4_0's nibble planes (`BlockIQ4NLx8`); its
 //! kernel looks the nibbles up in the level table and then proceeds as Q8_0's. Q4_1 stores
 //! Q4_0's planes with its eight mins beside the scales (`BlockQ4_1x8`); the min comes in as
-//! `m · d_x · Σ x` per block and row, so its activations are Q8_0 too. MXFP4 stores Q4_0's
+//! `m · d_x · Σ x` per block and row, so its activations are Q8_0 too; Q5_1 is Q5_0's layout
+//! with the mins the same way (`BlockQ5_1x8`). MXFP4 stores Q4_0's
 //! nibble planes beside its eight power-of-two scales (`BlockMXFP4x8`); its doubled E2M1
 //! values offset by 12 fit the unsigned path (`u` ≤ 24), looked up from the nibbles.
 //! docs/QUANTIZATION.md has the measurements behind the layout.
 
 use super::{
     e8m0_half, nibbles, nibbles_5, BlockIQ4NL, BlockMXFP4, BlockQ4_0, BlockQ4_1, BlockQ5_0,
-    BlockQ8_0, GgmlBlock, IQ4NL_VALUES, MXFP4_VALUES,
+    BlockQ5_1, BlockQ8_0, GgmlBlock, IQ4NL_VALUES, MXFP4_VALUES,
 };
 use half::f16;
 
@@ -48,6 +49,17 @@ pub struct BlockQ4_0x8 {
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct BlockQ5_0x8 {
     pub d: [f16; ROWS],
+    pub qh: [u8; 32],
+    pub qs: [u8; 128],
+}
+
+/// Block `i` of eight consecutive rows of Q5_1: as `BlockQ5_0x8` with `u` the 5-bit value
+/// itself, and each row's min `m` (element = `d · u + m`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct BlockQ5_1x8 {
+    pub d: [f16; ROWS],
+    pub m: [f16; ROWS],
     pub qh: [u8; 32],
     pub qs: [u8; 128],
 }
@@ -95,6 +107,7 @@ const _: () = assert!(std::mem::size_of::<BlockMXFP4x8>() == ROWS * 17);
 const _: () = assert!(std::mem::size_of::<BlockQ4_1x8>() == ROWS * 20);
 const _: () = assert!(std::mem::size_of::<BlockIQ4NLx8>() == ROWS * 18);
 const _: () = assert!(std::mem::size_of::<BlockQ5_0x8>() == ROWS * 22);
+const _: () = assert!(std::mem::size_of::<BlockQ5_1x8>() == ROWS * 24);
 const _: () = assert!(std::mem::size_of::<BlockQ8_0x8>() == ROWS * 34);
 
 /// Unsigned levels of a repacked block: `[t][4r + b]` is level `4t + b` of row `r`.
@@ -138,6 +151,21 @@ fn interleave_words<const W: usize, const N: usize>(rows: [[u32; W]; ROWS]) -> [
     std::array::from_fn(|i| rows[i % ROWS][i / ROWS])
 }
 
+/// The fifth bits of eight rows: byte `4r + b` gathers those of elements `b, b + 4, ..., b +
+/// 28` of row `r`, element `4t + b`'s in bit `t`.
+fn interleave_qh(rows: [[u8; 4]; ROWS]) -> [u8; 32] {
+    let high = rows.map(u32::from_le_bytes);
+    std::array::from_fn(|p| {
+        let h = high[p / 4] >> (p % 4);
+        (0..8).fold(0u8, |acc, t| acc | (((h >> (4 * t)) & 1) as u8) << t)
+    })
+}
+
+/// Every step's 5-bit values of interleaved nibble planes and fifth bits (Q5_0, Q5_1).
+fn five_bit_steps(qs: &[u8; 128], qh: &[u8; 32]) -> Steps {
+    std::array::from_fn(|t| std::array::from_fn(|p| nibble_of(qs, t, p) | ((qh[p] >> t) & 1) << 4))
+}
+
 fn nibble_of(qs: &[u8; 128], t: usize, p: usize) -> u8 {
     (qs[32 * (t % 4) + p] >> (4 * (t / 4))) & 15
 }
@@ -178,21 +206,14 @@ impl Interleave for BlockQ5_0 {
         nibbles_5(&self.qs, self.qh)
     }
     fn pack(rows: [&Self; ROWS]) -> BlockQ5_0x8 {
-        // Byte 4r + b gathers the fifth bits of elements b, b + 4, ..., b + 28 of row r.
-        let high = rows.map(|b| u32::from_le_bytes(b.qh));
         BlockQ5_0x8 {
             d: rows.map(|b| b.d),
-            qh: std::array::from_fn(|p| {
-                let h = high[p / 4] >> (p % 4);
-                (0..8).fold(0u8, |acc, t| acc | (((h >> (4 * t)) & 1) as u8) << t)
-            }),
+            qh: interleave_qh(rows.map(|b| b.qh)),
             qs: interleave_qs(rows.map(|b| &b.qs)),
         }
     }
     fn unpack(b: &BlockQ5_0x8) -> Steps {
-        std::array::from_fn(|t| {
-            std::array::from_fn(|p| nibble_of(&b.qs, t, p) | ((b.qh[p] >> t) & 1) << 4)
-        })
+        five_bit_steps(&b.qs, &b.qh)
     }
     fn scales(b: &BlockQ5_0x8) -> [f32; ROWS] {
         b.d.map(f16::to_f32)
@@ -245,6 +266,33 @@ impl Interleave for BlockQ4_1 {
         b.d.map(f16::to_f32)
     }
     fn mins(b: &BlockQ4_1x8) -> Option<&[f16; ROWS]> {
+        Some(&b.m)
+    }
+}
+
+impl Interleave for BlockQ5_1 {
+    type X8 = BlockQ5_1x8;
+    const OFFSET: i32 = 0;
+    const MAX_LEVEL: u8 = 31;
+
+    fn levels(&self) -> [u8; 32] {
+        nibbles_5(&self.qs, self.qh)
+    }
+    fn pack(rows: [&Self; ROWS]) -> BlockQ5_1x8 {
+        BlockQ5_1x8 {
+            d: rows.map(|b| b.d),
+            m: rows.map(|b| b.m),
+            qh: interleave_qh(rows.map(|b| b.qh)),
+            qs: interleave_qs(rows.map(|b| &b.qs)),
+        }
+    }
+    fn unpack(b: &BlockQ5_1x8) -> Steps {
+        five_bit_steps(&b.qs, &b.qh)
+    }
+    fn scales(b: &BlockQ5_1x8) -> [f32; ROWS] {
+        b.d.map(f16::to_f32)
+    }
+    fn mins(b: &BlockQ5_1x8) -> Option<&[f16; ROWS]> {
         Some(&b.m)
     }
 }

@@ -3,7 +3,7 @@
 
 use crate::quantized::format::interleaved::{dot_scalar, Interleave, XRow, ROWS};
 use crate::quantized::format::{
-    BlockIQ4NL, BlockMXFP4, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ8_0,
+    BlockIQ4NL, BlockMXFP4, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0,
 };
 
 /// `[c][r]` = row `r` of a group (`w`, one block per 32 elements) times activation row `c`,
@@ -88,6 +88,7 @@ macro_rules! interleaved_kernels {
 interleaved_kernels!(BlockQ4_0);
 interleaved_kernels!(BlockQ4_1);
 interleaved_kernels!(BlockQ5_0);
+interleaved_kernels!(BlockQ5_1);
 interleaved_kernels!(BlockQ8_0);
 interleaved_kernels!(BlockIQ4NL);
 interleaved_kernels!(BlockMXFP4);

@@ -6,8 +6,8 @@
 use super::interleaved::Ahead;
 use super::prefetch::prefetch_ahead;
 use crate::quantized::format::interleaved::{
-    BlockIQ4NLx8, BlockMXFP4x8, BlockQ4_0x8, BlockQ4_1x8, BlockQ5_0x8, BlockQ8_0x8, XRow,
-    MXFP4_LEVELS, ROWS,
+    BlockIQ4NLx8, BlockMXFP4x8, BlockQ4_0x8, BlockQ4_1x8, BlockQ5_0x8, BlockQ5_1x8, BlockQ8_0x8,
+    XRow, MXFP4_LEVELS, ROWS,
 };
 use crate::quantized::format::IQ4NL_VALUES;
 use std::arch::x86_64::*;
@@ -94,39 +94,70 @@ impl Expand for BlockQ4_1x8 {
     }
 }
 
+/// The 5-bit values of all eight steps: the nibbles, and bit `t` of each `qh` byte as step
+/// `t`'s fifth bit.
+///
+/// # Safety
+/// AVX2 must be enabled in the caller.
+#[inline(always)]
+unsafe fn five_bit_steps(qs: &[u8; 128], qh: &[u8; 32]) -> [__m256i; 8] {
+    // SAFETY: the caller enables AVX2; the load reads the 32 bytes of `qh`.
+    unsafe {
+        let mut u = nibble_steps(qs);
+        let qh = _mm256_loadu_si256(qh.as_ptr() as *const __m256i);
+        // Bit t of each byte is step t's fifth bit: move it to bit 4 (16-bit shifts of a
+        // masked byte never carry into the next byte).
+        let bit = |t: i32| _mm256_and_si256(qh, _mm256_set1_epi8(1 << t));
+        let fifth = [
+            _mm256_slli_epi16::<4>(bit(0)),
+            _mm256_slli_epi16::<3>(bit(1)),
+            _mm256_slli_epi16::<2>(bit(2)),
+            _mm256_slli_epi16::<1>(bit(3)),
+            bit(4),
+            _mm256_srli_epi16::<1>(bit(5)),
+            _mm256_srli_epi16::<2>(bit(6)),
+            _mm256_srli_epi16::<3>(bit(7)),
+        ];
+        for (u, f) in u.iter_mut().zip(fifth) {
+            *u = _mm256_or_si256(*u, f);
+        }
+        u
+    }
+}
+
 impl Expand for BlockQ5_0x8 {
     const OFFSET: i32 = 16;
 
     #[inline(always)]
     unsafe fn expand(&self) -> [__m256i; 8] {
-        // SAFETY: the caller enables AVX2; the load reads the 32 bytes of `qh`.
-        unsafe {
-            let mut u = nibble_steps(&self.qs);
-            let qh = _mm256_loadu_si256(self.qh.as_ptr() as *const __m256i);
-            // Bit t of each byte is step t's fifth bit: move it to bit 4 (16-bit shifts of a
-            // masked byte never carry into the next byte).
-            let bit = |t: i32| _mm256_and_si256(qh, _mm256_set1_epi8(1 << t));
-            let fifth = [
-                _mm256_slli_epi16::<4>(bit(0)),
-                _mm256_slli_epi16::<3>(bit(1)),
-                _mm256_slli_epi16::<2>(bit(2)),
-                _mm256_slli_epi16::<1>(bit(3)),
-                bit(4),
-                _mm256_srli_epi16::<1>(bit(5)),
-                _mm256_srli_epi16::<2>(bit(6)),
-                _mm256_srli_epi16::<3>(bit(7)),
-            ];
-            for (u, f) in u.iter_mut().zip(fifth) {
-                *u = _mm256_or_si256(*u, f);
-            }
-            u
-        }
+        // SAFETY: forwarded from the caller.
+        unsafe { five_bit_steps(&self.qs, &self.qh) }
     }
 
     #[inline(always)]
     unsafe fn scales(&self) -> __m256 {
         // SAFETY: forwarded from the caller.
         unsafe { halves(&self.d) }
+    }
+}
+
+impl Expand for BlockQ5_1x8 {
+    const OFFSET: i32 = 0;
+
+    #[inline(always)]
+    unsafe fn expand(&self) -> [__m256i; 8] {
+        // SAFETY: forwarded from the caller.
+        unsafe { five_bit_steps(&self.qs, &self.qh) }
+    }
+
+    #[inline(always)]
+    unsafe fn scales(&self) -> __m256 {
+        // SAFETY: forwarded from the caller.
+        unsafe { halves(&self.d) }
+    }
+
+    fn mins(&self) -> Option<&[half::f16; ROWS]> {
+        Some(&self.m)
     }
 }
 
@@ -315,7 +346,13 @@ macro_rules! unsigned_block_dot {
         }
     )+};
 }
-unsigned_block_dot!(BlockQ4_0x8, BlockQ4_1x8, BlockQ5_0x8, BlockMXFP4x8);
+unsigned_block_dot!(
+    BlockQ4_0x8,
+    BlockQ4_1x8,
+    BlockQ5_0x8,
+    BlockQ5_1x8,
+    BlockMXFP4x8
+);
 
 /// A repacked block whose levels are signed bytes, step by step.
 trait SignedSteps: Expand {

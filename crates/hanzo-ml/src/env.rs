@@ -3,7 +3,7 @@
 //! | variable | effect |
 //! |---|---|
 //! | `HANZO_ISA` | caps the instruction set every CPU kernel uses (`scalar`, `neon`, `simd128`, `avx2`, `avxvnni`, `avx512`): for comparisons and debugging; a set this CPU lacks is ignored with a warning |
-//! | `HANZO_INTERLEAVE=0` | keeps Q4_0/Q5_0/Q8_0 weights in their stored layout instead of repacking them eight rows at a time for decode |
+//! | `HANZO_INTERLEAVE=0` | keeps the 32-element types' weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4) in their stored layout instead of repacking them eight rows at a time for decode |
 //! | `HANZO_HUGE_PAGES=0` | leaves a mapped model file on the page cache's pages instead of moving it onto 2 MiB pages |
 
 use std::sync::OnceLock;

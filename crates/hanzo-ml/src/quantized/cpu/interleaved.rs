@@ -340,7 +340,6 @@ mod tests {
         let level = match (top, B::DTYPE) {
             (true, GgmlDType::IQ4NL) => 113 + 128,
             (false, GgmlDType::IQ4NL) => 1,
-            (false, GgmlDType::MXFP4) => 0,
             (true, _) => B::MAX_LEVEL,
             (false, _) => 0,
         };

@@ -1,6 +1,6 @@
-//! Q4_0, Q5_0 and Q8_0 blocks of eight consecutive rows stored as one (`BlockQ4_0x8`, ...):
-//! the layout decode's 256-bit kernels stream, its portable unpacking, and the portable dot
-//! product those kernels are checked against.
+//! Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL and MXFP4 blocks of eight consecutive rows stored as
+//! one (`BlockQ4_0x8`, ...): the layout decode's 256-bit kernels stream, its portable
+//! unpacking, and the portable dot product those kernels are checked against.
 //!
 //! Row by row, a Q5_0 dot product spends most of its work per block on overhead: spreading
 //! 32 fifth bits into bytes, moving the weight's sign onto the activation for `maddubs`,
@@ -18,9 +18,9 @@
 //! kernel looks the nibbles up in the level table and then proceeds as Q8_0's. Q4_1 stores
 //! Q4_0's planes with its eight mins beside the scales (`BlockQ4_1x8`); the min comes in as
 //! `m · d_x · Σ x` per block and row, so its activations are Q8_0 too; Q5_1 is Q5_0's layout
-//! with the mins the same way (`BlockQ5_1x8`). MXFP4 stores Q4_0's
-//! nibble planes beside its eight power-of-two scales (`BlockMXFP4x8`); its doubled E2M1
-//! values offset by 12 fit the unsigned path (`u` ≤ 24), looked up from the nibbles.
+//! with the mins the same way (`BlockQ5_1x8`). MXFP4 stores Q4_0's nibble planes beside its
+//! eight power-of-two scales (`BlockMXFP4x8`); its doubled E2M1 values offset by 12 fit the
+//! unsigned path (`u` ≤ 24), looked up from the nibbles.
 //! docs/QUANTIZATION.md has the measurements behind the layout.
 
 use super::{
@@ -129,7 +129,7 @@ pub trait Interleave: GgmlBlock {
     fn pack(rows: [&Self; ROWS]) -> Self::X8;
     /// The unsigned levels, by the portable code the SIMD expansion is checked against.
     fn unpack(b: &Self::X8) -> Steps;
-    /// The eight rows' scales, as stored.
+    /// The eight rows' scales, widened exactly (from f16, or MXFP4's powers of two).
     fn scales(b: &Self::X8) -> [f32; ROWS];
     /// The eight rows' mins, for the types that have them.
     fn mins(_: &Self::X8) -> Option<&[f16; ROWS]> {

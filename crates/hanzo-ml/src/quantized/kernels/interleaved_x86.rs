@@ -58,42 +58,6 @@ unsafe fn nibble_steps(qs: &[u8; 128]) -> [__m256i; 8] {
     }
 }
 
-impl Expand for BlockQ4_0x8 {
-    const OFFSET: i32 = 8;
-
-    #[inline(always)]
-    unsafe fn expand(&self) -> [__m256i; 8] {
-        // SAFETY: forwarded from the caller.
-        unsafe { nibble_steps(&self.qs) }
-    }
-
-    #[inline(always)]
-    unsafe fn scales(&self) -> __m256 {
-        // SAFETY: forwarded from the caller.
-        unsafe { halves(&self.d) }
-    }
-}
-
-impl Expand for BlockQ4_1x8 {
-    const OFFSET: i32 = 0;
-
-    #[inline(always)]
-    unsafe fn expand(&self) -> [__m256i; 8] {
-        // SAFETY: forwarded from the caller.
-        unsafe { nibble_steps(&self.qs) }
-    }
-
-    #[inline(always)]
-    unsafe fn scales(&self) -> __m256 {
-        // SAFETY: forwarded from the caller.
-        unsafe { halves(&self.d) }
-    }
-
-    fn mins(&self) -> Option<&[half::f16; ROWS]> {
-        Some(&self.m)
-    }
-}
-
 /// The 5-bit values of all eight steps: the nibbles, and bit `t` of each `qh` byte as step
 /// `t`'s fifth bit.
 ///
@@ -125,41 +89,38 @@ unsafe fn five_bit_steps(qs: &[u8; 128], qh: &[u8; 32]) -> [__m256i; 8] {
     }
 }
 
-impl Expand for BlockQ5_0x8 {
-    const OFFSET: i32 = 16;
+/// `Expand` for the unsigned layouts with f16 scales: the steps `$steps` computes from the
+/// block `$b`, the scales widened, and the mins where the layout has them (`$min`).
+macro_rules! unsigned_expand {
+    ($x8:ty, $offset:expr, $b:ident => $steps:expr $(, $min:ident)?) => {
+        impl Expand for $x8 {
+            const OFFSET: i32 = $offset;
 
-    #[inline(always)]
-    unsafe fn expand(&self) -> [__m256i; 8] {
-        // SAFETY: forwarded from the caller.
-        unsafe { five_bit_steps(&self.qs, &self.qh) }
-    }
+            #[inline(always)]
+            unsafe fn expand(&self) -> [__m256i; 8] {
+                let $b = self;
+                // SAFETY: forwarded from the caller.
+                unsafe { $steps }
+            }
 
-    #[inline(always)]
-    unsafe fn scales(&self) -> __m256 {
-        // SAFETY: forwarded from the caller.
-        unsafe { halves(&self.d) }
-    }
+            #[inline(always)]
+            unsafe fn scales(&self) -> __m256 {
+                // SAFETY: forwarded from the caller.
+                unsafe { halves(&self.d) }
+            }
+
+            $(
+                fn mins(&self) -> Option<&[half::f16; ROWS]> {
+                    Some(&self.$min)
+                }
+            )?
+        }
+    };
 }
-
-impl Expand for BlockQ5_1x8 {
-    const OFFSET: i32 = 0;
-
-    #[inline(always)]
-    unsafe fn expand(&self) -> [__m256i; 8] {
-        // SAFETY: forwarded from the caller.
-        unsafe { five_bit_steps(&self.qs, &self.qh) }
-    }
-
-    #[inline(always)]
-    unsafe fn scales(&self) -> __m256 {
-        // SAFETY: forwarded from the caller.
-        unsafe { halves(&self.d) }
-    }
-
-    fn mins(&self) -> Option<&[half::f16; ROWS]> {
-        Some(&self.m)
-    }
-}
+unsigned_expand!(BlockQ4_0x8, 8, b => nibble_steps(&b.qs));
+unsigned_expand!(BlockQ4_1x8, 0, b => nibble_steps(&b.qs), m);
+unsigned_expand!(BlockQ5_0x8, 16, b => five_bit_steps(&b.qs, &b.qh));
+unsigned_expand!(BlockQ5_1x8, 0, b => five_bit_steps(&b.qs, &b.qh), m);
 
 impl Expand for BlockQ8_0x8 {
     const OFFSET: i32 = 128;

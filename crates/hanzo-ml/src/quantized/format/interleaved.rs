@@ -319,12 +319,15 @@ impl Interleave for BlockIQ4NL {
     }
 }
 
+/// What makes MXFP4's doubled E2M1 values (−12..=12) unsigned.
+const MXFP4_OFFSET: i8 = 12;
+
 /// MXFP4's doubled E2M1 values made unsigned: `MXFP4_VALUES[i] + 12`, by table index.
 pub const MXFP4_LEVELS: [u8; 16] = {
     let mut u = [0; 16];
     let mut i = 0;
     while i < 16 {
-        u[i] = (MXFP4_VALUES[i] + 12) as u8;
+        u[i] = (MXFP4_VALUES[i] + MXFP4_OFFSET) as u8;
         i += 1;
     }
     u
@@ -332,8 +335,8 @@ pub const MXFP4_LEVELS: [u8; 16] = {
 
 impl Interleave for BlockMXFP4 {
     type X8 = BlockMXFP4x8;
-    const OFFSET: i32 = 12;
-    const MAX_LEVEL: u8 = 24;
+    const OFFSET: i32 = MXFP4_OFFSET as i32;
+    const MAX_LEVEL: u8 = 2 * MXFP4_OFFSET as u8;
 
     fn levels(&self) -> [u8; 32] {
         nibbles(&self.qs).map(|i| MXFP4_LEVELS[i as usize])

@@ -5,11 +5,12 @@
 
 use super::interleaved::Ahead;
 use super::prefetch::prefetch_ahead;
+use crate::quantized::format::interleaved::Interleave;
 use crate::quantized::format::interleaved::{
     BlockIQ4NLx8, BlockMXFP4x8, BlockQ4_0x8, BlockQ4_1x8, BlockQ5_0x8, BlockQ5_1x8, BlockQ8_0x8,
     XRow, MXFP4_LEVELS, ROWS,
 };
-use crate::quantized::format::IQ4NL_VALUES;
+use crate::quantized::format::{BlockMXFP4, IQ4NL_VALUES};
 use std::arch::x86_64::*;
 
 /// A repacked block's eight steps of unsigned levels.
@@ -146,14 +147,24 @@ impl Expand for BlockQ8_0x8 {
     }
 }
 
-/// IQ4_NL's table, in both 128-bit lanes, for `shuffle_epi8` lookups.
+/// A 16-byte lookup table in both 128-bit lanes, for `shuffle_epi8` lookups.
+///
+/// # Safety
+/// AVX2 must be enabled in the caller.
+#[inline(always)]
+unsafe fn lane_table(table: &[u8; 16]) -> __m256i {
+    // SAFETY: the load reads the table's 16 bytes; the caller enables AVX2.
+    unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(table.as_ptr() as *const __m128i)) }
+}
+
+/// IQ4_NL's levels, signed, in both lanes.
 ///
 /// # Safety
 /// AVX2 must be enabled in the caller.
 #[inline(always)]
 unsafe fn iq4nl_table() -> __m256i {
-    // SAFETY: the table is 16 bytes; the caller enables AVX2.
-    unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(IQ4NL_VALUES.as_ptr() as *const __m128i)) }
+    // SAFETY: forwarded from the caller.
+    unsafe { lane_table(bytemuck::cast_ref(&IQ4NL_VALUES)) }
 }
 
 impl Expand for BlockIQ4NLx8 {
@@ -176,24 +187,14 @@ impl Expand for BlockIQ4NLx8 {
     }
 }
 
-/// MXFP4's unsigned levels (`MXFP4_LEVELS`), in both 128-bit lanes.
-///
-/// # Safety
-/// AVX2 must be enabled in the caller.
-#[inline(always)]
-unsafe fn mxfp4_table() -> __m256i {
-    // SAFETY: the table is 16 bytes; the caller enables AVX2.
-    unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(MXFP4_LEVELS.as_ptr() as *const __m128i)) }
-}
-
 impl Expand for BlockMXFP4x8 {
-    const OFFSET: i32 = 12;
+    const OFFSET: i32 = <BlockMXFP4 as Interleave>::OFFSET;
 
     #[inline(always)]
     unsafe fn expand(&self) -> [__m256i; 8] {
         // SAFETY: forwarded from the caller.
         unsafe {
-            let table = mxfp4_table();
+            let table = lane_table(&MXFP4_LEVELS);
             nibble_steps(&self.qs).map(|n| _mm256_shuffle_epi8(table, n))
         }
     }

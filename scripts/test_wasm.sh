@@ -25,7 +25,7 @@ wasi_test() {
     cargo test -p hanzo-ml --target wasm32-wasip1 --target-dir "$dir" "$@"
 }
 # One thread: WASI has none to spare.
-wasi_test "$simd_flags" target/wasi --lib -- --test-threads=1 quantized::kernels cpu::simd
+wasi_test "$simd_flags" target/wasi --lib -- --test-threads=1 quantized::kernels cpu::simd cpu::attention
 wasi_test "$simd_flags" target/wasi --test simd -- --test-threads=1
 wasi_test "$relaxed_flags" target/wasi-relaxed --lib -- --test-threads=1 quantized::kernels
 for build in relaxed simd scalar; do

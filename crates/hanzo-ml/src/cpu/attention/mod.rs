@@ -8,6 +8,8 @@
 //! log-probabilities move by ~0.1 when only the KV cache's rounding changes. Reproducing
 //! llama.cpp's greedy output therefore means rounding where it rounds.
 
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod simd128;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
@@ -306,6 +308,10 @@ pub fn round_f16(xs: &mut [f32]) {
         unsafe { x86::round_f16(xs) };
         return;
     }
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    if xs.len().is_multiple_of(4) {
+        return simd128::round_f16(xs);
+    }
     for x in xs {
         *x = f16::from_f32(*x).to_f32();
     }
@@ -329,6 +335,10 @@ fn mad_f16(acc: &mut [f32], v: &[f16], s: f32) {
         unsafe { x86::mad_f16(acc, v, s) };
         return;
     }
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    if acc.len().is_multiple_of(8) {
+        return simd128::mad_f16(acc, v, s);
+    }
     for (a, &x) in acc.iter_mut().zip(v) {
         *a = f16::from_f32(x.to_f32().mul_add(s, *a)).to_f32();
     }
@@ -341,6 +351,10 @@ fn accumulate(acc: &mut [f32], vals: &[f32], ms: f32, weights: &[f32]) {
         // SAFETY: the CPU supports avx2/fma (checked above); `vals` holds one row per weight.
         unsafe { x86::accumulate(acc, vals, ms, weights) };
         return;
+    }
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    if acc.len().is_multiple_of(16) {
+        return simd128::accumulate(acc, vals, ms, weights);
     }
     accumulate_portable(acc, vals, ms, weights);
 }
@@ -372,6 +386,9 @@ trait Elem: Copy {
     /// `p..p + 16` is readable and the CPU has AVX-512F.
     #[cfg(target_arch = "x86_64")]
     unsafe fn load16(p: *const Self) -> std::arch::x86_64::__m512;
+    /// Eight elements from the front of `c` as two vectors of four f32 lanes.
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    fn widen8(c: &[Self]) -> (std::arch::wasm32::v128, std::arch::wasm32::v128);
 }
 
 impl Elem for f32 {
@@ -389,6 +406,11 @@ impl Elem for f32 {
     unsafe fn load16(p: *const Self) -> std::arch::x86_64::__m512 {
         // SAFETY: the caller guarantees 16 readable floats and AVX-512F.
         unsafe { std::arch::x86_64::_mm512_loadu_ps(p) }
+    }
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    #[inline(always)]
+    fn widen8(c: &[Self]) -> (std::arch::wasm32::v128, std::arch::wasm32::v128) {
+        (simd128::load4(c), simd128::load4(&c[4..]))
     }
 }
 
@@ -410,6 +432,11 @@ impl Elem for f16 {
         // SAFETY: the caller guarantees 16 readable halves (32 bytes) and AVX-512F.
         unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i)) }
     }
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    #[inline(always)]
+    fn widen8(c: &[Self]) -> (std::arch::wasm32::v128, std::arch::wasm32::v128) {
+        crate::cpu::simd::simd128::widen_f16x8(c)
+    }
 }
 
 /// f32 dot product summed in ggml's AVX2 order (4×8 lanes, pairwise reduction), so scores
@@ -424,6 +451,10 @@ fn dot<K: Elem>(a: &[K], b: &[f32]) -> f32 {
         }
         // SAFETY: the CPU supports avx2/fma (checked above); lengths are equal.
         return unsafe { x86::dot(a, b) };
+    }
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    if a.len().is_multiple_of(32) {
+        return simd128::dot(a, b);
     }
     a.iter().zip(b).map(|(x, y)| x.widen() * y).sum()
 }

@@ -214,3 +214,84 @@ fn grouped_queries_give_each_query_its_own_softmax() {
         }
     }
 }
+
+/// The SIMD128 pieces against scalar loops with the same roundings (a product rounded, then
+/// the sum: SIMD128 has no fused multiply-add), in the WebAssembly build itself.
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+#[test]
+fn simd128_kernels_match_scalar_loops() {
+    // Rounding to f16: a spread of every exponent and mantissa, and each boundary (f16's
+    // largest value and the midpoint past it, the smallest normal and subnormal, ties).
+    let mut bits: Vec<u32> = (0..=u32::MAX).step_by(4093).collect();
+    for b in [
+        0x477f_e000u32,
+        0x477f_efff,
+        0x477f_f000,
+        0x3880_0000,
+        0x387f_ffff,
+        0x3300_0000,
+        0x3300_0001,
+        0x3380_0000,
+        0x3f80_1000,
+        0x3f80_3000,
+        0x7f80_0000,
+        0x0000_0001,
+    ] {
+        bits.extend([b, b | 0x8000_0000]);
+    }
+    let xs: Vec<f32> = bits.iter().map(|&b| f32::from_bits(b)).collect();
+    let mut rounded = xs.clone();
+    rounded.truncate(xs.len() / 4 * 4);
+    simd128::round_f16(&mut rounded);
+    for (x, r) in xs.iter().zip(&rounded) {
+        let want = f16::from_f32(*x).to_f32();
+        assert!(
+            r.to_bits() == want.to_bits() || (r.is_nan() && want.is_nan()),
+            "{x:e} ({:#x}): {r:e} vs {want:e}",
+            x.to_bits()
+        );
+    }
+
+    let d = 256;
+    let (a, b) = (values(d, 7), values(d, 8));
+    let a16: Vec<f16> = a.iter().map(|&x| f16::from_f32(x)).collect();
+    let a16_wide: Vec<f32> = a16.iter().map(|x| x.to_f32()).collect();
+    // AVX2's order: lanes l of four 8-lane sums, `(s0 + s2) + (s1 + s3)`, the two halves,
+    // then `(t0 + t1) + (t2 + t3)`.
+    let mut s = [[0f32; 8]; 4];
+    for (x, y) in a16_wide.chunks_exact(32).zip(b.chunks_exact(32)) {
+        for (j, s) in s.iter_mut().enumerate() {
+            for (l, s) in s.iter_mut().enumerate() {
+                *s += x[8 * j + l] * y[8 * j + l];
+            }
+        }
+    }
+    let x0: Vec<f32> = (0..8)
+        .map(|l| (s[0][l] + s[2][l]) + (s[1][l] + s[3][l]))
+        .collect();
+    let t: Vec<f32> = (0..4).map(|l| x0[l] + x0[l + 4]).collect();
+    let want = (t[0] + t[1]) + (t[2] + t[3]);
+    assert_eq!(simd128::dot(&a16, &b).to_bits(), want.to_bits());
+    assert_eq!(simd128::dot(&a16_wide, &b).to_bits(), want.to_bits());
+
+    let mut got = b.clone();
+    simd128::mad_f16(&mut got, &a16, 0.37);
+    let want: Vec<f32> = b
+        .iter()
+        .zip(&a16_wide)
+        .map(|(b, a)| f16::from_f32(a * 0.37 + b).to_f32())
+        .collect();
+    assert_eq!(got, want);
+
+    let vals = values(d * 5, 10);
+    let weights = [0.5, 0.25, 1.0, 0.125, 0.75];
+    let mut got = a.clone();
+    simd128::accumulate(&mut got, &vals, 0.5, &weights);
+    let mut want: Vec<f32> = a.iter().map(|x| x * 0.5).collect();
+    for (row, w) in vals.chunks_exact(d).zip(weights) {
+        for (acc, v) in want.iter_mut().zip(row) {
+            *acc += v * w;
+        }
+    }
+    assert_eq!(got, want);
+}

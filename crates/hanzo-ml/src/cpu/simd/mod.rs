@@ -27,7 +27,7 @@ mod neon;
 )]
 mod rows;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-mod simd128;
+pub(crate) mod simd128;
 #[cfg_attr(
     not(any(
         target_arch = "x86_64",

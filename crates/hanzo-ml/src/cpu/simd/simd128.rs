@@ -133,3 +133,57 @@ unsafe impl F32Vector for Simd128 {
         f32x4_extract_lane::<0>(m)
     }
 }
+
+/// Four f16 values (their bits in the low half of each u32 lane) as f32, exactly: the f16's
+/// exponent and mantissa bits moved into place and scaled by 2^112 (the difference of the
+/// biases), right for normal and subnormal values alike; infinities and NaNs get the all-ones
+/// exponent. SIMD128 has no conversion instruction, and `half`'s portable one branches.
+#[inline(always)]
+pub(crate) fn widen_f16(h: v128) -> v128 {
+    let em = v128_and(h, u32x4_splat(0x7fff));
+    let shifted = i32x4_shl(em, 13);
+    let finite = f32x4_mul(shifted, f32x4_splat(f32::from_bits(0x7780_0000)));
+    let special = v128_or(shifted, u32x4_splat(0x7f80_0000));
+    // Infinities and NaNs: `shifted` read as an f32 is at least 0x7c00 << 13 read as one (a
+    // float compare, which engines lower to one instruction, where an unsigned one takes three).
+    let is_special = f32x4_ge(shifted, f32x4_splat(f32::from_bits(0x7c00 << 13)));
+    let v = v128_bitselect(special, finite, is_special);
+    v128_or(v, i32x4_shl(v128_and(h, u32x4_splat(0x8000)), 16))
+}
+
+/// Eight f16 values from 16 bytes, as two vectors of four f32 (`widen_f16`).
+#[inline(always)]
+pub(crate) fn widen_f16x8(h: &[half::f16]) -> (v128, v128) {
+    let h = &h[..8];
+    // SAFETY: `h` holds 8 halves, 16 bytes; v128_load has no alignment need.
+    let v = unsafe { v128_load(h.as_ptr().cast()) };
+    (
+        widen_f16(u32x4_extend_low_u16x8(v)),
+        widen_f16(u32x4_extend_high_u16x8(v)),
+    )
+}
+
+/// Each lane rounded to the nearest f16 (ties to even) and back to f32: what
+/// `f16::from_f32(x).to_f32()` gives, bit for bit for every non-NaN input (NaN stays a NaN).
+#[inline(always)]
+pub(crate) fn round_to_f16(x: v128) -> v128 {
+    let abs = v128_and(x, u32x4_splat(0x7fff_ffff));
+    let sign = v128_xor(x, abs);
+    // f16's normal range: the mantissa rounded to 10 bits by adding just under half an f16
+    // step plus the bit that breaks ties to even, then clearing the 13 bits below it; a carry
+    // moves into the exponent, as a round-up should. From 65520 on that gives at least 2^16,
+    // which is past f16's largest value (65504): infinity.
+    let odd = v128_and(u32x4_shr(abs, 13), u32x4_splat(1));
+    let bumped = i32x4_add(i32x4_add(abs, u32x4_splat(0xfff)), odd);
+    let normal = v128_and(bumped, u32x4_splat(!0x1fff));
+    let inf = u32x4_splat(0x7f80_0000);
+    let normal = v128_bitselect(inf, normal, i32x4_ge(normal, u32x4_splat(0x4780_0000)));
+    // Below 2^-14, f16's subnormals are the multiples of 2^-24: adding 0.5 leaves a sum whose
+    // last bit is 2^-24, so the float addition itself rounds (ties to even), and taking 0.5 off
+    // again is exact.
+    let half = f32x4_splat(0.5);
+    let subnormal = f32x4_sub(f32x4_add(abs, half), half);
+    let tiny = i32x4_lt(abs, u32x4_splat(0x3880_0000));
+    let rounded = v128_or(v128_bitselect(subnormal, normal, tiny), sign);
+    v128_bitselect(x, rounded, i32x4_gt(abs, inf))
+}

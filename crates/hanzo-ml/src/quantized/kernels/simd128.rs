@@ -4,6 +4,7 @@
 //! which is exact; each block's integer sum is then scaled in f32 by the scalar dot's own
 //! formula, so every kernel here gives the scalar results bit for bit (as the NEON ones do).
 
+use crate::cpu::simd::simd128::widen_f16;
 use crate::quantized::format::*;
 use std::arch::wasm32::*;
 
@@ -31,16 +32,7 @@ fn f16_to_f32(h: half::f16) -> f32 {
 #[inline(always)]
 fn f16x4_to_f32(h: [half::f16; 4]) -> v128 {
     let h = h.map(|h| h.to_bits() as u32);
-    let h = u32x4(h[0], h[1], h[2], h[3]);
-    let em = v128_and(h, u32x4_splat(0x7fff));
-    let shifted = i32x4_shl(em, 13);
-    let finite = f32x4_mul(shifted, f32x4_splat(f32::from_bits(0x7780_0000)));
-    let special = v128_or(shifted, u32x4_splat(0x7f80_0000));
-    // Infinities and NaNs: `shifted` read as an f32 is at least 0x7c00 << 13 read as one (a
-    // float compare, which engines lower to one instruction, where an unsigned one takes three).
-    let is_special = f32x4_ge(shifted, f32x4_splat(f32::from_bits(0x7c00 << 13)));
-    let v = v128_bitselect(special, finite, is_special);
-    v128_or(v, i32x4_shl(v128_and(h, u32x4_splat(0x8000)), 16))
+    widen_f16(u32x4(h[0], h[1], h[2], h[3]))
 }
 
 #[inline(always)]

@@ -89,7 +89,17 @@ macro_rules! portable {
         impl Kernels for $block {}
     )*};
 }
-portable!(f32, BlockQ8_1);
+portable!(f32);
+
+impl QuantizeRow for BlockQ8_1 {
+    fn quantize_row() -> QuantizeFn<Self> {
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        return simd128::quantize_q8_1;
+        #[allow(unreachable_code)]
+        Self::quantize
+    }
+}
+impl Kernels for BlockQ8_1 {}
 
 /// Q4_1 and Q5_1: an AVX2 dot product (their decode on x86 runs from rows repacked eight at
 /// a time, `interleaved`), tiles on SIMD128, whose 1x1 tile is then the dot product.
@@ -194,7 +204,7 @@ pub fn has_avx2() -> bool {
 pub type QuantizeFn<B> = fn(&[f32], &mut [B]);
 
 macro_rules! quantize_picker {
-    ($name:ident, $block:ty, $avx2:ident, $reference:ident) => {
+    ($name:ident, $block:ty, $avx2:ident, $reference:ident $(, $simd128:ident)?) => {
         pub fn $name() -> QuantizeFn<$block> {
             #[cfg(target_arch = "x86_64")]
             if has_avx2() {
@@ -204,6 +214,11 @@ macro_rules! quantize_picker {
                 }
                 return kernel;
             }
+            $(
+                #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+                return simd128::$simd128;
+            )?
+            #[allow(unreachable_code)]
             $reference
         }
     };
@@ -213,7 +228,8 @@ quantize_picker!(
     pick_quantize_q8_0,
     BlockQ8_0,
     quantize_q8_0,
-    quantize_q8_0_ref
+    quantize_q8_0_ref,
+    quantize_q8_0
 );
 quantize_picker!(pick_quantize_q8k, BlockQ8K, quantize_q8k, quantize_q8k_ref);
 
@@ -376,6 +392,40 @@ picker!(pick_q5_1, BlockQ5_1, q5_1_q8_1);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The SIMD128 activation quantizers against the references, byte for byte: random rows,
+    /// exact halves (which round away from zero), a NaN, an infinity, a zero block and a block
+    /// whose scale is subnormal (its reciprocal overflows).
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    #[test]
+    fn simd128_activation_quantizers_give_the_reference_bytes() {
+        let mut rows: Vec<Vec<f32>> = (0..4).map(|s| random_row(256, 40 + s)).collect();
+        let mut halves: Vec<f32> = (0..32).map(|i| i as f32 - 15.5).collect();
+        halves[0] = 127.0;
+        rows.push(halves.repeat(8));
+        rows[1][3] = f32::NAN;
+        rows[2][200] = f32::NEG_INFINITY;
+        rows[3][..32].fill(0.0);
+        rows[3][32..64].fill(1e-40);
+        for x in &rows {
+            let mut want = vec![<BlockQ8_0 as bytemuck::Zeroable>::zeroed(); 8];
+            let mut got = want.clone();
+            crate::quantized::format::quantize_q8_0_ref(x, &mut want);
+            BlockQ8_0::quantize_row()(x, &mut got);
+            assert_eq!(
+                bytemuck::cast_slice::<_, u8>(&want),
+                bytemuck::cast_slice::<_, u8>(&got)
+            );
+            let mut want = vec![<BlockQ8_1 as bytemuck::Zeroable>::zeroed(); 8];
+            let mut got = want.clone();
+            BlockQ8_1::quantize(x, &mut want);
+            BlockQ8_1::quantize_row()(x, &mut got);
+            assert_eq!(
+                bytemuck::cast_slice::<_, u8>(&want),
+                bytemuck::cast_slice::<_, u8>(&got)
+            );
+        }
+    }
 
     fn random_row(n: usize, seed: u64) -> Vec<f32> {
         let mut s = seed | 1;

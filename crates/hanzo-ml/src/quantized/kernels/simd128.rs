@@ -469,6 +469,84 @@ macro_rules! legacy_kernels {
 legacy_kernels!(q8_0_tile: BlockQ8_0, iq4nl_tile: BlockIQ4NL, mxfp4_tile: BlockMXFP4,
     q4_0_tile: BlockQ4_0, q5_0_tile: BlockQ5_0, q4_1_tile: BlockQ4_1, q5_1_tile: BlockQ5_1);
 
+/// One activation block quantized as ggml's reference does it (`quantize_q8`): the scale is the
+/// largest magnitude over 127, and each value times the scale's reciprocal is rounded half
+/// away from zero. Returns the scale and the 32 levels, or `None` where a value or the
+/// reciprocal is not finite: there the reference's saturating casts decide the bytes.
+#[inline(always)]
+fn quantize_block(x: &[f32]) -> Option<(f32, [v128; 2])> {
+    let x = &x[..32];
+    let v: [v128; 8] = std::array::from_fn(|i| load16(&x[4 * i..]));
+    // `f32x4.max` keeps a NaN, so a NaN anywhere fails the finiteness check below.
+    let m = v
+        .iter()
+        .fold(f32x4_splat(0.0), |m, &v| f32x4_max(m, f32x4_abs(v)));
+    if !i32x4_all_true(f32x4_lt(m, f32x4_splat(f32::INFINITY))) {
+        return None;
+    }
+    let m = f32x4_max(m, i32x4_shuffle::<2, 3, 0, 1>(m, m));
+    let m = f32x4_max(m, i32x4_shuffle::<1, 0, 3, 2>(m, m));
+    let d = f32x4_extract_lane::<0>(m) / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    if !id.is_finite() {
+        return None;
+    }
+    let id = f32x4_splat(id);
+    let q = v.map(|v| {
+        let v = f32x4_mul(v, id);
+        // Half away from zero: the truncation, plus one step away from zero where the part
+        // cut off is at least a half (both exact).
+        let t = f32x4_trunc(v);
+        let away = f32x4_ge(f32x4_abs(f32x4_sub(v, t)), f32x4_splat(0.5));
+        let one = v128_or(v128_and(v, u32x4_splat(0x8000_0000)), f32x4_splat(1.0));
+        i32x4_trunc_sat_f32x4(f32x4_add(t, v128_and(away, one)))
+    });
+    let pairs: [v128; 4] = std::array::from_fn(|i| i16x8_narrow_i32x4(q[2 * i], q[2 * i + 1]));
+    Some((
+        d,
+        [
+            i8x16_narrow_i16x8(pairs[0], pairs[1]),
+            i8x16_narrow_i16x8(pairs[2], pairs[3]),
+        ],
+    ))
+}
+
+fn store_levels(qs: &mut [i8; 32], q: [v128; 2]) {
+    // SAFETY: `qs` holds 32 bytes; v128_store has no alignment need.
+    unsafe {
+        v128_store(qs.as_mut_ptr().cast(), q[0]);
+        v128_store(qs.as_mut_ptr().add(16).cast(), q[1]);
+    }
+}
+
+/// `BlockQ8_0::quantize`, byte for byte.
+pub fn quantize_q8_0(xs: &[f32], out: &mut [BlockQ8_0]) {
+    for (x, b) in xs.chunks_exact(32).zip(out) {
+        match quantize_block(x) {
+            Some((d, q)) => {
+                store_levels(&mut b.qs, q);
+                b.d = half::f16::from_f32(d);
+            }
+            None => quantize_q8_0_ref(x, std::slice::from_mut(b)),
+        }
+    }
+}
+
+/// `BlockQ8_1::quantize`, byte for byte: Q8_0's levels and scale, and their sum times the scale.
+pub fn quantize_q8_1(xs: &[f32], out: &mut [BlockQ8_1]) {
+    for (x, b) in xs.chunks_exact(32).zip(out) {
+        match quantize_block(x) {
+            Some((d, q)) => {
+                store_levels(&mut b.qs, q);
+                let sum = hsum_i32(sum_lanes((q[0], q[1])));
+                b.d = half::f16::from_f32(d);
+                b.s = half::f16::from_f32(sum as f32 * d);
+            }
+            None => BlockQ8_1::quantize(x, std::slice::from_mut(b)),
+        }
+    }
+}
+
 /// Two 32-level sub-blocks of a Q4_K/Q5_K block (levels 0..=31, so they are valid `i8`).
 type SubBlocks = (Levels, Levels);
 

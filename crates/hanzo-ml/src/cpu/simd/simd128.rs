@@ -134,21 +134,21 @@ unsafe impl F32Vector for Simd128 {
     }
 }
 
-/// Four f16 values (their bits in the low half of each u32 lane) as f32, exactly: the f16's
-/// exponent and mantissa bits moved into place and scaled by 2^112 (the difference of the
-/// biases), right for normal and subnormal values alike; infinities and NaNs get the all-ones
-/// exponent. SIMD128 has no conversion instruction, and `half`'s portable one branches.
+/// Four f16 values (their bits in the low half of each u32 lane, the high half zero) as f32,
+/// exactly: the f16's exponent and mantissa bits moved into place and scaled by 2^112 (the
+/// difference of the biases), right for normal and subnormal values alike. Infinities and
+/// NaNs come out of that at 2^16 or more, and get the all-ones exponent or-ed in. SIMD128 has
+/// no conversion instruction, and `half`'s portable one branches. Shifts stand in for masks
+/// where they can: engines build each vector constant anew at every use inside a loop (V8:
+/// three instructions), and a kernel converts scales every block.
 #[inline(always)]
 pub(crate) fn widen_f16(h: v128) -> v128 {
-    let em = v128_and(h, u32x4_splat(0x7fff));
-    let shifted = i32x4_shl(em, 13);
+    let shifted = u32x4_shr(i32x4_shl(h, 17), 4);
     let finite = f32x4_mul(shifted, f32x4_splat(f32::from_bits(0x7780_0000)));
-    let special = v128_or(shifted, u32x4_splat(0x7f80_0000));
-    // Infinities and NaNs: `shifted` read as an f32 is at least 0x7c00 << 13 read as one (a
-    // float compare, which engines lower to one instruction, where an unsigned one takes three).
-    let is_special = f32x4_ge(shifted, f32x4_splat(f32::from_bits(0x7c00 << 13)));
-    let v = v128_bitselect(special, finite, is_special);
-    v128_or(v, i32x4_shl(v128_and(h, u32x4_splat(0x8000)), 16))
+    let special = i32x4_gt(shifted, u32x4_splat((0x7c00 << 13) - 1));
+    let all_ones_exponent = i32x4_shl(u32x4_shr(special, 24), 23);
+    let sign = i32x4_shl(u32x4_shr(h, 15), 31);
+    v128_or(v128_or(finite, all_ones_exponent), sign)
 }
 
 /// Eight f16 values from 16 bytes, as two vectors of four f32 (`widen_f16`).
@@ -186,4 +186,34 @@ pub(crate) fn round_to_f16(x: v128) -> v128 {
     let tiny = i32x4_lt(abs, u32x4_splat(0x3880_0000));
     let rounded = v128_or(v128_bitselect(subnormal, normal, tiny), sign);
     v128_bitselect(x, rounded, i32x4_gt(abs, inf))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every f16 widens to `half`'s f32, bit for bit; NaNs to NaNs with the same payload
+    /// (`half` also sets the quiet bit).
+    #[test]
+    fn every_f16_widens_exactly() {
+        for h in (0..=u16::MAX).step_by(4) {
+            let bits: [u32; 4] = std::array::from_fn(|i| (h + i as u16) as u32);
+            let got = widen_f16(u32x4(bits[0], bits[1], bits[2], bits[3]));
+            let got: [u32; 4] = [
+                u32x4_extract_lane::<0>(got),
+                u32x4_extract_lane::<1>(got),
+                u32x4_extract_lane::<2>(got),
+                u32x4_extract_lane::<3>(got),
+            ];
+            for (b, g) in bits.iter().zip(got) {
+                let want = half::f16::from_bits(*b as u16).to_f32().to_bits();
+                let quiet = if f32::from_bits(want).is_nan() {
+                    0x0040_0000
+                } else {
+                    0
+                };
+                assert_eq!(g | quiet, want, "f16 {b:#06x}");
+            }
+        }
+    }
 }

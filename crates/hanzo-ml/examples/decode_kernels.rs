@@ -1,0 +1,72 @@
+//! Decode's quantized matrix-vector products, one thread, for the weight types of the
+//! WebAssembly fixtures: GB/s of weights read, from cache (4,096 rows) and from memory
+//! (262,144 rows, Gemma 3's output head), the 10th percentile of many runs (the least
+//! disturbed by a noisy machine). Built for `wasm32-wasip1` it times the SIMD128 kernels
+//! under Node, where criterion does not run:
+//!
+//!   CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS="-C target-feature=+simd128" cargo build --release \
+//!     -p hanzo-ml --example decode_kernels --target wasm32-wasip1
+//!   node scripts/wasi_run.mjs target/wasm32-wasip1/release/examples/decode_kernels.wasm
+//!
+//! Natively: `RAYON_NUM_THREADS=1 cargo run --release -p hanzo-ml --example decode_kernels`.
+//! Arguments, if any, replace the row counts.
+
+use hanzo_ml::quantized::cpu::matvec::matmul;
+use hanzo_ml::quantized::format::{BlockQ4K, BlockQ4_1, BlockQ5_0, BlockQ6K, BlockQ8_0};
+use hanzo_ml::quantized::kernels::Kernels;
+use hanzo_ml::quantized::{GgmlDType, QTensor};
+use std::time::Instant;
+
+/// Deterministic weights in [-0.05, 0.05).
+fn weights(n: usize) -> Vec<f32> {
+    let mut s = 0x9E37_79B9_7F4A_7C15u64;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.1
+        })
+        .collect()
+}
+
+fn time<B: Kernels>(dtype: GgmlDType, rows: usize, k: usize) {
+    let q = QTensor::quantize_f32(&weights(rows * k), (rows, k), dtype).expect("quantize");
+    let blocks = q.blocks::<B>().expect("blocks");
+    let x = weights(k);
+    let runs = (400_000_000 / (rows * k)).clamp(10, 1000);
+    let mut seconds: Vec<f64> = (0..runs)
+        .map(|_| {
+            let t = Instant::now();
+            std::hint::black_box(matmul::<B>(blocks, rows, k, &x, 1));
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    seconds.sort_by(f64::total_cmp);
+    let s = seconds[runs / 10];
+    let gb_s = q.data().len() as f64 / s / 1e9;
+    println!(
+        "{:<5} {rows:>7} x {k:<5} {:>9.3} ms {gb_s:>6.2} GB/s",
+        format!("{dtype:?}"),
+        s * 1e3
+    );
+}
+
+fn main() {
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .map(|a| a.parse().expect("row counts"))
+        .collect();
+    let rows = if args.is_empty() {
+        vec![4096, 262_144]
+    } else {
+        args
+    };
+    for &n in &rows {
+        time::<BlockQ8_0>(GgmlDType::Q8_0, n, 640);
+        time::<BlockQ5_0>(GgmlDType::Q5_0, n, 640);
+        time::<BlockQ4_1>(GgmlDType::Q4_1, n, 576);
+        time::<BlockQ4K>(GgmlDType::Q4K, n / 2, 1024);
+        time::<BlockQ6K>(GgmlDType::Q6K, n / 2, 1024);
+    }
+}

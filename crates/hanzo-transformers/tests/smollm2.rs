@@ -154,7 +154,10 @@ fn phi3_layout_computes_the_llama_logits() {
     assert_matches_reference(phi3.as_ref(), REFERENCE, 0.02, "phi3 layout, f32");
 
     // In f32 the two layouts differ only in summation order inside attention; 30 layers
-    // amplify that to the same size as our f32 distance to transformers.
+    // amplify that to the same size as our f32 distance to transformers. Each layout is
+    // within 0.02 of transformers' logits (asserted above, and for the Llama layout in
+    // `gguf_in_f32_computes_what_transformers_computes`), so they are within 0.04 of each
+    // other; measured 0.018 with the AVX2 kernels and 0.025 with AVX-512's.
     let prompt = [504, 3575, 282, 4649, 314];
     let logits = |m: &dyn LanguageModel| {
         let mut cache = m.new_cache(16);
@@ -168,7 +171,7 @@ fn phi3_layout_computes_the_llama_logits() {
         .map(|(x, y)| (x - y).abs())
         .fold(0f32, f32::max);
     eprintln!("phi3 vs llama layout, f32: max |Δ logit| {diff:.2e}");
-    assert!(diff < 0.02, "{diff}");
+    assert!(diff < 0.04, "{diff}");
 
     // As stored, 8-bit activations amplify those last-bit differences like any other.
     let stored = load_gguf_with(&phi3_file, WeightMode::AsStored).unwrap();

@@ -24,17 +24,9 @@ use hanzo_ml::quantized::kernels::Kernels;
 use hanzo_ml::quantized::{GgmlDType, QMatMul, QTensor};
 use hanzo_ml::{Device, Tensor};
 
-fn weights(n: usize, k: usize) -> Vec<f32> {
-    let mut s = 0x9E37_79B9_7F4A_7C15u64;
-    (0..n * k)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.1
-        })
-        .collect()
-}
+#[path = "common/weights.rs"]
+mod common;
+use common::weights;
 
 fn run<B: Kernels>(q: &QTensor, n: usize, k: usize, x: &[f32], m: usize) -> Vec<f32> {
     qmatmul_raw::<B>(q.blocks::<B>().unwrap(), n, k, x, m)

@@ -17,23 +17,14 @@ use hanzo_ml::quantized::kernels::Kernels;
 use hanzo_ml::quantized::{GgmlDType, QTensor};
 use std::time::Instant;
 
-/// Deterministic weights in [-0.05, 0.05).
-fn weights(n: usize) -> Vec<f32> {
-    let mut s = 0x9E37_79B9_7F4A_7C15u64;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.1
-        })
-        .collect()
-}
+#[path = "../benches/common/weights.rs"]
+mod common;
+use common::weights;
 
 fn time<B: Kernels>(dtype: GgmlDType, rows: usize, k: usize) {
-    let q = QTensor::quantize_f32(&weights(rows * k), (rows, k), dtype).expect("quantize");
+    let q = QTensor::quantize_f32(&weights(rows, k), (rows, k), dtype).expect("quantize");
     let blocks = q.blocks::<B>().expect("blocks");
-    let x = weights(k);
+    let x = weights(1, k);
     let runs = (400_000_000 / (rows * k)).clamp(10, 1000);
     let mut seconds: Vec<f64> = (0..runs)
         .map(|_| {

@@ -410,7 +410,8 @@ impl Elem for f32 {
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     #[inline(always)]
     fn widen8(c: &[Self]) -> (std::arch::wasm32::v128, std::arch::wasm32::v128) {
-        (simd128::load4(c), simd128::load4(&c[4..]))
+        use crate::cpu::simd::simd128::load4;
+        (load4(c), load4(&c[4..]))
     }
 }
 

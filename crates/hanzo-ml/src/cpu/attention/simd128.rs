@@ -4,23 +4,9 @@
 //! where the AVX2 kernels fuse them. The dot product keeps AVX2's order of additions, so the
 //! scores differ from the native ones only by that rounding.
 use super::Elem;
-use crate::cpu::simd::simd128::{round_to_f16, widen_f16x8};
+use crate::cpu::simd::simd128::{load4, round_to_f16, store4, widen_f16x8};
 use half::f16;
 use std::arch::wasm32::*;
-
-#[inline(always)]
-pub(super) fn load4(c: &[f32]) -> v128 {
-    let c = &c[..4];
-    // SAFETY: `c` holds 4 floats; v128_load has no alignment need.
-    unsafe { v128_load(c.as_ptr().cast()) }
-}
-
-#[inline(always)]
-fn store4(c: &mut [f32], v: v128) {
-    let c = &mut c[..4];
-    // SAFETY: `c` holds 4 floats; v128_store has no alignment need.
-    unsafe { v128_store(c.as_mut_ptr().cast(), v) }
-}
 
 /// `super::round_f16` for a length that is a multiple of 4.
 pub fn round_f16(xs: &mut [f32]) {

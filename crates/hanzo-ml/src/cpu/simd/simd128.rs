@@ -37,15 +37,11 @@ unsafe impl F32Vector for Simd128 {
     }
     #[inline(always)]
     fn load(self, c: &[f32]) -> v128 {
-        let c = &c[..4];
-        // SAFETY: `c` holds 4 elements; v128_load has no alignment need.
-        unsafe { v128_load(c.as_ptr().cast()) }
+        load4(c)
     }
     #[inline(always)]
     fn store(self, c: &mut [f32], v: v128) {
-        let c = &mut c[..4];
-        // SAFETY: `c` holds 4 elements; v128_store has no alignment need.
-        unsafe { v128_store(c.as_mut_ptr().cast(), v) }
+        store4(c, v)
     }
     #[inline(always)]
     fn load_pairs(self, c: &[f32]) -> v128 {
@@ -132,6 +128,22 @@ unsafe impl F32Vector for Simd128 {
         let m = f32x4_max(m, i32x4_shuffle::<1, 0, 3, 2>(m, m));
         f32x4_extract_lane::<0>(m)
     }
+}
+
+/// The first four floats of `c`.
+#[inline(always)]
+pub(crate) fn load4(c: &[f32]) -> v128 {
+    let c = &c[..4];
+    // SAFETY: `c` holds 4 elements; v128_load has no alignment need.
+    unsafe { v128_load(c.as_ptr().cast()) }
+}
+
+/// `v` into the first four floats of `c`.
+#[inline(always)]
+pub(crate) fn store4(c: &mut [f32], v: v128) {
+    let c = &mut c[..4];
+    // SAFETY: `c` holds 4 elements; v128_store has no alignment need.
+    unsafe { v128_store(c.as_mut_ptr().cast(), v) }
 }
 
 /// Four f16 values (their bits in the low half of each u32 lane, the high half zero) as f32,

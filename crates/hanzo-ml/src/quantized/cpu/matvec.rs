@@ -178,6 +178,11 @@ fn prefetch_rows<B>(w: &Rows<B>, r: usize, n: usize) {
 /// WebAssembly has no prefetch instruction: decode loads one byte of each cache line of rows
 /// `r..r + n` `PREFETCH_DISTANCE` ahead itself, so those lines are on their way from memory
 /// (several misses in flight at once) before the kernel reaches them.
+///
+/// The loads are volatile, one plain byte load per line: left to itself LLVM gathers sixteen
+/// of them into one vector with lane loads, which V8 11 (Node 20) runs well but V8 14
+/// (Chromium, Node 26) runs no better than no read-ahead at all. A 16-byte load per line,
+/// eight loads per loop step, or every other line all measured slower (docs/BENCHMARKS.md).
 #[inline(always)]
 fn touch_ahead<B>(w: &Rows<B>, r: usize, n: usize) {
     let all = std::mem::size_of_val(w.blocks);
@@ -188,7 +193,7 @@ fn touch_ahead<B>(w: &Rows<B>, r: usize, n: usize) {
     for at in (start..end).step_by(64) {
         // SAFETY: `at < all`: a byte inside the matrix, whose blocks (GGUF block types and
         // floats) are plain bytes with no padding.
-        any ^= unsafe { *base.add(at) };
+        any ^= unsafe { base.add(at).read_volatile() };
     }
     std::hint::black_box(any);
 }

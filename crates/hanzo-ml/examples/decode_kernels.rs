@@ -1,7 +1,8 @@
 //! Decode's quantized matrix-vector products, one thread, for the weight types of the
 //! WebAssembly fixtures: GB/s of weights read, from cache (4,096 rows) and from memory
 //! (262,144 rows, Gemma 3's output head), the 10th percentile of many runs (the least
-//! disturbed by a noisy machine). Built for `wasm32-wasip1` it times the SIMD128 kernels
+//! disturbed by a noisy machine); the `x8` rows over the weight repacked eight rows at a
+//! time (`cpu::interleaved`). Built for `wasm32-wasip1` it times the SIMD128 kernels
 //! under Node, where criterion does not run:
 //!
 //!   CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS="-C target-feature=+simd128" cargo build --release \
@@ -11,8 +12,10 @@
 //! Natively: `RAYON_NUM_THREADS=1 cargo run --release -p hanzo-ml --example decode_kernels`.
 //! Arguments, if any, replace the row counts.
 
+use hanzo_ml::quantized::cpu::interleaved::Interleaved;
 use hanzo_ml::quantized::cpu::matvec::matmul;
 use hanzo_ml::quantized::format::{BlockQ4K, BlockQ4_1, BlockQ5_0, BlockQ6K, BlockQ8_0};
+use hanzo_ml::quantized::kernels::interleaved::InterleavedKernels;
 use hanzo_ml::quantized::kernels::Kernels;
 use hanzo_ml::quantized::{GgmlDType, QTensor};
 use std::time::Instant;
@@ -21,26 +24,44 @@ use std::time::Instant;
 mod common;
 use common::weights;
 
-fn time<B: Kernels>(dtype: GgmlDType, rows: usize, k: usize) {
-    let q = QTensor::quantize_f32(&weights(rows, k), (rows, k), dtype).expect("quantize");
-    let blocks = q.blocks::<B>().expect("blocks");
-    let x = weights(1, k);
+/// Times `product` (one decode product over `bytes` of weights): its 10th percentile.
+fn report(label: &str, rows: usize, k: usize, bytes: usize, product: impl Fn() -> Vec<f32>) {
     let runs = (400_000_000 / (rows * k)).clamp(10, 1000);
     let mut seconds: Vec<f64> = (0..runs)
         .map(|_| {
             let t = Instant::now();
-            std::hint::black_box(matmul::<B>(blocks, rows, k, &x, 1));
+            std::hint::black_box(product());
             t.elapsed().as_secs_f64()
         })
         .collect();
     seconds.sort_by(f64::total_cmp);
     let s = seconds[runs / 10];
-    let gb_s = q.data().len() as f64 / s / 1e9;
+    let gb_s = bytes as f64 / s / 1e9;
     println!(
-        "{:<5} {rows:>7} x {k:<5} {:>9.3} ms {gb_s:>6.2} GB/s",
-        format!("{dtype:?}"),
+        "{label:<8} {rows:>7} x {k:<5} {:>9.3} ms {gb_s:>6.2} GB/s",
         s * 1e3
     );
+}
+
+fn time<B: Kernels>(dtype: GgmlDType, rows: usize, k: usize) {
+    let q = QTensor::quantize_f32(&weights(rows, k), (rows, k), dtype).expect("quantize");
+    let blocks = q.blocks::<B>().expect("blocks");
+    let x = weights(1, k);
+    let bytes = q.data().len();
+    report(&format!("{dtype:?}"), rows, k, bytes, || {
+        matmul::<B>(blocks, rows, k, &x, 1)
+    });
+}
+
+/// The same product over the weight repacked eight rows at a time (`cpu::interleaved`).
+fn time_interleaved<B: Kernels + InterleavedKernels>(dtype: GgmlDType, rows: usize, k: usize) {
+    let q = QTensor::quantize_f32(&weights(rows, k), (rows, k), dtype).expect("quantize");
+    let packed = Interleaved::new(q.blocks::<B>().expect("blocks"), rows, k).expect("repack");
+    let x = weights(1, k);
+    let bytes = q.data().len();
+    report(&format!("{dtype:?}x8"), rows, k, bytes, || {
+        packed.matmul(&x, 1, false)
+    });
 }
 
 fn main() {
@@ -55,8 +76,11 @@ fn main() {
     };
     for &n in &rows {
         time::<BlockQ8_0>(GgmlDType::Q8_0, n, 640);
+        time_interleaved::<BlockQ8_0>(GgmlDType::Q8_0, n, 640);
         time::<BlockQ5_0>(GgmlDType::Q5_0, n, 640);
+        time_interleaved::<BlockQ5_0>(GgmlDType::Q5_0, n, 640);
         time::<BlockQ4_1>(GgmlDType::Q4_1, n, 576);
+        time_interleaved::<BlockQ4_1>(GgmlDType::Q4_1, n, 576);
         time::<BlockQ4K>(GgmlDType::Q4K, n / 2, 1024);
         time::<BlockQ6K>(GgmlDType::Q6K, n / 2, 1024);
     }

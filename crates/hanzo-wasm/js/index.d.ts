@@ -21,12 +21,20 @@ export function simdSupported(): boolean;
 export function relaxedSimdSupported(): boolean;
 /** The build in use; null before `init`. */
 export function build(): Build | null;
+/** Bytes of weights repacked for faster decode (`repack` in `Model.load`), over the module's life. */
+export function repackedBytes(): number;
 /** Bytes of WebAssembly memory the module holds now (it grows, never shrinks). */
 export function memoryBytes(): number;
 
 export interface LoadOptions extends InitOptions {
   /** Called as the bytes arrive; `totalBytes` is 0 when the source does not say. */
   onProgress?: (loadedBytes: number, totalBytes: number) => void;
+  /**
+   * Repack the Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 weights eight rows at a time on the first decode
+   * step (SIMD builds): faster decode, but those weights are then held twice (nearly the
+   * file's size again in WebAssembly memory, which never shrinks). Off by default.
+   */
+  repack?: boolean;
 }
 
 export interface ModelInfo {

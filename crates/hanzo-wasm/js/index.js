@@ -74,6 +74,11 @@ export function build() {
   return bindings.relaxedSimd() ? "relaxed" : bindings.simd128() ? "simd" : "scalar";
 }
 
+/** Bytes of weights repacked for faster decode (`repack` in `Model.load`), over the module's life. */
+export function repackedBytes() {
+  return bindings ? bindings.repackedBytes() : 0;
+}
+
 /** Bytes of WebAssembly memory the module holds now (it grows, never shrinks). */
 export function memoryBytes() {
   return exports ? exports.memory.buffer.byteLength : 0;
@@ -168,10 +173,10 @@ export class Model {
   }
 
   /** Loads a GGUF file (see `toBytes` above for the sources taken). */
-  static async load(source, { onProgress, simd } = {}) {
+  static async load(source, { onProgress, simd, repack = false } = {}) {
     const b = await init({ simd });
     const bytes = await toBytes(source, onProgress);
-    return new Model(b.Model.load(bytes));
+    return new Model(b.Model.load(bytes, repack));
   }
 
   /** architecture, contextLength, vocabSize, layers, hiddenSize, chatTemplateFromFile */

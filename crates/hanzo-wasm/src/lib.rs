@@ -9,6 +9,7 @@
 mod options;
 
 use hanzo_ml::cpu::Blob;
+use hanzo_ml::quantized::cpu::interleaved::{repacked_bytes, set_repack_in_webassembly};
 use hanzo_transformers::pipeline::PREFILL_CHUNK;
 use hanzo_transformers::{
     EncoderFiles, Finish, Generation as Run, Logits, Message, TextGeneration, WeightMode,
@@ -78,10 +79,16 @@ pub struct Model {
 
 #[wasm_bindgen]
 impl Model {
-    /// Loads a GGUF file's bytes; the tensors view them without another copy.
-    pub fn load(bytes: Bytes) -> Result<Model, JsError> {
+    /// Loads a GGUF file's bytes; the tensors view them without another copy. With
+    /// `repack`, the SIMD128 builds repack the Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 matrices eight rows
+    /// at a time on the first decode step, for faster decode at the cost of a second copy of
+    /// those weights (`set_repack_in_webassembly`).
+    pub fn load(bytes: Bytes, repack: bool) -> Result<Model, JsError> {
         let file = hanzo_ml::quantized::gguf::GgufFile::from_blob(bytes.blob).map_err(js_err)?;
-        let inner = TextGeneration::from_gguf_file(&file, WeightMode::AsStored).map_err(js_err)?;
+        set_repack_in_webassembly(repack);
+        let inner = TextGeneration::from_gguf_file(&file, WeightMode::AsStored);
+        set_repack_in_webassembly(false);
+        let inner = inner.map_err(js_err)?;
         Ok(Model {
             inner: Rc::new(inner),
         })
@@ -280,4 +287,10 @@ pub fn simd128() -> bool {
 #[wasm_bindgen(js_name = relaxedSimd)]
 pub fn relaxed_simd() -> bool {
     cfg!(target_feature = "relaxed-simd")
+}
+
+/// Bytes of weights repacked so far (`Model.load`'s `repack`), over the module's life.
+#[wasm_bindgen(js_name = repackedBytes)]
+pub fn repacked_weight_bytes() -> usize {
+    repacked_bytes()
 }

@@ -13,6 +13,7 @@ use crate::quantized::format::{BlockQ8_0, GgmlDType};
 use crate::quantized::kernels::interleaved::{Ahead, DotFn, InterleavedKernels};
 use crate::quantized::kernels::{isa, Isa, QuantizeRow};
 use crate::{Error, Result};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// `m` activation rows of width `k`, quantized once for every group of weight rows.
 struct Activations {
@@ -112,6 +113,7 @@ impl<B: InterleavedKernels> Interleaved<B> {
             done += chunk.len() / per_row.max(1);
             release(0..done * group_bytes);
         }
+        REPACKED_BYTES.fetch_add(std::mem::size_of_val(w), Ordering::Relaxed);
         Ok(Self { blocks, n, k })
     }
 
@@ -140,7 +142,7 @@ impl<B: InterleavedKernels> Interleaved<B> {
 
     /// `x [m, k]` times the weight transposed → `[m, n]`; with `panels`, the GEMM panels
     /// where `m` is large enough (otherwise every row as the matvec computes it).
-    fn matmul(&self, x: &[f32], m: usize, panels: bool) -> Vec<f32> {
+    pub fn matmul(&self, x: &[f32], m: usize, panels: bool) -> Vec<f32> {
         let (n, k) = (self.n, self.k);
         if let Some(plan) = gemm::plan_prepacked(m, k, 32, B::MAX_LEVEL, ROWS).filter(|_| panels) {
             let fill = |s: &mut gemm::Scratch, r0: usize, _live: usize| self.unpack_panel(s, r0);
@@ -279,10 +281,32 @@ pub(crate) fn fits(dtype: GgmlDType, n: usize, k: usize) -> bool {
 }
 
 /// Whether `QMatMul` repacks a `dtype` weight of `n` rows by `k`: where it `fits` and the
-/// kernels in use are 256 bits wide (the AVX-512 ones keep the row layout), unless
-/// `HANZO_INTERLEAVE=0`.
+/// kernels in use are 256 bits wide (the AVX-512 ones keep the row layout), or SIMD128 ones
+/// once `set_repack_in_webassembly` asked for it, unless `HANZO_INTERLEAVE=0`.
 pub(crate) fn pays(dtype: GgmlDType, n: usize, k: usize) -> bool {
-    fits(dtype, n, k) && matches!(isa(), Isa::Avx2 | Isa::AvxVnni) && crate::env::interleave()
+    let wide = match isa() {
+        Isa::Avx2 | Isa::AvxVnni => true,
+        Isa::Simd128 => REPACK_IN_WEBASSEMBLY.load(Ordering::Relaxed),
+        _ => false,
+    };
+    fits(dtype, n, k) && wide && crate::env::interleave()
+}
+
+static REPACK_IN_WEBASSEMBLY: AtomicBool = AtomicBool::new(false);
+static REPACKED_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+/// Bytes of weights this process has repacked so far (never decreases).
+pub fn repacked_bytes() -> usize {
+    REPACKED_BYTES.load(Ordering::Relaxed)
+}
+
+/// Whether weights loaded from now on are repacked in a SIMD128 WebAssembly build, where
+/// the interleaved kernels run about 1.4–1.7x the row kernels (`decode_kernels` example).
+/// Off unless asked: a model there sits in WebAssembly memory, which never gives pages back,
+/// so the repacked copy adds its whole size (nearly the file's) to the memory the model
+/// takes. No effect on other targets.
+pub fn set_repack_in_webassembly(on: bool) {
+    REPACK_IN_WEBASSEMBLY.store(on, Ordering::Relaxed)
 }
 
 #[cfg(test)]

@@ -365,7 +365,9 @@ pub struct XRow<'a> {
 }
 
 /// The portable kernel; the SIMD ones give the same floats (the same integer block sums,
-/// then one fused multiply-add per block and row, and one more for a min).
+/// then one multiply-add per block and row, and one more for a min). The multiply-adds are
+/// fused where the CPU has the instruction, as the AVX2 kernel's are, and not in WebAssembly,
+/// which has none (a software `fmaf` per block would cost more than the block's integer work).
 pub fn dot_scalar<B: Interleave, const C: usize>(w: &[B::X8], x: &[XRow; C]) -> [[f32; ROWS]; C] {
     let mut acc = [[0f32; ROWS]; C];
     for (i, b) in w.iter().enumerate() {
@@ -381,12 +383,22 @@ pub fn dot_scalar<B: Interleave, const C: usize>(w: &[B::X8], x: &[XRow; C]) -> 
                         s += step[4 * r + b] as i32 * q[4 * t + b] as i32;
                     }
                 }
-                *acc = (d[r] * x.d[i]).mul_add(s as f32, *acc);
+                *acc = madd(d[r] * x.d[i], s as f32, *acc);
                 if let Some(m) = m {
-                    *acc = (m[r] * x.d[i]).mul_add(x.sum[i] as f32, *acc);
+                    *acc = madd(m[r] * x.d[i], x.sum[i] as f32, *acc);
                 }
             }
         }
     }
     acc
+}
+
+/// `a · b + c` as `dot_scalar`'s kernels compute it: fused, except in WebAssembly.
+#[inline(always)]
+fn madd(a: f32, b: f32, c: f32) -> f32 {
+    if cfg!(target_arch = "wasm32") {
+        a * b + c
+    } else {
+        a.mul_add(b, c)
+    }
 }

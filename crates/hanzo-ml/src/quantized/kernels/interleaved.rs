@@ -1,5 +1,7 @@
 //! The kernels over blocks of eight interleaved rows (`format::interleaved`): AVX2 where the
-//! instruction set has it (`interleaved_x86`), the portable ones of `format` otherwise.
+//! instruction set has it (`interleaved_x86`), SIMD128 in a WebAssembly build with it
+//! (`interleaved_simd128`, the types but IQ4_NL and MXFP4), the portable ones of `format`
+//! otherwise.
 
 use crate::quantized::format::interleaved::{dot_scalar, Interleave, XRow, ROWS};
 use crate::quantized::format::{
@@ -52,9 +54,14 @@ fn portable_expand<B: Interleave>(b: &B::X8, out: &mut [u8; 256]) {
 }
 
 macro_rules! interleaved_kernels {
-    ($block:ty) => {
+    ($block:ty $(, $simd128:ident)?) => {
         impl InterleavedKernels for $block {
+            #[allow(unreachable_code)]
             fn dot<const C: usize>() -> DotFn<Self, C> {
+                $(
+                    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+                    return |w, x, _| super::$simd128::dot::<$block, C>(w, x);
+                )?
                 #[cfg(target_arch = "x86_64")]
                 if super::has_avx2() {
                     fn kernel<const C: usize>(
@@ -85,10 +92,10 @@ macro_rules! interleaved_kernels {
         }
     };
 }
-interleaved_kernels!(BlockQ4_0);
-interleaved_kernels!(BlockQ4_1);
-interleaved_kernels!(BlockQ5_0);
-interleaved_kernels!(BlockQ5_1);
-interleaved_kernels!(BlockQ8_0);
+interleaved_kernels!(BlockQ4_0, interleaved_simd128);
+interleaved_kernels!(BlockQ4_1, interleaved_simd128);
+interleaved_kernels!(BlockQ5_0, interleaved_simd128);
+interleaved_kernels!(BlockQ5_1, interleaved_simd128);
+interleaved_kernels!(BlockQ8_0, interleaved_simd128);
 interleaved_kernels!(BlockIQ4NL);
 interleaved_kernels!(BlockMXFP4);

@@ -15,7 +15,7 @@ function load(source) {
   $("progress").value = 0;
   $("status").textContent = "Loading…";
   $("message").disabled = $("send").disabled = true;
-  worker.postMessage({ load: source });
+  worker.postMessage({ load: source, repack: $("repack").checked });
 }
 
 function addTurn(role, text) {

@@ -1,6 +1,6 @@
 // The chat page in headless Chromium (Debian's, driven by playwright-core): load SmolLM2
-// through the file picker, send a message, and check the streamed reply is the native
-// greedy reply. Saves a screenshot (HANZO_SCREENSHOT, default target/wasm-chat.png).
+// through the file picker (as stored, then with "faster decode" ticked), send a message, and
+// check the streamed reply is the native greedy reply. Saves a screenshot (HANZO_SCREENSHOT, default target/wasm-chat.png).
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
@@ -17,7 +17,12 @@ const SCREENSHOT =
 const MESSAGE = "Name three primary colors.";
 const TOKENS = 24;
 
-test("the chat page streams the native greedy reply", async (t) => {
+for (const repack of [false, true]) {
+  test(`the chat page streams the native greedy reply${repack ? ", weights repacked" : ""}`, (t) =>
+    chat(t, repack));
+}
+
+async function chat(t, repack) {
   assert.ok(CHROMIUM, "no Chromium: apt-get install chromium (scripts/test.sh does)");
   const server = await serve(0);
   const browser = await chromium.launch({
@@ -30,6 +35,7 @@ test("the chat page streams the native greedy reply", async (t) => {
     const errors = [];
     page.on("pageerror", (e) => errors.push(String(e)));
     await page.goto(`http://127.0.0.1:${server.address().port}/web/`);
+    if (repack) await page.check("#repack");
     await page.setInputFiles("#file", fixtures.smollm2);
     await page.waitForSelector("body[data-model=loaded]", { timeout: 120_000 });
     t.diagnostic(await page.textContent("#status"));
@@ -57,8 +63,10 @@ test("the chat page streams the native greedy reply", async (t) => {
     const lengths = await page.evaluate(() => window.lengths);
     t.diagnostic(`reply: ${JSON.stringify(reply)}; ${await page.textContent("#speed")}`);
 
-    await mkdir(dirname(SCREENSHOT), { recursive: true });
-    await page.screenshot({ path: SCREENSHOT, fullPage: true });
+    if (!repack) {
+      await mkdir(dirname(SCREENSHOT), { recursive: true });
+      await page.screenshot({ path: SCREENSHOT, fullPage: true });
+    }
 
     // `run --chat` ends the reply with a newline for the terminal.
     const want = native("run", "-m", fixtures.smollm2, "--chat", "--temp", "0", "-n", String(TOKENS), MESSAGE);
@@ -69,4 +77,4 @@ test("the chat page streams the native greedy reply", async (t) => {
     await browser.close();
     server.close();
   }
-});
+}

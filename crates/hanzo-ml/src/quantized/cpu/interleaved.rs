@@ -1,5 +1,6 @@
 //! Decode and prefill over weights repacked eight rows at a time (`format::interleaved`), for
-//! CPUs whose quantized kernels are 256 bits wide (AVX2, AVX-VNNI).
+//! CPUs whose quantized kernels are 256 bits wide (AVX2, AVX-VNNI), and for SIMD128
+//! WebAssembly when asked (`set_repack_in_webassembly`).
 //!
 //! Decode runs the interleaved dot kernel over groups of eight rows; prefill reads the same
 //! copy as GEMM panels (`gemm`), whose eight-row interleaving is the same, unpacked.

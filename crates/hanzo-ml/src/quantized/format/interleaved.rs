@@ -1,6 +1,6 @@
 //! Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL and MXFP4 blocks of eight consecutive rows stored as
-//! one (`BlockQ4_0x8`, ...): the layout decode's 256-bit kernels stream, its portable
-//! unpacking, and the portable dot product those kernels are checked against.
+//! one (`BlockQ4_0x8`, ...): the layout decode's 256-bit (and SIMD128) kernels stream, its
+//! portable unpacking, and the portable dot product those kernels are checked against.
 //!
 //! Row by row, a Q5_0 dot product spends most of its work per block on overhead: spreading
 //! 32 fifth bits into bytes, moving the weight's sign onto the activation for `maddubs`,

@@ -27,7 +27,7 @@ const NAMES = {
 const PROMPT = "The history of the river begins";
 
 // Runs in Node or in the page alike: load, then three greedy runs; median tokens/s. A
-// repacked model repacks on its first decode step, in a one-token run before those.
+// repacked model repacks on its first decode step, in a two-token run before those.
 async function measure(lib, source, variant, tokens, prompt) {
   const { Model, init, memoryBytes, relaxedSimdSupported } = lib;
   const [build, repack] = [variant.split("+")[0], variant.endsWith("+repack")];
@@ -37,7 +37,7 @@ async function measure(lib, source, variant, tokens, prompt) {
   const model = await Model.load(source, { repack });
   const load = (performance.now() - t0) / 1000;
   const ids = model.encode(prompt);
-  if (repack) await model.generate(ids, { maxTokens: 1, temperature: 0 });
+  if (repack) await model.generate(ids, { maxTokens: 2, temperature: 0 });
   const rates = [];
   for (let i = 0; i < 3; i++) {
     rates.push((await model.generate(ids, { maxTokens: tokens, temperature: 0 })).tokensPerSecond);

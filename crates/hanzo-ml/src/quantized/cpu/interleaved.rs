@@ -285,12 +285,12 @@ pub(crate) fn fits(dtype: GgmlDType, n: usize, k: usize) -> bool {
 /// kernels in use are 256 bits wide (the AVX-512 ones keep the row layout), or SIMD128 ones
 /// once `set_repack_in_webassembly` asked for it, unless `HANZO_INTERLEAVE=0`.
 pub(crate) fn pays(dtype: GgmlDType, n: usize, k: usize) -> bool {
-    let wide = match isa() {
+    let kernels_read_it = match isa() {
         Isa::Avx2 | Isa::AvxVnni => true,
         Isa::Simd128 => REPACK_IN_WEBASSEMBLY.load(Ordering::Relaxed),
         _ => false,
     };
-    fits(dtype, n, k) && wide && crate::env::interleave()
+    fits(dtype, n, k) && kernels_read_it && crate::env::interleave()
 }
 
 static REPACK_IN_WEBASSEMBLY: AtomicBool = AtomicBool::new(false);

@@ -10,7 +10,8 @@
 //! leaves each row's sum in two lanes, added once per block. The integer block sums are
 //! `dot_scalar`'s, and so is each float step, so the results are its floats bit for bit.
 
-use crate::cpu::simd::simd128::widen_f16x8;
+use super::simd128::load16;
+use crate::cpu::simd::simd128::{store4, widen_f16x8};
 use crate::quantized::format::interleaved::{Interleave, XRow, ROWS};
 use crate::quantized::format::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
 use std::arch::wasm32::*;
@@ -30,13 +31,6 @@ pub(super) trait Simd128Steps: Interleave {
     fn min_vectors(_: &Self::X8) -> Option<(v128, v128)> {
         None
     }
-}
-
-#[inline(always)]
-fn load16<T>(p: &[T]) -> v128 {
-    assert!(std::mem::size_of_val(p) >= 16);
-    // SAFETY: `p` holds at least 16 bytes (asserted); v128_load has no alignment need.
-    unsafe { v128_load(p.as_ptr().cast()) }
 }
 
 /// Steps `j` and `j + 4` share bytes `32j..32j + 32` of the nibble planes: the low nibbles
@@ -216,18 +210,12 @@ fn dot_row<B: Simd128Steps>(w: &[B::X8], x: &XRow) -> [f32; ROWS] {
         }
     }
     let mut out = [0f32; ROWS];
-    // SAFETY: `out` is 32 bytes; v128_store has no alignment need.
-    unsafe {
-        v128_store(out.as_mut_ptr().cast(), lo);
-        v128_store(out.as_mut_ptr().add(4).cast(), hi);
-    }
+    store4(&mut out[..4], lo);
+    store4(&mut out[4..], hi);
     out
 }
 
 /// `[c][r]` = row `r` of the group times activation row `c`, as `DotFn`.
 pub(super) fn dot<B: Simd128Steps, const C: usize>(w: &[B::X8], x: &[XRow; C]) -> [[f32; ROWS]; C] {
-    for x in x {
-        assert!(x.q.len() >= w.len() && x.d.len() >= w.len() && x.sum.len() >= w.len());
-    }
     std::array::from_fn(|c| dot_row::<B>(w, &x[c]))
 }

@@ -35,8 +35,9 @@ fn f16x4_to_f32(h: [half::f16; 4]) -> v128 {
     widen_f16(u32x4(h[0], h[1], h[2], h[3]))
 }
 
+/// The first 16 bytes of `p` (which must hold that many).
 #[inline(always)]
-fn load16<T>(p: &[T]) -> v128 {
+pub(super) fn load16<T>(p: &[T]) -> v128 {
     assert!(std::mem::size_of_val(p) >= 16);
     // SAFETY: `p` holds at least 16 bytes (asserted); v128_load has no alignment need.
     unsafe { v128_load(p.as_ptr().cast()) }

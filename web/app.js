@@ -15,7 +15,7 @@ function load(source) {
   $("progress").value = 0;
   $("status").textContent = "Loading…";
   $("message").disabled = $("send").disabled = true;
-  worker.postMessage({ load: source, repack: $("repack").checked });
+  worker.postMessage({ load: source });
 }
 
 function addTurn(role, text) {

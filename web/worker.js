@@ -1,5 +1,5 @@
 // The model runs here, off the page's thread, so the page stays responsive while it loads
-// and generates. Messages in: {load: File|string, repack}, {chat: messages, options}, {stop: true}.
+// and generates. Messages in: {load: File|string}, {chat: messages, options}, {stop: true}.
 // Messages out: {progress}, {loaded: info}, {piece}, {done: result}, {error}.
 import { Model, build, init } from "../crates/hanzo-wasm/js/index.js";
 
@@ -16,7 +16,6 @@ self.onmessage = async ({ data }) => {
       model = null;
       const t0 = performance.now();
       model = await Model.load(data.load, {
-        repack: Boolean(data.repack),
         onProgress: (loaded, total) => self.postMessage({ progress: { loaded, total } }),
       });
       self.postMessage({ loaded: { ...model.info, build: build(), seconds: (performance.now() - t0) / 1000 } });

@@ -304,6 +304,106 @@ fn repacked_weights_give_back_their_rows() {
     }
 }
 
+/// A GGUF in memory loaded with its weights interleaved where they lie: each fitting tensor
+/// reads back (dequantized, by rows) exactly as stored, multiplies bit for bit as a repacked
+/// copy does, and the others are left alone.
+#[test]
+fn weights_interleaved_in_place_equal_a_repacked_copy() {
+    use hanzo_ml::cpu::Blob;
+    use hanzo_ml::quantized::cpu::interleaved::repacked_bytes;
+    use hanzo_ml::quantized::gguf::{write_gguf, GgufFile, TensorSpec};
+    let (n, k) = (24, 96);
+    let mut tensors: Vec<(String, QTensor)> = INTERLEAVED
+        .iter()
+        .map(|&dt| {
+            let w = common::synthetic_weights(n, k, dt as u64 + 9);
+            (
+                dt.name().to_string(),
+                QTensor::quantize_f32(&w, (n, k), dt).unwrap(),
+            )
+        })
+        .collect();
+    // Left as stored: rows not in groups of eight, a type without the layout, a vector.
+    for (name, dt, shape) in [
+        ("q8_0 12 rows", GgmlDType::Q8_0, vec![12, 64]),
+        ("q4_k", GgmlDType::Q4K, vec![8, 256]),
+        ("q8_0 vector", GgmlDType::Q8_0, vec![256]),
+    ] {
+        let count = shape.iter().product();
+        let q = QTensor::quantize_f32(&common::synthetic_weights(1, count, 2), shape, dt).unwrap();
+        tensors.push((name.to_string(), q));
+    }
+    let specs: Vec<TensorSpec> = tensors
+        .iter()
+        .map(|(name, t)| TensorSpec {
+            name: name.clone(),
+            dtype: t.dtype(),
+            shape: t.shape().clone(),
+        })
+        .collect();
+    let mut bytes = Vec::new();
+    write_gguf(&mut bytes, &[], &specs, |i| {
+        Ok(std::borrow::Cow::Borrowed(tensors[i].1.data()))
+    })
+    .unwrap();
+    let before = repacked_bytes();
+    let file = GgufFile::from_blob_interleaved(Blob::copy_of(&bytes)).unwrap();
+    let fitting: usize = tensors[..INTERLEAVED.len()]
+        .iter()
+        .map(|(_, t)| t.data().len())
+        .sum();
+    assert!(repacked_bytes() - before >= fitting);
+    let x = Tensor::from_vec(common::synthetic_weights(5, k, 7), (5, k), &Device::Cpu).unwrap();
+    let ids = [0u32, 23, 7, 8, 7];
+    for (i, (name, want)) in tensors.iter().enumerate() {
+        let got = file.tensor(name).unwrap();
+        let fits = i < INTERLEAVED.len();
+        assert_eq!(got.is_interleaved(), fits, "{name}");
+        assert_eq!(got.data() == want.data(), !fits, "{name}: bytes rearranged");
+        assert_eq!(
+            got.dequantize_f32().unwrap(),
+            want.dequantize_f32().unwrap(),
+            "{name}"
+        );
+        if !fits {
+            continue;
+        }
+        assert!(
+            got.blocks::<BlockQ8_0>().is_err(),
+            "{name}: no row-by-row blocks"
+        );
+        let rows = |t: &QTensor| {
+            t.dequantize_rows(&ids)
+                .unwrap()
+                .to_vec_flat::<f32>()
+                .unwrap()
+        };
+        assert_eq!(rows(&got), rows(want), "{name}");
+        assert!(got.dequantize_rows(&[24]).is_err(), "{name}: row 24 of 24");
+        let copy = QMatMul::interleave(want).unwrap();
+        let here = QMatMul::from_arc_as_stored(std::sync::Arc::new(got.clone())).unwrap();
+        assert!(here.is_repacked(), "{name}");
+        let in_place = QMatMul::from_arc(std::sync::Arc::new(got)).unwrap();
+        for x in [x.clone(), x.narrow(0, 0, 1).unwrap()] {
+            let product = |w: &QMatMul| w.forward(&x).unwrap().to_vec_flat::<f32>().unwrap();
+            assert_eq!(product(&in_place), product(&copy), "{name} {:?}", x.dims());
+            let many = QMatMul::forward_many(&[&in_place, &here], &x).unwrap();
+            assert_eq!(
+                many[1].to_vec_flat::<f32>().unwrap(),
+                product(&copy),
+                "{name}"
+            );
+        }
+        let rows = |w: &QMatMul| {
+            w.dequantize_rows(&ids)
+                .unwrap()
+                .to_vec_flat::<f32>()
+                .unwrap()
+        };
+        assert_eq!(rows(&in_place), rows(&copy), "{name}");
+    }
+}
+
 #[test]
 fn simd_kernels_agree_with_scalar_reference() {
     fn go<B: Kernels>(dt: GgmlDType, k: usize) -> (f32, f32) {

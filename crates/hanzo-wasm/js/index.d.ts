@@ -30,9 +30,9 @@ export interface LoadOptions extends InitOptions {
   /** Called as the bytes arrive; `totalBytes` is 0 when the source does not say. */
   onProgress?: (loadedBytes: number, totalBytes: number) => void;
   /**
-   * Repack the Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 weights eight rows at a time on the first decode
-   * step (SIMD builds): faster decode, but those weights are then held twice (nearly the
-   * file's size again in WebAssembly memory, which never shrinks). Off by default.
+   * Rearrange the Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 weights eight rows at a time where they lie, for
+   * the interleaved kernels (SIMD builds; no extra memory): 1.5–2x the decode speed. On by
+   * default; `false` keeps the file's layout.
    */
   repack?: boolean;
 }

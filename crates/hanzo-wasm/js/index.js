@@ -173,7 +173,7 @@ export class Model {
   }
 
   /** Loads a GGUF file (see `toBytes` above for the sources taken). */
-  static async load(source, { onProgress, simd, repack = false } = {}) {
+  static async load(source, { onProgress, simd, repack = true } = {}) {
     const b = await init({ simd });
     const bytes = await toBytes(source, onProgress);
     return new Model(b.Model.load(bytes, repack));

@@ -9,7 +9,8 @@
 mod options;
 
 use hanzo_ml::cpu::Blob;
-use hanzo_ml::quantized::cpu::interleaved::{repacked_bytes, set_repack_in_webassembly};
+use hanzo_ml::quantized::cpu::interleaved::repacked_bytes;
+use hanzo_ml::quantized::gguf::GgufFile;
 use hanzo_transformers::pipeline::PREFILL_CHUNK;
 use hanzo_transformers::{
     EncoderFiles, Finish, Generation as Run, Logits, Message, TextGeneration, WeightMode,
@@ -80,15 +81,16 @@ pub struct Model {
 #[wasm_bindgen]
 impl Model {
     /// Loads a GGUF file's bytes; the tensors view them without another copy. With
-    /// `repack`, the SIMD128 builds repack the Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 matrices eight rows
-    /// at a time on the first decode step, for faster decode at the cost of a second copy of
-    /// those weights (`set_repack_in_webassembly`).
+    /// `repack`, the SIMD128 builds rearrange the Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 matrices eight rows
+    /// at a time where they lie, for the interleaved kernels' faster decode
+    /// (`GgufFile::from_blob_interleaved`); the scalar build ignores it.
     pub fn load(bytes: Bytes, repack: bool) -> Result<Model, JsError> {
-        let file = hanzo_ml::quantized::gguf::GgufFile::from_blob(bytes.blob).map_err(js_err)?;
-        set_repack_in_webassembly(repack);
-        let inner = TextGeneration::from_gguf_file(&file, WeightMode::AsStored);
-        set_repack_in_webassembly(false);
-        let inner = inner.map_err(js_err)?;
+        let file = match repack && cfg!(target_feature = "simd128") {
+            true => GgufFile::from_blob_interleaved(bytes.blob),
+            false => GgufFile::from_blob(bytes.blob),
+        };
+        let file = file.map_err(js_err)?;
+        let inner = TextGeneration::from_gguf_file(&file, WeightMode::AsStored).map_err(js_err)?;
         Ok(Model {
             inner: Rc::new(inner),
         })

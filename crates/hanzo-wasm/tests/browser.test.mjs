@@ -1,6 +1,6 @@
 // The chat page in headless Chromium (Debian's, driven by playwright-core): load SmolLM2
-// through the file picker (as stored, then with "faster decode" ticked), send a message, and
-// check the streamed reply is the native greedy reply. Saves a screenshot (HANZO_SCREENSHOT, default target/wasm-chat.png).
+// through the file picker, send a message, and check the streamed reply is the native greedy
+// reply. Saves a screenshot (HANZO_SCREENSHOT, default target/wasm-chat.png).
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
@@ -17,12 +17,7 @@ const SCREENSHOT =
 const MESSAGE = "Name three primary colors.";
 const TOKENS = 24;
 
-for (const repack of [false, true]) {
-  test(`the chat page streams the native greedy reply${repack ? ", weights repacked" : ""}`, (t) =>
-    chat(t, repack));
-}
-
-async function chat(t, repack) {
+test("the chat page streams the native greedy reply", async (t) => {
   assert.ok(CHROMIUM, "no Chromium: apt-get install chromium (scripts/test.sh does)");
   const server = await serve(0);
   const browser = await chromium.launch({
@@ -35,7 +30,6 @@ async function chat(t, repack) {
     const errors = [];
     page.on("pageerror", (e) => errors.push(String(e)));
     await page.goto(`http://127.0.0.1:${server.address().port}/web/`);
-    if (repack) await page.check("#repack");
     await page.setInputFiles("#file", fixtures.smollm2);
     await page.waitForSelector("body[data-model=loaded]", { timeout: 120_000 });
     t.diagnostic(await page.textContent("#status"));
@@ -63,10 +57,8 @@ async function chat(t, repack) {
     const lengths = await page.evaluate(() => window.lengths);
     t.diagnostic(`reply: ${JSON.stringify(reply)}; ${await page.textContent("#speed")}`);
 
-    if (!repack) {
-      await mkdir(dirname(SCREENSHOT), { recursive: true });
-      await page.screenshot({ path: SCREENSHOT, fullPage: true });
-    }
+    await mkdir(dirname(SCREENSHOT), { recursive: true });
+    await page.screenshot({ path: SCREENSHOT, fullPage: true });
 
     // `run --chat` ends the reply with a newline for the terminal.
     const want = native("run", "-m", fixtures.smollm2, "--chat", "--temp", "0", "-n", String(TOKENS), MESSAGE);
@@ -77,4 +69,4 @@ async function chat(t, repack) {
     await browser.close();
     server.close();
   }
-}
+});

@@ -4,13 +4,12 @@
 //! It picks the path for each product (`cpu::matvec` for decode and small batches as the
 //! blocks are stored, `cpu::gemm` panels for prefill, `cpu::interleaved` for the types it
 //! `fits` (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4) repacked eight rows at a time where the
-//! kernels are 256 bits wide, or in WebAssembly when asked) and owns the repacking.
+//! kernels are 256 bits wide, or loaded that way) and owns the repacking.
 
 use super::cpu::interleaved::{self, Interleaved, RowGroups};
 use super::cpu::matvec::{self, matvec_many, Matvec, MatvecJob};
-use super::format::{
-    BlockIQ4NL, BlockMXFP4, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, GgmlDType,
-};
+use super::format::interleaved::with_interleave_type;
+use super::format::GgmlDType;
 use super::QTensor;
 use crate::{DType, Error, Result, Tensor};
 use std::sync::{Arc, OnceLock};
@@ -21,7 +20,7 @@ pub enum QMatMul {
     /// Blocks multiplied as they are stored.
     Quantized(Arc<QTensor>),
     /// Blocks of the types `interleaved::fits`, repacked eight rows at a time (see
-    /// `interleaved`) on their first decode product.
+    /// `interleaved`) on their first decode product, or loaded that way.
     Interleaved(Arc<Repacking>),
     /// F32 weights go through the dense matmul. (F16/BF16 ones are `Quantized`: read in
     /// their two-byte form, half the bytes per decode step.)
@@ -60,22 +59,30 @@ impl Repacking {
         })
     }
 
+    /// A weight whose bytes are already interleaved (`QTensor::is_interleaved`): nothing to
+    /// copy, and no stored layout to fall back on.
+    fn in_place(stored: Arc<QTensor>) -> Result<Self> {
+        let packed: Box<dyn RowGroups> = with_interleave_type!(stored.dtype(), B => {
+            Box::new(Interleaved::<B>::in_place(stored.clone())?)
+        }, _ => return Err(Error::invalid(
+            "QMatMul",
+            format!("{} weights are never interleaved", stored.dtype()),
+        )));
+        Ok(Self {
+            stored,
+            packed: OnceLock::from(packed),
+        })
+    }
+
     /// The repacked weight, made on the first call.
     fn packed(&self) -> &dyn RowGroups {
         self.packed
             .get_or_init(|| {
                 let w = &self.stored;
                 let (n, k) = (w.shape().dims()[0], w.shape().dims()[1]);
-                let packed: Box<dyn RowGroups> = match w.dtype() {
-                    GgmlDType::Q4_0 => Box::new(Self::pack::<BlockQ4_0>(w, n, k)),
-                    GgmlDType::Q4_1 => Box::new(Self::pack::<BlockQ4_1>(w, n, k)),
-                    GgmlDType::Q5_0 => Box::new(Self::pack::<BlockQ5_0>(w, n, k)),
-                    GgmlDType::Q5_1 => Box::new(Self::pack::<BlockQ5_1>(w, n, k)),
-                    GgmlDType::IQ4NL => Box::new(Self::pack::<BlockIQ4NL>(w, n, k)),
-                    GgmlDType::MXFP4 => Box::new(Self::pack::<BlockMXFP4>(w, n, k)),
-                    _ => Box::new(Self::pack::<BlockQ8_0>(w, n, k)),
-                };
-                packed
+                with_interleave_type!(w.dtype(), B => {
+                    Box::new(Self::pack::<B>(w, n, k)) as Box<dyn RowGroups>
+                }, _ => unreachable!("dtype checked in Repacking::new"))
             })
             .as_ref()
     }
@@ -100,15 +107,22 @@ impl QMatMul {
     /// that pays (`interleaved::pays`); the rest stay as stored.
     pub fn from_arc(w: Arc<QTensor>) -> Result<Self> {
         let (n, k) = Self::dims_of(&w)?;
+        if w.is_interleaved() {
+            return Ok(QMatMul::Interleaved(Arc::new(Repacking::in_place(w)?)));
+        }
         if interleaved::pays(w.dtype(), n, k) {
             return Ok(QMatMul::Interleaved(Arc::new(Repacking::new(w)?)));
         }
         Self::from_arc_as_stored(w)
     }
 
-    /// Never repacks: quantized blocks are multiplied as they are stored.
+    /// Never repacks: quantized blocks are multiplied as they are stored (interleaved ones
+    /// with the interleaved kernels).
     pub fn from_arc_as_stored(w: Arc<QTensor>) -> Result<Self> {
         Self::dims_of(&w)?;
+        if w.is_interleaved() {
+            return Ok(QMatMul::Interleaved(Arc::new(Repacking::in_place(w)?)));
+        }
         Ok(match w.dtype() {
             GgmlDType::F32 => QMatMul::Dense(w.dequantize()?),
             _ => QMatMul::Quantized(w),
@@ -119,6 +133,9 @@ impl QMatMul {
     /// CPU (the kernels fall back to portable code); an error for other types or a row count
     /// not a multiple of 8.
     pub fn interleave(w: &QTensor) -> Result<Self> {
+        if w.is_interleaved() {
+            return Self::from_arc(Arc::new(w.clone()));
+        }
         let r = Repacking::new(Arc::new(w.clone()))?;
         r.packed();
         Ok(QMatMul::Interleaved(Arc::new(r)))

@@ -46,6 +46,9 @@ pub struct QTensor {
     dtype: GgmlDType,
     shape: Shape,
     data: Bytes,
+    /// The bytes hold a `[n, k]` weight's rows eight at a time in `format::interleaved`'s
+    /// layout, not row after row (`GgufFile::from_blob_interleaved`).
+    interleaved: bool,
 }
 
 impl std::fmt::Debug for QTensor {
@@ -91,6 +94,7 @@ impl QTensor {
             dtype,
             shape,
             data: Bytes::owned(bytes),
+            interleaved: false,
         })
     }
 
@@ -112,7 +116,12 @@ impl QTensor {
         } else {
             Bytes::owned(&map[offset..end])
         };
-        Ok(Self { dtype, shape, data })
+        Ok(Self {
+            dtype,
+            shape,
+            data,
+            interleaved: false,
+        })
     }
 
     /// Quantizes a float tensor (any float dtype; quantization itself runs in f32) with
@@ -155,7 +164,12 @@ impl QTensor {
         }
         let data = Bytes::Owned { words, len: nbytes };
         check_size(dtype, &shape, nbytes, "QTensor::quantize")?;
-        Ok(Self { dtype, shape, data })
+        Ok(Self {
+            dtype,
+            shape,
+            data,
+            interleaved: false,
+        })
     }
 
     /// Quantizes row-major f32 data of `shape` under an importance matrix, as `llama-quantize
@@ -246,7 +260,12 @@ impl QTensor {
         );
         let data = Bytes::Owned { words, len: nbytes };
         check_size(dtype, &shape, nbytes, "QTensor::quantize_f32_weighted")?;
-        Ok(Self { dtype, shape, data })
+        Ok(Self {
+            dtype,
+            shape,
+            data,
+            interleaved: false,
+        })
     }
 
     pub fn dtype(&self) -> GgmlDType {
@@ -261,7 +280,24 @@ impl QTensor {
         self.shape.elem_count()
     }
 
-    /// The raw block bytes, exactly as ggml stores them.
+    /// The same tensor, its bytes declared to be in the interleaved layout (checked when it
+    /// is read).
+    pub(crate) fn into_interleaved(self) -> Self {
+        Self {
+            interleaved: true,
+            ..self
+        }
+    }
+
+    /// Whether the bytes hold the weight's rows eight at a time, interleaved
+    /// (`GgufFile::from_blob_interleaved`): `QMatMul` multiplies such a tensor with the
+    /// interleaved kernels and `dequantize`/`dequantize_rows` read the layout, but `data` is
+    /// not ggml's and `blocks` refuses it.
+    pub fn is_interleaved(&self) -> bool {
+        self.interleaved
+    }
+
+    /// The raw block bytes, as ggml stores them unless `is_interleaved`.
     pub fn data(&self) -> &[u8] {
         self.data.as_slice()
     }
@@ -313,8 +349,19 @@ impl QTensor {
         }
     }
 
-    /// The blocks, typed. Errors when `B` is not this tensor's type.
+    /// The blocks, typed. Errors when `B` is not this tensor's type, or the blocks are
+    /// interleaved.
     pub fn blocks<B: GgmlBlock>(&self) -> Result<&[B]> {
+        if self.interleaved {
+            return Err(Error::invalid(
+                "QTensor::blocks",
+                format!(
+                    "{} tensor {:?} is stored eight rows interleaved, not row by row",
+                    self.dtype,
+                    self.shape.dims()
+                ),
+            ));
+        }
         if B::DTYPE != self.dtype {
             return Err(Error::invalid(
                 "QTensor::blocks",
@@ -327,6 +374,10 @@ impl QTensor {
 
     /// All values as f32, row-major.
     pub fn dequantize_f32(&self) -> Result<Vec<f32>> {
+        if self.interleaved {
+            let rows: Vec<u32> = (0..self.shape.dims()[0] as u32).collect();
+            return self.interleaved_rows(&rows);
+        }
         let mut out = vec![0f32; self.elem_count()];
         crate::with_block_type!(self.dtype, B => {
             let blocks = self.blocks::<B>()?;
@@ -350,6 +401,9 @@ impl QTensor {
             ));
         };
         check_row_ids("QTensor::dequantize_rows", ids, rows)?;
+        if self.interleaved {
+            return Tensor::from_vec(self.interleaved_rows(ids)?, (ids.len(), cols), &Device::Cpu);
+        }
         let mut out = vec![0f32; ids.len() * cols];
         crate::with_block_type!(self.dtype, B => {
             let blocks = self.blocks::<B>()?;
@@ -360,6 +414,29 @@ impl QTensor {
             }
         });
         Tensor::from_vec(out, (ids.len(), cols), &Device::Cpu)
+    }
+}
+
+impl QTensor {
+    /// Rows `ids` (checked) of an interleaved `[n, k]` weight as f32, row after row.
+    fn interleaved_rows(&self, ids: &[u32]) -> Result<Vec<f32>> {
+        use super::format::interleaved::{dequantize_group_row, with_interleave_type, ROWS};
+        let k = self.shape.dims()[1];
+        let per_row = k / 32;
+        let mut out = vec![0f32; ids.len() * k];
+        with_interleave_type!(self.dtype, B => {
+            let blocks: &[<B as super::format::interleaved::Interleave>::X8] =
+                bytemuck::try_cast_slice(self.data())
+                    .map_err(|e| Error::invalid("QTensor::dequantize", e.to_string()))?;
+            for (&id, o) in ids.iter().zip(out.chunks_exact_mut(k.max(1))) {
+                let g = id as usize / ROWS;
+                dequantize_group_row::<B>(&blocks[g * per_row..][..per_row], id as usize % ROWS, o);
+            }
+            Ok(out)
+        }, _ => Err(Error::invalid(
+            "QTensor::dequantize",
+            format!("{} has no interleaved layout", self.dtype),
+        )))
     }
 }
 

@@ -1,6 +1,7 @@
-//! Decode and prefill over weights repacked eight rows at a time (`format::interleaved`), for
-//! CPUs whose quantized kernels are 256 bits wide (AVX2, AVX-VNNI), and for SIMD128
-//! WebAssembly when asked (`set_repack_in_webassembly`).
+//! Decode and prefill over weights repacked eight rows at a time (`format::interleaved`): a
+//! copy made for CPUs whose quantized kernels are 256 bits wide (AVX2, AVX-VNNI), or a file's
+//! own bytes rearranged where they lie (`GgufFile::from_blob_interleaved`, as the SIMD128
+//! WebAssembly builds load models).
 //!
 //! Decode runs the interleaved dot kernel over groups of eight rows; prefill reads the same
 //! copy as GEMM panels (`gemm`), whose eight-row interleaving is the same, unpacked.
@@ -9,12 +10,14 @@ use super::gemm;
 use super::matvec::MatvecJob;
 use super::sink::{filled, Sink};
 use crate::cpu::par::{for_each_chunk, par_for};
-use crate::quantized::format::interleaved::{XRow, ROWS};
+use crate::quantized::format::interleaved::{dequantize_group_row, XRow, ROWS};
 use crate::quantized::format::{BlockQ8_0, GgmlDType};
 use crate::quantized::kernels::interleaved::{Ahead, DotFn, InterleavedKernels};
 use crate::quantized::kernels::{isa, Isa, QuantizeRow};
+use crate::quantized::QTensor;
 use crate::{Error, Result};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// `m` activation rows of width `k`, quantized once for every group of weight rows.
 struct Activations {
@@ -54,11 +57,20 @@ impl Activations {
 }
 
 /// A `[n, k]` weight repacked: group `g` (rows `8g..8g + 8`) has its blocks at
-/// `blocks[g * k / 32..][..k / 32]`.
+/// `blocks()[g * k / 32..][..k / 32]`.
 pub struct Interleaved<B: InterleavedKernels> {
-    blocks: Vec<B::X8>,
+    store: Store<B::X8>,
     n: usize,
     k: usize,
+}
+
+/// Where a repacked weight's blocks are.
+enum Store<X> {
+    /// A copy of the stored blocks.
+    Copy(Vec<X>),
+    /// A tensor whose own bytes were rearranged (`QTensor::is_interleaved`); checked to cast
+    /// to blocks.
+    InPlace(Arc<QTensor>),
 }
 
 impl<B: InterleavedKernels> std::fmt::Debug for Interleaved<B> {
@@ -114,31 +126,60 @@ impl<B: InterleavedKernels> Interleaved<B> {
             done += chunk.len() / per_row.max(1);
             release(0..done * group_bytes);
         }
-        REPACKED_BYTES.fetch_add(std::mem::size_of_val(w), Ordering::Relaxed);
-        Ok(Self { blocks, n, k })
+        count_repacked(std::mem::size_of_val(w));
+        Ok(Self {
+            store: Store::Copy(blocks),
+            n,
+            k,
+        })
+    }
+
+    /// A tensor already in the interleaved layout (`QTensor::is_interleaved`), read where it is.
+    pub(crate) fn in_place(w: Arc<QTensor>) -> Result<Self> {
+        let (n, k) = match w.shape().dims() {
+            &[n, k] if w.is_interleaved() && w.dtype() == B::DTYPE && fits(B::DTYPE, n, k) => {
+                (n, k)
+            }
+            d => {
+                return Err(Error::invalid(
+                    "Interleaved::in_place",
+                    format!(
+                        "{} tensor {d:?} is not a {} weight stored interleaved",
+                        w.dtype(),
+                        B::DTYPE
+                    ),
+                ))
+            }
+        };
+        bytemuck::try_cast_slice::<u8, B::X8>(w.data())
+            .map_err(|e| Error::invalid("Interleaved::in_place", e.to_string()))?;
+        Ok(Self {
+            store: Store::InPlace(w),
+            n,
+            k,
+        })
+    }
+
+    fn blocks(&self) -> &[B::X8] {
+        match &self.store {
+            Store::Copy(blocks) => blocks,
+            Store::InPlace(w) => bytemuck::cast_slice(w.data()),
+        }
     }
 
     fn group(&self, g: usize) -> &[B::X8] {
         let per_row = self.k / 32;
-        &self.blocks[g * per_row..][..per_row]
+        &self.blocks()[g * per_row..][..per_row]
     }
 
     /// Larger than the last-level cache: decode streams it past the caches.
     fn streamed(&self) -> bool {
-        crate::quantized::kernels::prefetch::streamed(std::mem::size_of_val(&self.blocks[..]))
+        crate::quantized::kernels::prefetch::streamed(std::mem::size_of_val(self.blocks()))
     }
 
     /// Row `r` as f32 (`out` holds `k` values): an embedding lookup in a tied output head.
     fn dequantize_row(&self, r: usize, out: &mut [f32]) {
-        let (g, p) = (r / ROWS, r % ROWS);
-        for (b, out) in self.group(g).iter().zip(out.chunks_exact_mut(32)) {
-            let (u, d) = (B::unpack(b), B::scales(b)[p]);
-            let m = B::mins(b).map(|m| m[p].to_f32());
-            for (j, o) in out.iter_mut().enumerate() {
-                let level = (u[j / 4][4 * p + j % 4] as i32 - B::OFFSET) as f32 * d;
-                *o = m.map_or(level, |m| level + m);
-            }
-        }
+        dequantize_group_row::<B>(self.group(r / ROWS), r % ROWS, out)
     }
 
     /// `x [m, k]` times the weight transposed → `[m, n]`; with `panels`, the GEMM panels
@@ -281,33 +322,23 @@ pub(crate) fn fits(dtype: GgmlDType, n: usize, k: usize) -> bool {
         && k.is_multiple_of(32)
 }
 
-/// Whether `QMatMul` repacks a `dtype` weight of `n` rows by `k`: where it `fits` and the
-/// kernels in use are 256 bits wide (the AVX-512 ones keep the row layout), or SIMD128 ones
-/// once `set_repack_in_webassembly` asked for it, unless `HANZO_INTERLEAVE=0`.
+/// Whether `QMatMul` repacks a `dtype` weight of `n` rows by `k` into a copy: where it
+/// `fits` and the kernels in use are 256 bits wide (the AVX-512 ones keep the row layout),
+/// unless `HANZO_INTERLEAVE=0`. (In WebAssembly, where memory never shrinks, a copy would
+/// hold the weight twice; the SIMD128 builds load files interleaved in place instead.)
 pub(crate) fn pays(dtype: GgmlDType, n: usize, k: usize) -> bool {
-    let kernels_read_it = match isa() {
-        Isa::Avx2 | Isa::AvxVnni => true,
-        Isa::Simd128 => REPACK_IN_WEBASSEMBLY.load(Ordering::Relaxed),
-        _ => false,
-    };
-    fits(dtype, n, k) && kernels_read_it && crate::env::interleave()
+    fits(dtype, n, k) && matches!(isa(), Isa::Avx2 | Isa::AvxVnni) && crate::env::interleave()
 }
 
-static REPACK_IN_WEBASSEMBLY: AtomicBool = AtomicBool::new(false);
 static REPACKED_BYTES: AtomicUsize = AtomicUsize::new(0);
 
-/// Bytes of weights this process has repacked so far (never decreases).
+/// Bytes of weights this process has repacked so far, copied or in place (never decreases).
 pub fn repacked_bytes() -> usize {
     REPACKED_BYTES.load(Ordering::Relaxed)
 }
 
-/// Whether weights loaded from now on are repacked in a SIMD128 WebAssembly build, where
-/// the interleaved kernels run about 1.4–1.7x the row kernels (`decode_kernels` example).
-/// Off unless asked: a model there sits in WebAssembly memory, which never gives pages back,
-/// so the repacked copy adds its whole size (nearly the file's) to the memory the model
-/// takes. No effect on other targets.
-pub fn set_repack_in_webassembly(on: bool) {
-    REPACK_IN_WEBASSEMBLY.store(on, Ordering::Relaxed)
+pub(crate) fn count_repacked(bytes: usize) {
+    REPACKED_BYTES.fetch_add(bytes, Ordering::Relaxed);
 }
 
 #[cfg(test)]
@@ -426,13 +457,16 @@ mod tests {
         let mut packed = Interleaved::new(&w, ROWS, 32 * blocks).unwrap();
         let (top, top_level) = extreme_block::<B>(true);
         let (bottom, bottom_level) = extreme_block::<B>(false);
-        packed.blocks[0] = top;
-        packed.blocks[1] = bottom;
+        let Store::Copy(copy) = &mut packed.store else {
+            unreachable!("a copy")
+        };
+        copy[0] = top;
+        copy[1] = bottom;
         if B::DTYPE == GgmlDType::MXFP4 {
             // Exponents 0 to 169 spread over the other blocks (larger ones would overflow the
             // sums to infinities; `interleaved_x86`'s test checks every scale alone).
-            let blocks: &mut [BlockMXFP4x8] = bytemuck::cast_slice_mut(&mut packed.blocks);
-            for (i, b) in blocks.iter_mut().enumerate().skip(2) {
+            let copy: &mut [BlockMXFP4x8] = bytemuck::cast_slice_mut(copy);
+            for (i, b) in copy.iter_mut().enumerate().skip(2) {
                 b.e = std::array::from_fn(|r| (19 * (ROWS * (i - 2) + r) % 170) as u8);
             }
         }
@@ -449,22 +483,22 @@ mod tests {
         let acts = Activations::new(&xs, 8, 32 * blocks);
         let all: [XRow; 8] = std::array::from_fn(|j| acts.row(j));
         assert_eq!(
-            B::dot::<8>()(&packed.blocks, &all, Ahead::Nothing),
-            dot_scalar::<B, 8>(&packed.blocks, &all)
+            B::dot::<8>()(packed.blocks(), &all, Ahead::Nothing),
+            dot_scalar::<B, 8>(packed.blocks(), &all)
         );
         let rows: [XRow; 4] = std::array::from_fn(|j| acts.row(j));
         assert_eq!(
-            B::dot::<4>()(&packed.blocks, &rows, Ahead::Cached),
-            dot_scalar::<B, 4>(&packed.blocks, &rows)
+            B::dot::<4>()(packed.blocks(), &rows, Ahead::Cached),
+            dot_scalar::<B, 4>(packed.blocks(), &rows)
         );
         assert_eq!(
-            B::dot::<1>()(&packed.blocks, &[rows[1]], Ahead::Streamed),
-            dot_scalar::<B, 1>(&packed.blocks, &[rows[1]])
+            B::dot::<1>()(packed.blocks(), &[rows[1]], Ahead::Streamed),
+            dot_scalar::<B, 1>(packed.blocks(), &[rows[1]])
         );
         // The extreme blocks alone: the exact integer sums, scaled by the activation scale.
         for (i, u) in [(0, top_level as i32), (1, bottom_level as i32)] {
             let one = dot_scalar::<B, 4>(
-                &packed.blocks[i..i + 1],
+                &packed.blocks()[i..i + 1],
                 &std::array::from_fn(|j| XRow {
                     q: &rows[j].q[i..i + 1],
                     d: &rows[j].d[i..i + 1],

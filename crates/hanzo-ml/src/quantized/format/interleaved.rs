@@ -355,6 +355,96 @@ impl Interleave for BlockMXFP4 {
     }
 }
 
+/// `$body` with `$B` the block type of `$dtype` when it is one of the types stored
+/// interleaved (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4); `$other` for the rest.
+macro_rules! with_interleave_type {
+    ($dtype:expr, $B:ident => $body:expr, _ => $other:expr) => {{
+        use $crate::quantized::format::*;
+        match $dtype {
+            GgmlDType::Q4_0 => {
+                type $B = BlockQ4_0;
+                $body
+            }
+            GgmlDType::Q4_1 => {
+                type $B = BlockQ4_1;
+                $body
+            }
+            GgmlDType::Q5_0 => {
+                type $B = BlockQ5_0;
+                $body
+            }
+            GgmlDType::Q5_1 => {
+                type $B = BlockQ5_1;
+                $body
+            }
+            GgmlDType::Q8_0 => {
+                type $B = BlockQ8_0;
+                $body
+            }
+            GgmlDType::IQ4NL => {
+                type $B = BlockIQ4NL;
+                $body
+            }
+            GgmlDType::MXFP4 => {
+                type $B = BlockMXFP4;
+                $body
+            }
+            _ => $other,
+        }
+    }};
+}
+pub(crate) use with_interleave_type;
+
+/// Rearranges a weight of `n` rows by `k` held row after row in `bytes` (its blocks, as a
+/// file stores them) into groups of eight interleaved rows where it lies. Each group takes
+/// the bytes its eight rows took, so only one group (a few KiB) is ever held twice: a model
+/// in WebAssembly memory, which can never give pages back, gets the interleaved kernels
+/// without a second copy of its weights.
+pub fn interleave_in_place<B: Interleave>(
+    bytes: &mut [u8],
+    n: usize,
+    k: usize,
+) -> crate::Result<()> {
+    let per_row = k / 32;
+    let group_bytes = std::mem::size_of::<B::X8>() * per_row;
+    if !n.is_multiple_of(ROWS) || !k.is_multiple_of(32) || bytes.len() != n / ROWS * group_bytes {
+        return Err(crate::Error::invalid(
+            "interleave_in_place",
+            format!(
+                "{} weight [{n}, {k}] in {} bytes does not split into groups of {ROWS} rows",
+                B::DTYPE,
+                bytes.len()
+            ),
+        ));
+    }
+    let mut rows = vec![<B as bytemuck::Zeroable>::zeroed(); ROWS * per_row];
+    for group in bytes.chunks_exact_mut(group_bytes.max(1)) {
+        // Byte copies both ways: the file's offsets promise no alignment.
+        bytemuck::cast_slice_mut::<B, u8>(&mut rows).copy_from_slice(group);
+        for (i, out) in group
+            .chunks_exact_mut(std::mem::size_of::<B::X8>())
+            .enumerate()
+        {
+            let packed = B::pack(std::array::from_fn(|r| &rows[r * per_row + i]));
+            out.copy_from_slice(bytemuck::bytes_of(&packed));
+        }
+    }
+    Ok(())
+}
+
+/// Row `r` of a group of eight interleaved rows (`group`: its `k / 32` blocks) as f32 into
+/// `out` (`k` values): the values `B::dequantize` gives for that row as stored.
+pub fn dequantize_group_row<B: Interleave>(group: &[B::X8], r: usize, out: &mut [f32]) {
+    for (b, out) in group.iter().zip(out.chunks_exact_mut(32)) {
+        let (u, d) = (B::unpack(b), B::scales(b)[r]);
+        let m = B::mins(b).map(|m| m[r].to_f32());
+        for (j, o) in out.iter_mut().enumerate() {
+            let level = (u[j / 4][4 * r + j % 4] as i32 - B::OFFSET) as f32 * d;
+            *o = m.map_or(level, |m| level + m);
+        }
+    }
+}
+
 /// One activation row quantized to Q8_0, with each block's scale in f32 and the sum of its
 /// levels (for the `OFFSET · Σ x` term).
 #[derive(Clone, Copy)]

@@ -68,6 +68,8 @@ pub struct GgufFile {
     file: Option<Arc<std::fs::File>>,
     /// Set by the first request to move the map onto huge pages; later ones do nothing.
     promoting: std::sync::atomic::AtomicBool,
+    /// Names of the tensors whose bytes were interleaved in place (`from_blob_interleaved`).
+    interleaved: std::collections::HashSet<String>,
 }
 
 impl GgufFile {
@@ -89,6 +91,7 @@ impl GgufFile {
             map: Arc::new(Blob::from_map(map)),
             file: Some(Arc::new(file)),
             promoting: Default::default(),
+            interleaved: Default::default(),
         })
     }
 
@@ -101,6 +104,48 @@ impl GgufFile {
             map: Arc::new(blob),
             file: None,
             promoting: Default::default(),
+            interleaved: Default::default(),
+        })
+    }
+
+    /// `from_blob`, with every 2-D tensor of a type the interleaved kernels read (Q4_0, Q4_1,
+    /// Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, in whole groups of eight rows) rearranged into
+    /// `format::interleaved`'s layout where it lies. Those tensors come out `is_interleaved`:
+    /// `QMatMul` runs the interleaved kernels over them, and embedding lookups and
+    /// dequantization read the layout. This is how WebAssembly gets those kernels: its
+    /// memory never shrinks, so a repacked copy would hold the weights twice. An error for a
+    /// memory-mapped `blob`, which is read-only.
+    pub fn from_blob_interleaved(mut blob: Blob) -> Result<Self> {
+        let content =
+            GgufContent::parse(&blob).map_err(|e| Error::format("gguf", e.to_string()))?;
+        let bytes = blob.as_mut_slice().ok_or_else(|| {
+            Error::invalid(
+                "GgufFile::from_blob_interleaved",
+                "a memory-mapped file cannot be rearranged",
+            )
+        })?;
+        let mut interleaved = std::collections::HashSet::new();
+        for t in &content.tensors {
+            let &[n, k] = t.shape.dims() else { continue };
+            if !super::cpu::interleaved::fits(t.dtype, n, k) {
+                continue;
+            }
+            // In bounds: the parser checked every tensor's span against the file length.
+            let start = t.offset as usize;
+            let data = &mut bytes[start..start + t.size];
+            super::format::interleaved::with_interleave_type!(t.dtype, B => {
+                super::format::interleaved::interleave_in_place::<B>(data, n, k)
+            }, _ => continue)
+            .map_err(|e| Error::format(t.name.clone(), e.to_string()))?;
+            super::cpu::interleaved::count_repacked(t.size);
+            interleaved.insert(t.name.clone());
+        }
+        Ok(Self {
+            content,
+            map: Arc::new(blob),
+            file: None,
+            promoting: Default::default(),
+            interleaved,
         })
     }
 
@@ -136,7 +181,8 @@ impl GgufFile {
         &self.content.tensors
     }
 
-    /// The stored bytes of the named tensor, straight from the map.
+    /// The stored bytes of the named tensor, straight from the map (interleaved for the
+    /// tensors `from_blob_interleaved` rearranged).
     pub fn tensor_bytes(&self, name: &str) -> Result<&[u8]> {
         let info = self
             .content
@@ -153,12 +199,16 @@ impl GgufFile {
             .content
             .tensor_info(name)
             .ok_or_else(|| Error::format("gguf", format!("no tensor named {name:?}")))?;
-        QTensor::from_mmap(
+        let t = QTensor::from_mmap(
             info.dtype,
             info.shape.clone(),
             self.map.clone(),
             info.offset as usize,
             info.size,
-        )
+        )?;
+        Ok(match self.interleaved.contains(name) {
+            true => t.into_interleaved(),
+            false => t,
+        })
     }
 }

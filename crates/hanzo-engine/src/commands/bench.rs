@@ -2,7 +2,9 @@
 //! once (`bench_parallel`). pp<N>: one forward pass over N prompt
 //! tokens (logits for the last only); tg<N>: N single-token decode steps from an empty
 //! cache. Random token ids (BOS first), one untimed warm-up run, then REPS timed runs;
-//! the reported speed is the median.
+//! the reported speed is the median. Both measure the steady state a session reaches after
+//! its first token: one decode step before them repacks the weights that decode reads
+//! repacked (`QMatMul`'s `Repacking`), so pp reads them as later prompts do.
 //!
 //! An embedding model directory (BERT family) gets one test instead, enc<N>: a forward pass
 //! of the encoder over one sequence of N tokens (`-p`).
@@ -101,6 +103,7 @@ pub fn run(mut a: Args) -> Result<()> {
         return parallel(&a, model, threads);
     }
     let bos = p.tokenizer.special().bos;
+    tg(model, &[bos.unwrap_or(0)])?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(1234);
     let mut rows = Vec::new();
     type Test = fn(&dyn LanguageModel, &[u32]) -> Result<f64>;

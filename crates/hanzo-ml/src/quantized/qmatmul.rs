@@ -4,7 +4,7 @@
 //! It picks the path for each product (`cpu::matvec` for decode and small batches as the
 //! blocks are stored, `cpu::gemm` panels for prefill, `cpu::interleaved` for the types it
 //! `fits` (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4) repacked eight rows at a time where the
-//! kernels are 256 bits wide, or loaded that way) and owns the repacking.
+//! CPU has AVX2, or loaded that way) and owns the repacking.
 
 use super::cpu::interleaved::{self, Interleaved, RowGroups};
 use super::cpu::matvec::{self, matvec_many, Matvec, MatvecJob};

@@ -57,16 +57,17 @@ pub(crate) fn matmul<B: GgmlBlock>(
 }
 
 /// The panel kernel for `m` activation rows of width `k` whose weights come already unpacked
-/// `rows_wanted` rows at a time (see `cpu::interleaved`): `None` where this CPU's
-/// panels hold a different number of rows, or where the tile path suits `m` better.
+/// `per_group` rows at a time (see `cpu::interleaved`): `None` where this CPU's panels
+/// hold a number of rows not a multiple of `per_group`, or where the tile path suits `m`
+/// better.
 pub(crate) fn plan_prepacked(
     m: usize,
     k: usize,
     group: usize,
     max_level: u8,
-    rows_wanted: usize,
+    per_group: usize,
 ) -> Option<(usize, PanelFn)> {
-    panel_kernel(m, k, group, max_level).filter(|&(rows, _)| rows == rows_wanted)
+    panel_kernel(m, k, group, max_level).filter(|&(rows, _)| rows.is_multiple_of(per_group))
 }
 
 /// Runs `kernel` over panels of `rows` weight rows each, which `fill(scratch, r0, live)`
@@ -198,9 +199,9 @@ impl Scratch {
         }
     }
 
-    /// The panel's levels, scales and mins, laid out as `Panel` describes.
-    pub(crate) fn panel_mut(&mut self) -> (&mut [u8], &mut [f32], &mut [f32]) {
-        (&mut self.u, &mut self.scale, &mut self.min)
+    /// The panel's rows, and its levels, scales and mins, laid out as `Panel` describes.
+    pub(crate) fn panel_mut(&mut self) -> (usize, &mut [u8], &mut [f32], &mut [f32]) {
+        (self.rows, &mut self.u, &mut self.scale, &mut self.min)
     }
 
     /// Unpacks `w` (`per_row` blocks per row, at most `self.rows` rows) into the panel; rows

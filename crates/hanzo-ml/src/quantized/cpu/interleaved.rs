@@ -1,5 +1,6 @@
 //! Decode and prefill over weights repacked eight rows at a time (`format::interleaved`): a
-//! copy made for CPUs whose quantized kernels are 256 bits wide (AVX2, AVX-VNNI), or a file's
+//! copy made on x86 with AVX2 (the interleaved kernels are 256 bits wide; AVX-512 CPUs run
+//! them too, faster than their own row kernels for these types), or a file's
 //! own bytes rearranged where they lie (`GgufFile::from_blob_interleaved`, as the SIMD128
 //! WebAssembly builds load models).
 //!
@@ -187,7 +188,8 @@ impl<B: InterleavedKernels> Interleaved<B> {
     pub fn matmul(&self, x: &[f32], m: usize, panels: bool) -> Vec<f32> {
         let (n, k) = (self.n, self.k);
         if let Some(plan) = gemm::plan_prepacked(m, k, 32, B::MAX_LEVEL, ROWS).filter(|_| panels) {
-            let fill = |s: &mut gemm::Scratch, r0: usize, _live: usize| self.unpack_panel(s, r0);
+            let fill =
+                |s: &mut gemm::Scratch, r0: usize, live: usize| self.unpack_panel(s, r0, live);
             if let Some(out) = gemm::over_panels(n, k, x, m, 32, plan, &fill) {
                 return out;
             }
@@ -243,20 +245,39 @@ impl<B: InterleavedKernels> Interleaved<B> {
         }
     }
 
-    /// Writes group `r0 / 8` unpacked into a GEMM panel of 8 rows.
-    fn unpack_panel(&self, s: &mut gemm::Scratch, r0: usize) {
-        let (u, scale, min) = s.panel_mut();
+    /// Writes rows `r0..r0 + live` (whole groups) unpacked into a GEMM panel (of 8 rows on
+    /// AVX2, 16 on AVX-512); the rows past them are zero.
+    fn unpack_panel(&self, s: &mut gemm::Scratch, r0: usize, live: usize) {
+        let (rows, u, scale, min) = s.panel_mut();
+        if live < rows {
+            u.fill(0);
+            scale.fill(0.0);
+            min.fill(0.0);
+        }
         let expand = B::expand();
-        let (levels, _) = u.as_chunks_mut::<256>();
-        for ((i, b), levels) in self.group(r0 / ROWS).iter().enumerate().zip(levels) {
-            expand(b, levels);
-            // The panels compute `s·u − min` per group.
-            for (r, d) in B::scales(b).into_iter().enumerate() {
-                scale[i * ROWS + r] = d;
-                min[i * ROWS + r] = match B::mins(b) {
-                    Some(m) => -m[r].to_f32(),
-                    None => B::OFFSET as f32 * d,
-                };
+        let mut levels = [0u8; 256];
+        for half in 0..live / ROWS {
+            for (i, b) in self.group(r0 / ROWS + half).iter().enumerate() {
+                // Each step of a block is 4 levels of each of 8 rows, as a panel of 8 rows
+                // lays them out; a wider panel takes them 32 bytes at a time.
+                let block = &mut u[i * 32 * rows..][..32 * rows];
+                if rows == ROWS {
+                    expand(b, block.try_into().expect("256 bytes"));
+                } else {
+                    expand(b, &mut levels);
+                    for (t, step) in levels.chunks_exact(32).enumerate() {
+                        block[(t * rows + half * ROWS) * 4..][..32].copy_from_slice(step);
+                    }
+                }
+                // The panels compute `s·u − min` per group.
+                for (r, d) in B::scales(b).into_iter().enumerate() {
+                    let at = i * rows + half * ROWS + r;
+                    scale[at] = d;
+                    min[at] = match B::mins(b) {
+                        Some(m) => -m[r].to_f32(),
+                        None => B::OFFSET as f32 * d,
+                    };
+                }
             }
         }
     }
@@ -323,11 +344,14 @@ pub(crate) fn fits(dtype: GgmlDType, n: usize, k: usize) -> bool {
 }
 
 /// Whether `QMatMul` repacks a `dtype` weight of `n` rows by `k` into a copy: where it
-/// `fits` and the kernels in use are 256 bits wide (the AVX-512 ones keep the row layout),
+/// `fits` and the CPU has AVX2 (with AVX-512 too: on Zen 4 the 256-bit interleaved kernels
+/// decode Q4_1 and Q5_0 at 2–4x, Q8_0 at 1.1–1.5x, its row kernels' rate, `decode_kernels`),
 /// unless `HANZO_INTERLEAVE=0`. (In WebAssembly, where memory never shrinks, a copy would
 /// hold the weight twice; the SIMD128 builds load files interleaved in place instead.)
 pub(crate) fn pays(dtype: GgmlDType, n: usize, k: usize) -> bool {
-    fits(dtype, n, k) && matches!(isa(), Isa::Avx2 | Isa::AvxVnni) && crate::env::interleave()
+    fits(dtype, n, k)
+        && matches!(isa(), Isa::Avx2 | Isa::AvxVnni | Isa::Avx512)
+        && crate::env::interleave()
 }
 
 static REPACKED_BYTES: AtomicUsize = AtomicUsize::new(0);

@@ -21,7 +21,7 @@ export function simdSupported(): boolean;
 export function relaxedSimdSupported(): boolean;
 /** The build in use; null before `init`. */
 export function build(): Build | null;
-/** Bytes of weights repacked for faster decode (`repack` in `Model.load`), over the module's life. */
+/** Bytes of weights interleaved for faster decode (`repack` in `Model.load`), over the module's life. */
 export function repackedBytes(): number;
 /** Bytes of WebAssembly memory the module holds now (it grows, never shrinks). */
 export function memoryBytes(): number;

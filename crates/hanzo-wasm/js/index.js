@@ -74,7 +74,7 @@ export function build() {
   return bindings.relaxedSimd() ? "relaxed" : bindings.simd128() ? "simd" : "scalar";
 }
 
-/** Bytes of weights repacked for faster decode (`repack` in `Model.load`), over the module's life. */
+/** Bytes of weights interleaved for faster decode (`repack` in `Model.load`), over the module's life. */
 export function repackedBytes() {
   return bindings ? bindings.repackedBytes() : 0;
 }

@@ -62,15 +62,9 @@ impl Repacking {
     /// A weight whose bytes are already interleaved (`QTensor::is_interleaved`): nothing to
     /// copy, and no stored layout to fall back on.
     fn in_place(stored: Arc<QTensor>) -> Result<Self> {
-        let packed: Box<dyn RowGroups> = with_interleave_type!(stored.dtype(), B => {
-            Box::new(Interleaved::<B>::in_place(stored.clone())?)
-        }, _ => return Err(Error::invalid(
-            "QMatMul",
-            format!("{} weights are never interleaved", stored.dtype()),
-        )));
         Ok(Self {
+            packed: OnceLock::from(interleaved::view(stored.clone())?),
             stored,
-            packed: OnceLock::from(packed),
         })
     }
 

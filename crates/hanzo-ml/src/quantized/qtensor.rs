@@ -353,14 +353,7 @@ impl QTensor {
     /// interleaved.
     pub fn blocks<B: GgmlBlock>(&self) -> Result<&[B]> {
         if self.interleaved {
-            return Err(Error::invalid(
-                "QTensor::blocks",
-                format!(
-                    "{} tensor {:?} is stored eight rows interleaved, not row by row",
-                    self.dtype,
-                    self.shape.dims()
-                ),
-            ));
+            return Err(self.not_row_by_row());
         }
         if B::DTYPE != self.dtype {
             return Err(Error::invalid(
@@ -418,25 +411,30 @@ impl QTensor {
 }
 
 impl QTensor {
-    /// Rows `ids` (checked) of an interleaved `[n, k]` weight as f32, row after row.
+    /// Rows `ids` (checked) of an interleaved `[n, k]` weight as f32, row after row, read
+    /// through the interleaved weight `QMatMul` makes of it (one set of per-type code). The
+    /// clone is cheap: interleaved tensors view the file's buffer (`from_blob_interleaved`).
     fn interleaved_rows(&self, ids: &[u32]) -> Result<Vec<f32>> {
-        use super::format::interleaved::{dequantize_group_row, with_interleave_type, ROWS};
         let k = self.shape.dims()[1];
-        let per_row = k / 32;
+        let view = super::cpu::interleaved::view(Arc::new(self.clone()))?;
         let mut out = vec![0f32; ids.len() * k];
-        with_interleave_type!(self.dtype, B => {
-            let blocks: &[<B as super::format::interleaved::Interleave>::X8] =
-                bytemuck::try_cast_slice(self.data())
-                    .map_err(|e| Error::invalid("QTensor::dequantize", e.to_string()))?;
-            for (&id, o) in ids.iter().zip(out.chunks_exact_mut(k.max(1))) {
-                let g = id as usize / ROWS;
-                dequantize_group_row::<B>(&blocks[g * per_row..][..per_row], id as usize % ROWS, o);
-            }
-            Ok(out)
-        }, _ => Err(Error::invalid(
-            "QTensor::dequantize",
-            format!("{} has no interleaved layout", self.dtype),
-        )))
+        for (&id, o) in ids.iter().zip(out.chunks_exact_mut(k.max(1))) {
+            view.dequantize_row(id as usize, o);
+        }
+        Ok(out)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn not_row_by_row(&self) -> Error {
+        Error::invalid(
+            "QTensor::blocks",
+            format!(
+                "{} tensor {:?} is stored eight rows interleaved, not row by row",
+                self.dtype,
+                self.shape.dims()
+            ),
+        )
     }
 }
 

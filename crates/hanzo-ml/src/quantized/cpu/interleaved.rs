@@ -135,25 +135,11 @@ impl<B: InterleavedKernels> Interleaved<B> {
         })
     }
 
-    /// A tensor already in the interleaved layout (`QTensor::is_interleaved`), read where it is.
+    /// A tensor already in the interleaved layout (`QTensor::is_interleaved`), read where it
+    /// is. Its bytes cast to blocks: they are whole groups (`fits`, and `QTensor` checked
+    /// their length), and a tensor's bytes are 4-aligned.
     pub(crate) fn in_place(w: Arc<QTensor>) -> Result<Self> {
-        let (n, k) = match w.shape().dims() {
-            &[n, k] if w.is_interleaved() && w.dtype() == B::DTYPE && fits(B::DTYPE, n, k) => {
-                (n, k)
-            }
-            d => {
-                return Err(Error::invalid(
-                    "Interleaved::in_place",
-                    format!(
-                        "{} tensor {d:?} is not a {} weight stored interleaved",
-                        w.dtype(),
-                        B::DTYPE
-                    ),
-                ))
-            }
-        };
-        bytemuck::try_cast_slice::<u8, B::X8>(w.data())
-            .map_err(|e| Error::invalid("Interleaved::in_place", e.to_string()))?;
+        let (n, k) = in_place_dims(&w, B::DTYPE)?;
         Ok(Self {
             store: Store::InPlace(w),
             n,
@@ -258,17 +244,8 @@ impl<B: InterleavedKernels> Interleaved<B> {
         let mut levels = [0u8; 256];
         for half in 0..live / ROWS {
             for (i, b) in self.group(r0 / ROWS + half).iter().enumerate() {
-                // Each step of a block is 4 levels of each of 8 rows, as a panel of 8 rows
-                // lays them out; a wider panel takes them 32 bytes at a time.
-                let block = &mut u[i * 32 * rows..][..32 * rows];
-                if rows == ROWS {
-                    expand(b, block.try_into().expect("256 bytes"));
-                } else {
-                    expand(b, &mut levels);
-                    for (t, step) in levels.chunks_exact(32).enumerate() {
-                        block[(t * rows + half * ROWS) * 4..][..32].copy_from_slice(step);
-                    }
-                }
+                expand(b, &mut levels);
+                place_steps(&levels, &mut u[i * 32 * rows..][..32 * rows], half);
                 // The panels compute `s·u − min` per group.
                 for (r, d) in B::scales(b).into_iter().enumerate() {
                     let at = i * rows + half * ROWS + r;
@@ -280,6 +257,17 @@ impl<B: InterleavedKernels> Interleaved<B> {
                 }
             }
         }
+    }
+}
+
+/// One block's unpacked levels (8 steps of 4 levels of each of 8 rows) into its place in a
+/// panel of `block.len() / 32` rows, as rows `8 half..8 half + 8`: a panel of 8 rows lays
+/// them out as they are; a wider one takes them 32 bytes per step. One copy for every type.
+#[inline(never)]
+fn place_steps(levels: &[u8; 256], block: &mut [u8], half: usize) {
+    let rows = block.len() / 32;
+    for (t, step) in levels.chunks_exact(32).enumerate() {
+        block[(t * rows + half * ROWS) * 4..][..32].copy_from_slice(step);
     }
 }
 
@@ -330,6 +318,31 @@ impl<B: InterleavedKernels> MatvecJob for Job<'_, B> {
             y.copy_from_slice(&(self.dot)(w, &[self.x.row(0)], self.ahead)[0]);
         }
     }
+}
+
+/// `[n, k]` of an interleaved `dtype` weight (checked once for every type).
+fn in_place_dims(w: &QTensor, dtype: GgmlDType) -> Result<(usize, usize)> {
+    match w.shape().dims() {
+        &[n, k] if w.is_interleaved() && w.dtype() == dtype && fits(dtype, n, k) => Ok((n, k)),
+        d => Err(Error::invalid(
+            "Interleaved::in_place",
+            format!(
+                "{} tensor {d:?} is not a {dtype} weight stored interleaved",
+                w.dtype()
+            ),
+        )),
+    }
+}
+
+/// A tensor already in the interleaved layout (`QTensor::is_interleaved`), read where it is.
+pub(crate) fn view(w: Arc<QTensor>) -> Result<Box<dyn RowGroups>> {
+    use crate::quantized::format::interleaved::with_interleave_type;
+    Ok(with_interleave_type!(w.dtype(), B => {
+        Box::new(Interleaved::<B>::in_place(w)?)
+    }, _ => return Err(Error::invalid(
+        "QMatMul",
+        format!("{} weights are never interleaved", w.dtype()),
+    ))))
 }
 
 /// Whether a `dtype` weight of `n` rows by `k` can be repacked: Q4_0, Q4_1, Q5_0, Q5_1,

@@ -127,7 +127,9 @@ impl GgufFile {
         let mut interleaved = std::collections::HashSet::new();
         for t in &content.tensors {
             let &[n, k] = t.shape.dims() else { continue };
-            if !super::cpu::interleaved::fits(t.dtype, n, k) {
+            // Data at an offset that is a multiple of 4 is viewed in place (`QTensor::from_mmap`), never copied,
+            // so every interleaved tensor shares the one buffer.
+            if !super::cpu::interleaved::fits(t.dtype, n, k) || t.offset % 4 != 0 {
                 continue;
             }
             // In bounds: the parser checked every tensor's span against the file length.

@@ -4,9 +4,8 @@
 
 mod common;
 
-use hanzo_ml::quantized::gguf::{write_gguf, Array, GgufContent, GgufFile, TensorSpec, Value};
+use hanzo_ml::quantized::gguf::{Array, GgufContent, GgufFile, Value};
 use hanzo_ml::quantized::{GgmlDType, QTensor};
-use std::borrow::Cow;
 
 fn sample_metadata() -> Vec<(String, Value)> {
     let kv = |k: &str, v: Value| (k.to_string(), v);
@@ -65,20 +64,7 @@ fn sample_tensors() -> Vec<(String, QTensor)> {
 }
 
 fn write(meta: &[(String, Value)], tensors: &[(String, QTensor)]) -> Vec<u8> {
-    let specs: Vec<TensorSpec> = tensors
-        .iter()
-        .map(|(n, t)| TensorSpec {
-            name: n.clone(),
-            dtype: t.dtype(),
-            shape: t.shape().clone(),
-        })
-        .collect();
-    let mut out = Vec::new();
-    write_gguf(&mut out, meta, &specs, |i| {
-        Ok(Cow::Borrowed(tensors[i].1.data()))
-    })
-    .unwrap();
-    out
+    common::gguf_bytes(meta, tensors)
 }
 
 #[test]

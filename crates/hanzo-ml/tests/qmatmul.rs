@@ -311,7 +311,7 @@ fn repacked_weights_give_back_their_rows() {
 fn weights_interleaved_in_place_equal_a_repacked_copy() {
     use hanzo_ml::cpu::Blob;
     use hanzo_ml::quantized::cpu::interleaved::repacked_bytes;
-    use hanzo_ml::quantized::gguf::{write_gguf, GgufFile, TensorSpec};
+    use hanzo_ml::quantized::gguf::GgufFile;
     let (n, k) = (24, 96);
     let mut tensors: Vec<(String, QTensor)> = INTERLEAVED
         .iter()
@@ -333,19 +333,7 @@ fn weights_interleaved_in_place_equal_a_repacked_copy() {
         let q = QTensor::quantize_f32(&common::synthetic_weights(1, count, 2), shape, dt).unwrap();
         tensors.push((name.to_string(), q));
     }
-    let specs: Vec<TensorSpec> = tensors
-        .iter()
-        .map(|(name, t)| TensorSpec {
-            name: name.clone(),
-            dtype: t.dtype(),
-            shape: t.shape().clone(),
-        })
-        .collect();
-    let mut bytes = Vec::new();
-    write_gguf(&mut bytes, &[], &specs, |i| {
-        Ok(std::borrow::Cow::Borrowed(tensors[i].1.data()))
-    })
-    .unwrap();
+    let bytes = common::gguf_bytes(&[], &tensors);
     let before = repacked_bytes();
     let file = GgufFile::from_blob_interleaved(Blob::copy_of(&bytes)).unwrap();
     let fitting: usize = tensors[..INTERLEAVED.len()]
@@ -372,13 +360,13 @@ fn weights_interleaved_in_place_equal_a_repacked_copy() {
             got.blocks::<BlockQ8_0>().is_err(),
             "{name}: no row-by-row blocks"
         );
-        let rows = |t: &QTensor| {
-            t.dequantize_rows(&ids)
-                .unwrap()
-                .to_vec_flat::<f32>()
-                .unwrap()
-        };
-        assert_eq!(rows(&got), rows(want), "{name}");
+        let flat = |t: Tensor| t.to_vec_flat::<f32>().unwrap();
+        let want_rows = flat(want.dequantize_rows(&ids).unwrap());
+        assert_eq!(
+            flat(got.dequantize_rows(&ids).unwrap()),
+            want_rows,
+            "{name}"
+        );
         assert!(got.dequantize_rows(&[24]).is_err(), "{name}: row 24 of 24");
         let copy = QMatMul::interleave(want).unwrap();
         let here = QMatMul::from_arc_as_stored(std::sync::Arc::new(got.clone())).unwrap();
@@ -394,13 +382,9 @@ fn weights_interleaved_in_place_equal_a_repacked_copy() {
                 "{name}"
             );
         }
-        let rows = |w: &QMatMul| {
-            w.dequantize_rows(&ids)
-                .unwrap()
-                .to_vec_flat::<f32>()
-                .unwrap()
-        };
-        assert_eq!(rows(&in_place), rows(&copy), "{name}");
+        for w in [&in_place, &copy] {
+            assert_eq!(flat(w.dequantize_rows(&ids).unwrap()), want_rows, "{name}");
+        }
     }
 }
 

@@ -114,3 +114,25 @@ pub fn weight_tensor(
     }
     QTensor::from_bytes(dt, (rows, cols), &bytes).unwrap()
 }
+
+/// A GGUF file's bytes, written by our writer: `meta`, then `tensors` in order.
+pub fn gguf_bytes(
+    meta: &[(String, hanzo_ml::quantized::gguf::Value)],
+    tensors: &[(String, hanzo_ml::quantized::QTensor)],
+) -> Vec<u8> {
+    use hanzo_ml::quantized::gguf::{write_gguf, TensorSpec};
+    let specs: Vec<TensorSpec> = tensors
+        .iter()
+        .map(|(name, t)| TensorSpec {
+            name: name.clone(),
+            dtype: t.dtype(),
+            shape: t.shape().clone(),
+        })
+        .collect();
+    let mut out = Vec::new();
+    write_gguf(&mut out, meta, &specs, |i| {
+        Ok(std::borrow::Cow::Borrowed(tensors[i].1.data()))
+    })
+    .expect("writing to memory");
+    out
+}

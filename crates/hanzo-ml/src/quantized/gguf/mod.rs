@@ -127,8 +127,8 @@ impl GgufFile {
         let mut interleaved = std::collections::HashSet::new();
         for t in &content.tensors {
             let &[n, k] = t.shape.dims() else { continue };
-            // Data at an offset that is a multiple of 4 is viewed in place (`QTensor::from_mmap`), never copied,
-            // so every interleaved tensor shares the one buffer.
+            // Data at an offset that is a multiple of 4 is viewed in place, never copied
+            // (`QTensor::from_mmap`), so every interleaved tensor shares the one buffer.
             if !super::cpu::interleaved::fits(t.dtype, n, k) || t.offset % 4 != 0 {
                 continue;
             }

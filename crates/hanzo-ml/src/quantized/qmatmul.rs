@@ -101,10 +101,8 @@ impl QMatMul {
     /// that pays (`interleaved::pays`); the rest stay as stored.
     pub fn from_arc(w: Arc<QTensor>) -> Result<Self> {
         let (n, k) = Self::dims_of(&w)?;
-        if w.is_interleaved() {
-            return Ok(QMatMul::Interleaved(Arc::new(Repacking::in_place(w)?)));
-        }
-        if interleaved::pays(w.dtype(), n, k) {
+        // An interleaved tensor has nothing to repack: `from_arc_as_stored` views it.
+        if !w.is_interleaved() && interleaved::pays(w.dtype(), n, k) {
             return Ok(QMatMul::Interleaved(Arc::new(Repacking::new(w)?)));
         }
         Self::from_arc_as_stored(w)
@@ -128,7 +126,7 @@ impl QMatMul {
     /// not a multiple of 8.
     pub fn interleave(w: &QTensor) -> Result<Self> {
         if w.is_interleaved() {
-            return Self::from_arc(Arc::new(w.clone()));
+            return Self::from_arc_as_stored(Arc::new(w.clone()));
         }
         let r = Repacking::new(Arc::new(w.clone()))?;
         r.packed();

@@ -8,9 +8,10 @@
 //! magnitudes are the unsigned operand of `maddubs`, and the multiplier scales the i16 pair
 //! sums into i32, so every block's sum is the scalar dot's integer. The types' power-of-two
 //! factor (1/8, 1/4, 1) is applied once at the end, as the scalar dot does. IQ1's values
-//! `grid ± 1/8` are the integers `8·grid ± 1` under the factor 1/8, and the ternary types'
-//! stored `q + 1` the integer `q`, so all take the same loop. IQ1_S, whose `±1` is one sign
-//! per group of 32, adds it as `±Σ x` from the activations' sums of 16 instead.
+//! `grid ± 1/8` are the integers `8·grid ± 1` under the factor 1/8, and TQ2_0's stored
+//! `q + 1` the integer `q`, so all take the same loop. IQ1_S, whose `±1` is one sign per
+//! group of 32, adds it as `±Σ x` from the activations' sums of 16 instead. TQ1_0 has a loop
+//! of its own: its trits, decoded by multiplication, stay unsigned (`tq1_0_tile`).
 
 use super::avx2::{f16_to_f32, hsum, load256_i8};
 use crate::quantized::format::{
@@ -436,67 +437,103 @@ pub unsafe fn tq2_0_tile<const R: usize, const C: usize>(
     }
 }
 
-/// Trits of 32 TQ1_0 bytes, as `trit - 1`: 16-bit lane `k` takes the trit that multiplying by
-/// `pow3[k]` (mod 256) brings to the top of both its bytes, `(3·q) >> 8`.
+/// The trits of 32 TQ1_0 bytes already multiplied by `3^n` (mod 256): trit `n` of byte `q`
+/// is `(3·(q·3^n mod 256)) >> 8`, which is 0, 1 or 2 as the product is at most 85, at most
+/// 170, or more. Two signed compares (after moving the bytes to the signed range) count it.
 #[inline(always)]
-unsafe fn ternary_levels(bytes: __m256i, pow3: __m256i) -> __m256i {
+unsafe fn trits(scaled: __m256i) -> __m256i {
     // SAFETY: register-only AVX2, which the callers enable.
     unsafe {
-        let high = _mm256_set1_epi16(0xff00u16 as i16);
-        let three = _mm256_set1_epi16(3);
-        // The even bytes' products are the low bytes of the lane products, the odd bytes'
-        // the high bytes of the products of the odd bytes alone.
-        let even = _mm256_mullo_epi16(bytes, pow3);
-        let odd = _mm256_mullo_epi16(_mm256_and_si256(bytes, high), pow3);
-        // `mulhi(q << 8, 3)` is `(3·q) >> 8` for the byte q in the lane's top.
-        let t_even = _mm256_mulhi_epu16(_mm256_slli_epi16(even, 8), three);
-        let t_odd = _mm256_mulhi_epu16(_mm256_and_si256(odd, high), three);
-        let t = _mm256_or_si256(t_even, _mm256_slli_epi16(t_odd, 8));
-        _mm256_sub_epi8(t, _mm256_set1_epi8(1))
+        let v = _mm256_xor_si256(scaled, _mm256_set1_epi8(i8::MIN));
+        let above_85 = _mm256_cmpgt_epi8(v, _mm256_set1_epi8((85u8 ^ 0x80) as i8));
+        let above_170 = _mm256_cmpgt_epi8(v, _mm256_set1_epi8((170u8 ^ 0x80) as i8));
+        _mm256_abs_epi8(_mm256_add_epi8(above_85, above_170))
     }
 }
 
+/// Bytes times 3, mod 256.
+#[inline(always)]
+unsafe fn triple(v: __m256i) -> __m256i {
+    // SAFETY: register-only AVX2, which the callers enable.
+    unsafe { _mm256_add_epi8(v, _mm256_add_epi8(v, v)) }
+}
+
+/// The eight groups of 32 weights of a TQ1_0 block as bytes times the power of 3 that brings
+/// each weight's trit to the top (`trits`), in weight order.
+#[inline(always)]
+unsafe fn tq1_0_scaled(b: &BlockTQ1_0) -> [__m256i; 8] {
+    // SAFETY: the callers enable AVX2; the loads read 32 of the 48 bytes of `qs` at 0 and 16
+    // of them at 32.
+    unsafe {
+        // Weights 32n + j (n < 5): trit n of byte j.
+        let mut g = [super::avx2::load256(&b.qs[..]); 8];
+        for n in 1..5 {
+            g[n] = triple(g[n - 1]);
+        }
+        // Weights 160 + 16n + j: trit n of byte 32 + j, two n per group, the last n with
+        // weights 240 + 4n + j (trit n of `qh[j]`) in its upper half.
+        let half = _mm_loadu_si128(b.qs[32..48].as_ptr() as *const __m128i);
+        let t = |v: __m128i| _mm_add_epi8(v, _mm_add_epi8(v, v));
+        let h3 = t(half);
+        let h9 = t(h3);
+        let h27 = t(h9);
+        let h81 = t(h27);
+        let qh = _mm_set1_epi32(i32::from_le_bytes(b.qh));
+        let (qh3, qh9) = (t(qh), t(t(qh)));
+        let qh27 = t(qh9);
+        // Bytes 4n..4n + 4 of the upper half are `qh` times 3^n.
+        let tail = _mm_blend_epi32::<0b1000>(
+            _mm_blend_epi32::<0b0100>(_mm_blend_epi32::<0b0010>(qh, qh3), qh9),
+            qh27,
+        );
+        g[5] = _mm256_set_m128i(h3, half);
+        g[6] = _mm256_set_m128i(h27, h9);
+        g[7] = _mm256_set_m128i(tail, h81);
+        g
+    }
+}
+
+/// TQ1_0 against Q8_K. Each trit `u` (0..=2, the weight `u − 1`) is the unsigned operand of
+/// `maddubs`, the eight groups' pair sums add up in i16 (at most 8 · 2 · 2 · 128 = 4,096), and
+/// `Σ x` of the block (its sums of 16) comes off once, so the block's sum is the scalar dot's
+/// integer `Σ (u − 1)·x`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn tq1_0_tile<const R: usize, const C: usize>(
     w: [&[BlockTQ1_0]; R],
     x: [&[BlockQ8K]; C],
 ) -> [[f32; C]; R] {
-    // SAFETY: this function enables the features lattice_tile needs; the loads read 32 of
-    // the 48 bytes of `qs` at 0, 16 of them at 32, and the 4 of `qh`.
+    check_tile!(w, x);
+    // SAFETY: the features are enabled above; every activation load is 32 bytes inside a
+    // block's 256 `qs` or its 16 `bsums`.
     unsafe {
-        lattice_tile(
-            w,
-            x,
-            1.0,
-            |b| b.d,
-            |b, g| {
-                let p = |lo: i16, hi: i16| _mm256_set_m128i(_mm_set1_epi16(hi), _mm_set1_epi16(lo));
-                let levels = match g {
-                    // Weights 32g + j: trit g of byte j.
-                    0..5 => {
-                        let bytes = super::avx2::load256(&b.qs[..]);
-                        ternary_levels(bytes, _mm256_set1_epi16([1, 3, 9, 27, 81][g]))
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [[_mm256_setzero_ps(); C]; R];
+        for i in 0..x[0].len() {
+            let xb: [&BlockQ8K; C] = std::array::from_fn(|c| &x[c][i]);
+            let mut xsum = [_mm256_setzero_si256(); C];
+            for c in 0..C {
+                let sums = _mm256_loadu_si256(xb[c].bsums.as_ptr() as *const __m256i);
+                xsum[c] = _mm256_madd_epi16(sums, ones);
+            }
+            for r in 0..R {
+                let b = &w[r][i];
+                let scaled = tq1_0_scaled(b);
+                let mut pairs = [_mm256_setzero_si256(); C];
+                for (g, scaled) in scaled.into_iter().enumerate() {
+                    let u = trits(scaled);
+                    for c in 0..C {
+                        let xs = load256_i8(&xb[c].qs[32 * g..]);
+                        pairs[c] = _mm256_add_epi16(pairs[c], _mm256_maddubs_epi16(u, xs));
                     }
-                    // Weights 160 + 16n + j: trit n of byte 32 + j, two n per group.
-                    5 | 6 => {
-                        let half = _mm_loadu_si128(b.qs[32..48].as_ptr() as *const __m128i);
-                        let bytes = _mm256_set_m128i(half, half);
-                        let (lo, hi) = if g == 5 { (1, 3) } else { (9, 27) };
-                        ternary_levels(bytes, p(lo, hi))
-                    }
-                    // Weights 224..239 (trit 4 of bytes 32..48), then 240 + 4n + j: trit n of
-                    // `qh[j]`, a 16-bit lane per two weights of the same n.
-                    _ => {
-                        let half = _mm_loadu_si128(b.qs[32..48].as_ptr() as *const __m128i);
-                        let qh = _mm_set1_epi32(i32::from_le_bytes(b.qh));
-                        let pow = _mm256_set_epi16(
-                            27, 27, 9, 9, 3, 3, 1, 1, 81, 81, 81, 81, 81, 81, 81, 81,
-                        );
-                        ternary_levels(_mm256_set_m128i(qh, half), pow)
-                    }
-                };
-                Group::signed(levels, mult32(1))
-            },
-        )
+                }
+                let dw = f16_to_f32(b.d);
+                for c in 0..C {
+                    let s = _mm256_sub_epi32(_mm256_madd_epi16(pairs[c], ones), xsum[c]);
+                    let scale = _mm256_set1_ps(dw * xb[c].d);
+                    acc[r][c] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(s), acc[r][c]);
+                }
+            }
+        }
+        acc.map(|row| row.map(|a| hsum(a)))
     }
 }

@@ -140,6 +140,10 @@ fn qmatmul_matches_dequantized_matmul_for_every_type_and_odd_shapes() {
             for m in 18..24 {
                 check(dt, 21, 1100, m);
             }
+            // Tasks of more than 16 rows (the BF16 pair panel's blocks of 32 rows, a ragged
+            // last block), and an odd width whose last column has no pair.
+            check(dt, 200, 1100, 19);
+            check(dt, 130, 75, 25);
         }
     }
 }

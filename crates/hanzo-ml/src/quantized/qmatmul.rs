@@ -197,7 +197,7 @@ impl QMatMul {
             if rows > 1 && super::cpu::gemm::applies::<B>(rows, k) {
                 GgmlDType::Q8_0
             } else if rows > 1 && super::cpu::float::applies::<B>(rows) {
-                GgmlDType::F32
+                super::cpu::float::activation_dtype::<B>()
             } else {
                 <<B as GgmlBlock>::Dot as GgmlBlock>::DTYPE
             }

@@ -1,7 +1,8 @@
 //! Prefill with float weights (F16, BF16 files): the weights stay in their two-byte form and
 //! the activations in f32, so prefill rounds less than decode (whose activations are rounded
-//! to the weight type, as ggml's are). Each task takes one panel of weight rows against every
-//! activation row.
+//! to the weight type, as ggml's are). The exception is BF16 on a CPU with AVX512-BF16, whose
+//! pair panel takes activations rounded to bf16 as decode does (`activation_dtype`). Each task
+//! takes one panel of weight rows against every activation row.
 //!
 //! Where the CPU has a float panel kernel (`Kernels::float_panel`, AVX2), the kernel widens
 //! and packs the task's weight rows itself, a piece of the row width at a time. Elsewhere the task widens its panel to f32 and hands it to the
@@ -13,6 +14,7 @@ use super::sink::{filled, Sink};
 use crate::cpu::par::par_for_with;
 use crate::quantized::format::GgmlBlock;
 use crate::quantized::kernels::Kernels;
+use crate::quantized::GgmlDType;
 use gemm::Parallelism;
 
 /// Fewest activation rows for this path (as for the quantized panels).
@@ -27,6 +29,16 @@ const GEMM_PANEL_ELEMS: usize = 256 * 1024;
 /// Whether `matmul` takes `m` activation rows (which it keeps in f32).
 pub(crate) fn applies<B: GgmlBlock>(m: usize) -> bool {
     B::BLOCK_SIZE == 1 && m >= MIN_ROWS
+}
+
+/// What this path rounds the activations to: BF16 where BF16 weights take the AVX512-BF16
+/// pair panel (as decode does), none (F32) otherwise.
+pub(crate) fn activation_dtype<B: GgmlBlock>() -> GgmlDType {
+    if B::DTYPE == GgmlDType::BF16 && crate::quantized::kernels::bf16_pairs() {
+        GgmlDType::BF16
+    } else {
+        GgmlDType::F32
+    }
 }
 
 /// `x [m, k]` times `w [n, k]` (float elements) transposed, or `None` where this path does

@@ -121,7 +121,7 @@ unsafe fn pack<H: Widen>(
 /// Eight rows of eight → eight columns of eight.
 #[inline]
 #[target_feature(enable = "avx")]
-fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
+pub(super) fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
     // Pairs of rows interleaved, then pairs of pairs, then the 128-bit halves swapped.
     let t0 = _mm256_unpacklo_ps(r[0], r[1]);
     let t1 = _mm256_unpackhi_ps(r[0], r[1]);

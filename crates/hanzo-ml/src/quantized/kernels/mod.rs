@@ -24,6 +24,8 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 #[cfg(target_arch = "x86_64")]
+mod bf16_panel_avx512;
+#[cfg(target_arch = "x86_64")]
 mod float_panel_x86;
 #[cfg(target_arch = "x86_64")]
 mod float_x86;
@@ -382,7 +384,36 @@ tile_picker!(pick_f16, pick_f16_for, tile_f16, tile_f16_for, HalfF16, f16_tile,
 tile_picker!(pick_bf16, pick_bf16_for, tile_bf16, tile_bf16_for, HalfBF16, bf16_tile,
     ["x86_64" Avx2 => float_x86]);
 float_panel_picker!(pick_f16_panel, HalfF16, f16_panel);
-float_panel_picker!(pick_bf16_panel, HalfBF16, bf16_panel);
+
+/// BF16 prefill: the AVX512-BF16 pair panel where the CPU has it (at the AVX-512 level), the
+/// AVX2 f32 panel otherwise.
+fn pick_bf16_panel() -> Option<FloatPanelFn<HalfBF16>> {
+    #[cfg(target_arch = "x86_64")]
+    if bf16_pairs() {
+        fn kernel(w: &[HalfBF16], k: usize, x: &[f32], m: usize, out: &mut [f32]) {
+            // SAFETY: handed out only where `bf16_pairs` found AVX512-BF16 at the AVX-512
+            // level (AVX-512 F/BW/VL, AVX2 and FMA, see `Isa`).
+            unsafe { bf16_panel_avx512::bf16_pairs_panel(w, k, x, m, out) }
+        }
+        return Some(kernel);
+    }
+    pick_bf16_f32_panel()
+}
+float_panel_picker!(pick_bf16_f32_panel, HalfBF16, bf16_panel);
+
+/// Whether BF16 prefill multiplies bf16 pairs (`vdpbf16ps`), with its activations rounded to
+/// bf16: this CPU has AVX512-BF16 and the process runs its AVX-512 kernels.
+pub(crate) fn bf16_pairs() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *HAS.get_or_init(|| {
+            isa() >= Isa::Avx512 && std::arch::is_x86_feature_detected!("avx512bf16")
+        })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
 // Q4_1 and Q5_1: tiles on SIMD128 only (`affine!`), `picker!`'s dot on AVX2.
 tile_picker!(tile_q4_1_one, tile_q4_1_one_for, tile_q4_1, tile_q4_1_for, BlockQ4_1, q4_1_tile,
     ["wasm32" + "simd128" Simd128 => simd128]);

@@ -49,7 +49,11 @@ pub unsafe fn bf16_pairs_panel(w: &[HalfBF16], k: usize, x: &[f32], m: usize, ou
         }
         let mut j = 0;
         while j < m {
-            let c = TILE_C.min(m - j);
+            // Tiles of 8, 4, 2 and 1 rows only (each shape is a copy of the loop in the binary).
+            let c = [8, 4, 2, 1]
+                .into_iter()
+                .find(|&c| c <= m - j)
+                .expect("m > j");
             let xs = &xp[j * pairs..(j + c) * pairs];
             for b in 0..blocks {
                 let block = &packed[b * BLOCK * pairs..][..BLOCK * pairs];
@@ -57,11 +61,7 @@ pub unsafe fn bf16_pairs_panel(w: &[HalfBF16], k: usize, x: &[f32], m: usize, ou
                 let acc = unsafe {
                     match c {
                         8 => spill::<8>(tile::<8>(block, xs)),
-                        7 => spill::<7>(tile::<7>(block, xs)),
-                        6 => spill::<6>(tile::<6>(block, xs)),
-                        5 => spill::<5>(tile::<5>(block, xs)),
                         4 => spill::<4>(tile::<4>(block, xs)),
-                        3 => spill::<3>(tile::<3>(block, xs)),
                         2 => spill::<2>(tile::<2>(block, xs)),
                         _ => spill::<1>(tile::<1>(block, xs)),
                     }

@@ -262,7 +262,14 @@ impl<B: Kernels> TileKernels<B> {
     /// `out[i] = w[r0 + i] · x`.
     fn matvec(&self, w: &Rows<B>, r0: usize, x: &[B::Dot], out: &mut [f32]) {
         let mut i = 0;
-        if let Some(rows) = self.rows {
+        // A tile asks for its successor's rows all at once (`prefetch_rows`): past a few KiB
+        // (k-quant rows 4,864 wide: 10–16 KiB) most of those requests find the miss buffers
+        // full and are dropped, and one row at a time, each asked for a row ahead, streams
+        // faster (Qwen2.5-0.5B IQ4_XS decode on AVX-512 1.20x, Q6_K 1.09x, Q4_K 1.08x,
+        // docs/BENCHMARKS.md). Measured for the 256-element types only.
+        let span = MATVEC_TILE * w.per_row * std::mem::size_of::<B>();
+        let tiles = B::BLOCK_SIZE == 32 || span <= 2 * PREFETCH_DISTANCE;
+        if let Some(rows) = self.rows.filter(|_| tiles) {
             while i + MATVEC_TILE <= out.len() {
                 prefetch_rows(w, r0 + i, MATVEC_TILE);
                 let y = rows(std::array::from_fn(|k| w.row(r0 + i + k)), [x]);

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Prompt (ppN) and generation (tgN) speed of several engines on one or more models, in alternating
-rounds, so that a machine's slow and fast phases fall on every engine alike.
+"""Prompt (ppN) and generation (tgN) speed of several engines on one or more models, in
+alternating rounds, so that a machine's slow and fast phases fall on every engine alike.
 
     python3 scripts/bench_compare.py --model M.gguf [--model M2.gguf ...] [--rounds 5] [-p 512] \\
         [-n 128] [-t 2] [--reps 3] --hanzo target/release/hanzo-engine [--hanzo OTHER-BUILD ...] \\
@@ -9,8 +9,8 @@ rounds, so that a machine's slow and fast phases fall on every engine alike.
 Each round runs every engine once on every model, in order (`hanzo-engine bench --json`,
 llama.cpp's `llama-bench -o json`, each with `-r REPS`, taking the median of those
 repetitions). Prints, per model, the median over rounds of each engine's tokens/s with the
-range, and each engine's ratio to the first one per round (median and range). llama.cpp is not part of this repository: build it
-yourself and pass the path to its `llama-bench`.
+range, and each engine's ratio to the first one per round (median and range). llama.cpp is
+not part of this repository: build it yourself and pass the path to its `llama-bench`.
 """
 import argparse
 import json

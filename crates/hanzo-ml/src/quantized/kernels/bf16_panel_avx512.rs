@@ -50,7 +50,7 @@ pub unsafe fn bf16_pairs_panel(w: &[HalfBF16], k: usize, x: &[f32], m: usize, ou
         let mut j = 0;
         while j < m {
             // Tiles of 8, 4, 2 and 1 rows only (each shape is a copy of the loop in the binary).
-            let c = [8, 4, 2, 1]
+            let c = [TILE_C, 4, 2, 1]
                 .into_iter()
                 .find(|&c| c <= m - j)
                 .expect("m > j");
@@ -60,7 +60,7 @@ pub unsafe fn bf16_pairs_panel(w: &[HalfBF16], k: usize, x: &[f32], m: usize, ou
                 // SAFETY: as above; `tile` checks the lengths it reads.
                 let acc = unsafe {
                     match c {
-                        8 => spill::<8>(tile::<8>(block, xs)),
+                        TILE_C => spill::<TILE_C>(tile::<TILE_C>(block, xs)),
                         4 => spill::<4>(tile::<4>(block, xs)),
                         2 => spill::<2>(tile::<2>(block, xs)),
                         _ => spill::<1>(tile::<1>(block, xs)),

@@ -479,7 +479,8 @@ unsafe fn tq1_0_scaled(b: &BlockTQ1_0) -> [__m256i; 8] {
         let h27 = t(h9);
         let h81 = t(h27);
         let qh = _mm_set1_epi32(i32::from_le_bytes(b.qh));
-        let (qh3, qh9) = (t(qh), t(t(qh)));
+        let qh3 = t(qh);
+        let qh9 = t(qh3);
         let qh27 = t(qh9);
         // Bytes 4n..4n + 4 of the upper half are `qh` times 3^n.
         let tail = _mm_blend_epi32::<0b1000>(

@@ -1,5 +1,6 @@
-//! Generic element-wise maps over strided views. Contiguous inputs take a flat (parallel)
-//! path; strided ones walk contiguous blocks; broadcasts of a contiguous block reuse it.
+//! Generic element-wise maps over strided views. Unary maps run over flat (parallel) slices,
+//! a strided view copied to row-major first; binary maps walk contiguous blocks, and
+//! broadcasts of a contiguous block reuse it.
 
 use super::par::for_each_chunk;
 use crate::layout::Blocks;
@@ -12,51 +13,45 @@ pub(crate) const PAR_MIN: usize = 1 << 15;
 /// descheduled thread holds back little work (the others take the rest).
 pub(crate) const PAR_CHUNK: usize = 1 << 14;
 
-pub fn unary_map<T: Copy + Sync, U: Send + Copy + bytemuck::Zeroable>(
+/// `f` over the view's elements in row-major order. A strided view is copied first
+/// (`copy_view`, one instantiation per element type), so each op's map is instantiated for
+/// flat slices alone: the strided walks per (op, type) pair cost about 150 KB of binary.
+pub fn unary_map<
+    T: Copy + Sync + Send + bytemuck::Zeroable,
+    U: Send + Copy + bytemuck::Zeroable,
+>(
     v: &[T],
     l: &Layout,
     f: impl Fn(T) -> U + Sync + Send,
 ) -> Vec<U> {
-    match l.blocks() {
-        Blocks::Single { start, len } => {
-            let src = &v[start..start + len];
-            if len >= PAR_MIN {
-                let mut out = super::alloc::zeroed_vec::<U>(len);
-                for_each_chunk(&mut out, PAR_CHUNK, &|i, o| {
-                    for (o, &s) in o.iter_mut().zip(&src[i * PAR_CHUNK..]) {
-                        *o = f(s)
-                    }
-                });
-                out
-            } else {
-                src.iter().map(|&x| f(x)).collect()
+    map_slice(&contiguous_cow(v, l), f)
+}
+
+/// `f` over a flat slice, in parallel chunks for large inputs.
+fn map_slice<T: Copy + Sync, U: Send + Copy + bytemuck::Zeroable>(
+    src: &[T],
+    f: impl Fn(T) -> U + Sync + Send,
+) -> Vec<U> {
+    if src.len() >= PAR_MIN {
+        let mut out = super::alloc::zeroed_vec::<U>(src.len());
+        for_each_chunk(&mut out, PAR_CHUNK, &|i, o| {
+            for (o, &s) in o.iter_mut().zip(&src[i * PAR_CHUNK..]) {
+                *o = f(s)
             }
-        }
-        Blocks::Multiple { block_len, starts } => {
-            if let Some(out) = transposed_map(v, l, &f) {
-                return out;
-            }
-            let mut out = Vec::with_capacity(l.shape().elem_count());
-            if block_len == 1 {
-                out.extend(starts.map(|o| f(v[o])));
-            } else {
-                for s in starts {
-                    out.extend(v[s..s + block_len].iter().map(|&x| f(x)));
-                }
-            }
-            out
-        }
+        });
+        out
+    } else {
+        src.iter().map(|&x| f(x)).collect()
     }
 }
 
 /// Views whose second-to-last dim has unit stride (`x.t()` and friends): reading them in
 /// row-major order jumps a whole source row per element. Copy in square tiles instead so
 /// both sides stay in cache, in parallel over bands of output rows.
-fn transposed_map<T: Copy + Sync, U: Send + Copy + bytemuck::Zeroable>(
+fn transposed_copy<T: Copy + Sync + Send + bytemuck::Zeroable>(
     v: &[T],
     l: &Layout,
-    f: &(impl Fn(T) -> U + Sync + Send),
-) -> Option<Vec<U>> {
+) -> Option<Vec<T>> {
     const TILE: usize = 32;
     let (dims, stride) = (l.dims(), l.stride());
     let r = dims.len();
@@ -68,7 +63,7 @@ fn transposed_map<T: Copy + Sync, U: Send + Copy + bytemuck::Zeroable>(
     let outer: Vec<usize> =
         crate::layout::StridedIndex::new(&dims[..r - 2], &stride[..r - 2], l.start_offset())
             .collect();
-    let mut out = super::alloc::zeroed_vec::<U>(l.shape().elem_count());
+    let mut out = super::alloc::zeroed_vec::<T>(l.shape().elem_count());
     // Source offset of output row `row` (its first column).
     let row_src = |row: usize| outer[row / rows_per_outer] + row % rows_per_outer;
     for_each_chunk(&mut out, TILE * cols, &|band, o| {
@@ -80,7 +75,7 @@ fn transposed_map<T: Copy + Sync, U: Send + Copy + bytemuck::Zeroable>(
             for (i, &s) in srcs.iter().enumerate() {
                 let orow = &mut o[i * cols..(i + 1) * cols];
                 for j in j0..j1 {
-                    orow[j] = f(v[s + j * col_stride]);
+                    orow[j] = v[s + j * col_stride];
                 }
             }
         }
@@ -100,9 +95,25 @@ pub(crate) fn contiguous_cow<'a, T: Copy + Sync + Send + bytemuck::Zeroable>(
 }
 
 /// The view's elements copied in row-major order. One instantiation per element type, shared
-/// by every strided copy (a closure per call site would be a copy of `unary_map` each).
+/// by every strided map (`unary_map`) and copy.
 pub(crate) fn copy_view<T: Copy + Sync + Send + bytemuck::Zeroable>(v: &[T], l: &Layout) -> Vec<T> {
-    unary_map(v, l, std::convert::identity)
+    match l.blocks() {
+        Blocks::Single { start, len } => v[start..start + len].to_vec(),
+        Blocks::Multiple { block_len, starts } => {
+            if let Some(out) = transposed_copy(v, l) {
+                return out;
+            }
+            let mut out = Vec::with_capacity(l.shape().elem_count());
+            if block_len == 1 {
+                out.extend(starts.map(|o| v[o]));
+            } else {
+                for s in starts {
+                    out.extend_from_slice(&v[s..s + block_len]);
+                }
+            }
+            out
+        }
+    }
 }
 
 /// Apply a vectorised slice kernel, in parallel chunks for large inputs.

@@ -215,8 +215,7 @@ impl CpuStorage {
 }
 
 /// Conversions between rarely paired types: the view is made contiguous first (one shared
-/// strided copy per source type), then converted in a flat loop. A strided `unary_map` per
-/// (source, target) pair would cost about 3 KB of binary each.
+/// strided copy per source type), then converted in a flat, serial loop.
 fn convert<T: WithDType, U: WithDType>(v: &[T], l: &Layout, f: impl Fn(T) -> U) -> CpuStorage {
     CpuStorage::from_vec(
         contiguous_cow(v, l)
@@ -226,8 +225,8 @@ fn convert<T: WithDType, U: WithDType>(v: &[T], l: &Layout, f: impl Fn(T) -> U) 
     )
 }
 
-/// Conversions between the float types models compute in keep the strided, parallel map;
-/// the others go through [`convert`]. Float targets convert from f32, except from an f64
+/// Conversions between the float types models compute in keep the parallel map; the others
+/// go through [`convert`]. Float targets convert from f32, except from an f64
 /// source, which `half`'s own f64 conversion takes.
 fn to_dtype_typed<T: WithDType>(v: &[T], l: &Layout, dtype: DType) -> CpuStorage {
     let hot = matches!(T::DTYPE, DType::F32 | DType::F16 | DType::BF16);

@@ -218,11 +218,7 @@ impl Tensor {
     /// Values in row-major order, as `T` (which must be the tensor's dtype).
     pub fn to_vec_flat<T: WithDType>(&self) -> Result<Vec<T>> {
         let cpu = self.cpu_storage_as::<T>("to_vec")?;
-        Ok(crate::cpu::unary_map(
-            cpu.as_slice::<T>()?,
-            self.layout(),
-            |x| x,
-        ))
+        Ok(crate::cpu::copy_view(cpu.as_slice::<T>()?, self.layout()))
     }
 
     /// Runs `f` on the elements in row-major order, borrowed where the layout is contiguous

@@ -425,3 +425,106 @@ pub unsafe fn q6k_tile<const R: usize, const C: usize>(
         acc.map(|row| row.map(|a| _mm512_reduce_add_ps(a)))
     }
 }
+
+/// An IQ4_XS block's eight group multipliers (6 bits stored +32), one per i32 lane: the low
+/// four bits from `scales_l` (group `g` in the nibble `g % 2` of byte `g / 2`), the top two
+/// from `scales_h` (bits `2g..2g + 2`).
+///
+/// # Safety
+/// AVX2 must be enabled in the caller.
+#[inline(always)]
+unsafe fn iq4xs_mults(b: &BlockIQ4XS) -> __m256i {
+    // SAFETY: register operations only; the caller enables AVX2.
+    unsafe {
+        let low = _mm_cvtsi32_si128(i32::from_le_bytes(b.scales_l));
+        let low = _mm256_cvtepu8_epi32(_mm_unpacklo_epi8(low, low));
+        let low = _mm256_srlv_epi32(low, _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4));
+        let high = _mm256_srlv_epi32(
+            _mm256_set1_epi32(b.scales_h as i32),
+            _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14),
+        );
+        let m = _mm256_or_si256(
+            _mm256_and_si256(low, _mm256_set1_epi32(15)),
+            _mm256_slli_epi32(_mm256_and_si256(high, _mm256_set1_epi32(3)), 4),
+        );
+        _mm256_sub_epi32(m, _mm256_set1_epi32(32))
+    }
+}
+
+/// IQ4_XS against Q8_K, 64 levels (two groups of 32) per step. The nibbles look up IQ4_NL's
+/// levels plus 128 (unsigned, at most 241), so `vpdpbusd` multiplies them by the signed
+/// activations as they are, -128 included, into i32 lanes that each hold one group's products;
+/// `vpmulld` then applies each group's multiplier. The offset comes off once per block:
+/// `128 · Σ_g mult_g · Σ x_g`, from the activations' sums of 16. Exact integers, as the
+/// scalar dot's; one f16 scale per 256.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn iq4xs_tile<const R: usize, const C: usize>(
+    w: [&[BlockIQ4XS]; R],
+    x: [&[BlockQ8K]; C],
+) -> [[f32; C]; R] {
+    check_tile!(w, x);
+    // SAFETY: this function enables the features used; the loads read 16 bytes of the level
+    // table, 32 of a block's `qs` or of the activations' `bsums`, and 64 of their `qs`.
+    unsafe {
+        let table = _mm_xor_si128(
+            _mm_loadu_si128(IQ4NL_VALUES.as_ptr() as *const __m128i),
+            _mm_set1_epi8(i8::MIN),
+        );
+        let table = _mm512_broadcast_i32x4(table);
+        let low = _mm512_set1_epi8(0x0F);
+        // Step k: 64-bit lanes [0, 1, 0, 1, 2, 3, 2, 3] of the 32 bytes of groups 2k and
+        // 2k + 1, the second copy of each group shifted down four bits: each group's low
+        // nibbles (levels 0-15) then its high ones (16-31), in activation order.
+        let spread = _mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3);
+        let shifts = _mm512_setr_epi64(
+            0,
+            0,
+            0x0004_0004_0004_0004,
+            0x0004_0004_0004_0004,
+            0,
+            0,
+            0x0004_0004_0004_0004,
+            0x0004_0004_0004_0004,
+        );
+        // i32 lanes 0-7 take group 2k's multiplier, 8-15 group 2k + 1's.
+        let pick: [__m512i; 4] = std::array::from_fn(|k| {
+            let (a, b) = (2 * k as i32, 2 * k as i32 + 1);
+            _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b)
+        });
+        let mut acc = [[_mm512_setzero_ps(); C]; R];
+        for i in 0..x[0].len() {
+            let xb: [&BlockQ8K; C] = std::array::from_fn(|c| &x[c][i]);
+            // Σ x per group of 32: adjacent sums of 16 added.
+            let group_sums = xb.map(|x| {
+                let bsums = _mm256_loadu_si256(x.bsums.as_ptr() as *const __m256i);
+                _mm256_madd_epi16(bsums, _mm256_set1_epi16(1))
+            });
+            for r in 0..R {
+                let b = &w[r][i];
+                let mults = iq4xs_mults(b);
+                let mults512 = _mm512_castsi256_si512(mults);
+                let mut sumi: [__m512i; C] = std::array::from_fn(|c| {
+                    let offset = _mm256_slli_epi32(_mm256_mullo_epi32(group_sums[c], mults), 7);
+                    _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), offset))
+                });
+                for (k, pick) in pick.iter().enumerate() {
+                    let q = _mm512_castsi256_si512(avx2::load256(&b.qs[32 * k..]));
+                    let q = _mm512_srlv_epi16(_mm512_permutexvar_epi64(spread, q), shifts);
+                    let u = _mm512_shuffle_epi8(table, _mm512_and_si512(q, low));
+                    let mult = _mm512_permutexvar_epi32(*pick, mults512);
+                    for c in 0..C {
+                        let xq = load512_i8(&xb[c].qs[64 * k..]);
+                        let p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, xq);
+                        sumi[c] = _mm512_add_epi32(sumi[c], _mm512_mullo_epi32(p, mult));
+                    }
+                }
+                let d = avx2::f16_to_f32(b.d);
+                for c in 0..C {
+                    let s = _mm512_set1_ps(d * xb[c].d);
+                    acc[r][c] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(sumi[c]), acc[r][c]);
+                }
+            }
+        }
+        acc.map(|row| row.map(|a| _mm512_reduce_add_ps(a)))
+    }
+}

@@ -348,13 +348,13 @@ tile_picker!(pick_q2k, pick_q2k_for, tile_q2k, tile_q2k_for, BlockQ2K, q2k_tile,
     ["x86_64" Avx2 => avx2]);
 tile_picker!(pick_q3k, pick_q3k_for, tile_q3k, tile_q3k_for, BlockQ3K, q3k_tile,
     ["x86_64" Avx2 => avx2]);
-// The table-lookup types run the AVX2 tile at every x86 level (an AVX-512 CPU may lack
-// AVX-VNNI, and they have no AVX-512 form yet).
+// IQ4_NL and MXFP4 run the AVX2 tile at every x86 level (an AVX-512 CPU may lack AVX-VNNI,
+// and their decode goes through the interleaved kernels); IQ4_XS has an AVX-512 tile.
 tile_picker!(pick_iq4nl, pick_iq4nl_for, tile_iq4nl, tile_iq4nl_for, BlockIQ4NL, iq4nl_tile,
     ["x86_64" Avx2 => avx2, "aarch64" Neon => neon,
      "wasm32" + "simd128" Simd128 => simd128]);
 tile_picker!(pick_iq4xs, pick_iq4xs_for, tile_iq4xs, tile_iq4xs_for, BlockIQ4XS, iq4xs_tile,
-    ["x86_64" Avx2 => avx2]);
+    ["x86_64" Avx512 => avx512, "x86_64" Avx2 => avx2]);
 tile_picker!(pick_mxfp4, pick_mxfp4_for, tile_mxfp4, tile_mxfp4_for, BlockMXFP4, mxfp4_tile,
     ["x86_64" Avx2 => avx2, "aarch64" Neon => neon,
      "wasm32" + "simd128" Simd128 => simd128]);

@@ -28,7 +28,7 @@ pub fn unary_map<
 }
 
 /// `f` over a flat slice, in parallel chunks for large inputs.
-fn map_slice<T: Copy + Sync, U: Send + Copy + bytemuck::Zeroable>(
+pub(crate) fn map_slice<T: Copy + Sync, U: Send + Copy + bytemuck::Zeroable>(
     src: &[T],
     f: impl Fn(T) -> U + Sync + Send,
 ) -> Vec<U> {

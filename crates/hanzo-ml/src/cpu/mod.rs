@@ -252,38 +252,43 @@ fn affine_typed<T: WithDType>(v: &[T], l: &Layout, mul: f64, add: f64) -> Vec<T>
     unary_map(v, l, |x| T::from_f64(x.to_f64() * mul + add))
 }
 
+/// A strided view is copied to row-major first (`contiguous_cow`), so every op runs its flat
+/// kernel: the vectorised f32 one where it has one, over f16/bf16 blocks widened to f32.
 fn unary_typed<T: WithDType, U: UnaryOpT>(v: &[T], l: &Layout) -> Result<Vec<T>> {
     use std::any::TypeId;
+    let v = contiguous_cow(v, l);
     let t = TypeId::of::<T>();
     if t == TypeId::of::<f32>() {
         // T is f32 here; bytemuck's checked cast reinterprets the slice without unsafe.
-        let v32: &[f32] = bytemuck::cast_slice(v);
-        let out = match (U::F32_VEC, l.contiguous_offsets()) {
-            (Some(k), Some((s, e))) => elementwise::par_map_slice(&v32[s..e], k),
-            _ => unary_map(v32, l, U::f32),
+        let v32: &[f32] = bytemuck::cast_slice(&v);
+        let out = match U::F32_VEC {
+            Some(k) => elementwise::par_map_slice(v32, k),
+            None => elementwise::map_slice(v32, U::f32),
         };
         return Ok(bytemuck::cast_vec(out));
     }
     if t == TypeId::of::<f64>() {
-        return Ok(unary_map(v, l, |x| T::from_f64(U::f64(x.to_f64()))));
+        return Ok(elementwise::map_slice(&v, |x| {
+            T::from_f64(U::f64(x.to_f64()))
+        }));
     }
-    if let (true, Some((s, e))) = (T::DTYPE.is_float(), l.contiguous_offsets()) {
-        // f16/bf16: widen blocks to f32, run the f32 kernel (vectorised where one exists).
-        let k = |x: &[f32], o: &mut [f32]| match U::F32_VEC {
-            Some(k) => k(x, o),
-            None => o.iter_mut().zip(x).for_each(|(o, &x)| *o = U::f32(x)),
-        };
-        if t == TypeId::of::<f16>() {
-            let h: &[f16] = bytemuck::cast_slice(&v[s..e]);
-            return Ok(bytemuck::cast_vec(elementwise::par_map_half(h, &k)));
-        }
-        if t == TypeId::of::<bf16>() {
-            let h: &[bf16] = bytemuck::cast_slice(&v[s..e]);
-            return Ok(bytemuck::cast_vec(elementwise::par_map_half(h, &k)));
-        }
+    // f16/bf16: widen blocks to f32, run the f32 kernel (vectorised where one exists).
+    let k = |x: &[f32], o: &mut [f32]| match U::F32_VEC {
+        Some(k) => k(x, o),
+        None => o.iter_mut().zip(x).for_each(|(o, &x)| *o = U::f32(x)),
+    };
+    if t == TypeId::of::<f16>() {
+        let h: &[f16] = bytemuck::cast_slice(&v);
+        return Ok(bytemuck::cast_vec(elementwise::par_map_half(h, &k)));
+    }
+    if t == TypeId::of::<bf16>() {
+        let h: &[bf16] = bytemuck::cast_slice(&v);
+        return Ok(bytemuck::cast_vec(elementwise::par_map_half(h, &k)));
     }
     if T::DTYPE.is_float() {
-        return Ok(unary_map(v, l, |x| T::from_f32(U::f32(x.to_f32()))));
+        return Ok(elementwise::map_slice(&v, |x| {
+            T::from_f32(U::f32(x.to_f32()))
+        }));
     }
     if !U::INT {
         return Err(Error::UnsupportedDType {
@@ -291,7 +296,9 @@ fn unary_typed<T: WithDType, U: UnaryOpT>(v: &[T], l: &Layout) -> Result<Vec<T>>
             dtype: T::DTYPE,
         });
     }
-    Ok(unary_map(v, l, |x| T::from_i64(U::i64(x.to_i64()))))
+    Ok(elementwise::map_slice(&v, |x| {
+        T::from_i64(U::i64(x.to_i64()))
+    }))
 }
 
 fn binary_typed<T: WithDType, B: BinaryOpT>(a: &[T], al: &Layout, b: &[T], bl: &Layout) -> Vec<T> {

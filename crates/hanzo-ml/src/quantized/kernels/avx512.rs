@@ -455,8 +455,9 @@ unsafe fn iq4xs_mults(b: &BlockIQ4XS) -> __m256i {
 /// levels plus 128 (unsigned, at most 241), so `vpdpbusd` multiplies them by the signed
 /// activations as they are, -128 included, into i32 lanes that each hold one group's products;
 /// `vpmulld` then applies each group's multiplier. The offset comes off once per block:
-/// `128 · Σ_g mult_g · Σ x_g`, from the activations' sums of 16. Exact integers, as the
-/// scalar dot's; one f16 scale per 256.
+/// `128 · Σ_g mult_g · Σ x_g`, from the activations' sums of 16. The block's integer is the
+/// scalar dot's, and so are the float steps after it (one product and sum per block), so the
+/// result is the scalar dot's bit for bit.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn iq4xs_tile<const R: usize, const C: usize>(
     w: [&[BlockIQ4XS]; R],
@@ -491,7 +492,7 @@ pub unsafe fn iq4xs_tile<const R: usize, const C: usize>(
             let (a, b) = (2 * k as i32, 2 * k as i32 + 1);
             _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b)
         });
-        let mut acc = [[_mm512_setzero_ps(); C]; R];
+        let mut acc = [[0f32; C]; R];
         for i in 0..x[0].len() {
             let xb: [&BlockQ8K; C] = std::array::from_fn(|c| &x[c][i]);
             // Σ x per group of 32: adjacent sums of 16 added.
@@ -518,13 +519,13 @@ pub unsafe fn iq4xs_tile<const R: usize, const C: usize>(
                         sumi[c] = _mm512_add_epi32(sumi[c], _mm512_mullo_epi32(p, mult));
                     }
                 }
+                // The block's integer, then the scalar dot's float steps: bit for bit its sum.
                 let d = avx2::f16_to_f32(b.d);
                 for c in 0..C {
-                    let s = _mm512_set1_ps(d * xb[c].d);
-                    acc[r][c] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(sumi[c]), acc[r][c]);
+                    acc[r][c] += d * xb[c].d * _mm512_reduce_add_epi32(sumi[c]) as f32;
                 }
             }
         }
-        acc.map(|row| row.map(|a| _mm512_reduce_add_ps(a)))
+        acc
     }
 }

@@ -578,6 +578,27 @@ mod tests {
         check_type::<HalfBF16>(tile_bf16_for, tile_bf16_for, pick_bf16_for);
     }
 
+    /// The AVX-512 IQ4_XS tile finishes each block as the scalar dot does (its integer, then
+    /// one product and sum): the same float, bit for bit, in every tile shape.
+    #[test]
+    fn iq4xs_avx512_tile_is_the_scalar_dot_bit_for_bit() {
+        if !Isa::Avx512.supported() {
+            eprintln!("skipped: this CPU has no AVX-512 VNNI");
+            return;
+        }
+        let k = 5 * 256;
+        let w: Vec<Vec<BlockIQ4XS>> = (0..2).map(|r| quantized(k, 30 + r)).collect();
+        let x: Vec<Vec<BlockQ8K>> = (0..4).map(|c| quantized(k, 40 + c)).collect();
+        let tile = tile_iq4xs_for::<2, 4>(Isa::Avx512).expect("an AVX-512 tile");
+        let got = tile([&w[0], &w[1]], std::array::from_fn(|c| &x[c][..]));
+        for (r, row) in got.iter().enumerate() {
+            for (c, &g) in row.iter().enumerate() {
+                let want = BlockIQ4XS::vec_dot_scalar(&w[r], &x[c]);
+                assert_eq!(g.to_bits(), want.to_bits(), "row {r}, activation {c}");
+            }
+        }
+    }
+
     /// Q4_1 and Q5_1 have a dot product (no tiles) at the process's level.
     #[test]
     fn q4_1_and_q5_1_dots_match_the_scalar_dot() {

@@ -589,14 +589,16 @@ mod tests {
         let k = 5 * 256;
         let w: Vec<Vec<BlockIQ4XS>> = (0..2).map(|r| quantized(k, 30 + r)).collect();
         let x: Vec<Vec<BlockQ8K>> = (0..4).map(|c| quantized(k, 40 + c)).collect();
+        let want = |r: usize, c: usize| BlockIQ4XS::vec_dot_scalar(&w[r], &x[c]).to_bits();
         let tile = tile_iq4xs_for::<2, 4>(Isa::Avx512).expect("an AVX-512 tile");
         let got = tile([&w[0], &w[1]], std::array::from_fn(|c| &x[c][..]));
         for (r, row) in got.iter().enumerate() {
             for (c, &g) in row.iter().enumerate() {
-                let want = BlockIQ4XS::vec_dot_scalar(&w[r], &x[c]);
-                assert_eq!(g.to_bits(), want.to_bits(), "row {r}, activation {c}");
+                assert_eq!(g.to_bits(), want(r, c), "2x4 tile, row {r}, activation {c}");
             }
         }
+        let one = pick_iq4xs_for(Isa::Avx512);
+        assert_eq!(one(&w[1], &x[3]).to_bits(), want(1, 3), "the 1x1 dot");
     }
 
     /// Q4_1 and Q5_1 have a dot product (no tiles) at the process's level.

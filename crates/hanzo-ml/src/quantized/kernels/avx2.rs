@@ -426,13 +426,6 @@ pub(super) unsafe fn stored_offset<const SHIFT: i32>(scales16: __m256i, bsums: _
     }
 }
 
-/// Q6_K's correction for its levels stored +32.
-#[inline(always)]
-pub(super) unsafe fn q6k_offset(scales16: __m256i, bsums: __m256i) -> __m256i {
-    // SAFETY: forwarded from the caller.
-    unsafe { stored_offset::<5>(scales16, bsums) }
-}
-
 /// The Q4_K/Q5_K tile. `levels(block, c)` yields the 64 unsigned levels of sub-blocks 2c and
 /// 2c+1 (two 32-byte vectors); each is multiplied by the activations and its 6-bit scale, and
 /// the mins come off through the activations' group sums.
@@ -635,52 +628,66 @@ unsafe fn two_bit_planes(qs: &[u8; 64], n: usize) -> [__m256i; 4] {
     }
 }
 
+/// A Q2_K block's scales and mins (4 bits each, one byte per group of 16) and its two f16
+/// multipliers.
+#[inline(always)]
+pub(super) unsafe fn q2k_header(b: &BlockQ2K) -> K16Header {
+    // SAFETY: the caller enables AVX2 and F16C; the load reads the 16 bytes of `scales`.
+    unsafe {
+        let (d, dmin) = k4_scales(b.d, b.dmin);
+        let packed = _mm_loadu_si128(b.scales.as_ptr() as *const __m128i);
+        let low = _mm_set1_epi8(0x0F);
+        let scales = _mm256_cvtepu8_epi16(_mm_and_si128(packed, low));
+        let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(packed), low));
+        K16Header {
+            d,
+            scales,
+            mins: Some((dmin, mins)),
+        }
+    }
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn q2k_tile<const R: usize, const C: usize>(
     w: [&[BlockQ2K]; R],
     x: [&[BlockQ8K]; C],
 ) -> [[f32; C]; R] {
-    // SAFETY: this function enables the features k16_tile needs; the scale load reads the 16
-    // bytes of `scales`.
-    unsafe {
-        k16_tile::<_, R, C, 0>(
-            w,
-            x,
-            |b| {
-                let (d, dmin) = k4_scales(b.d, b.dmin);
-                let packed = _mm_loadu_si128(b.scales.as_ptr() as *const __m128i);
-                let low = _mm_set1_epi8(0x0F);
-                let scales = _mm256_cvtepu8_epi16(_mm_and_si128(packed, low));
-                let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(packed), low));
-                K16Header {
-                    d,
-                    scales,
-                    mins: Some((dmin, mins)),
-                }
-            },
-            |b, n| two_bit_planes(&b.qs, n),
-        )
-    }
+    // SAFETY: this function enables the features k16_tile and q2k_header need.
+    unsafe { k16_tile::<_, R, C, 0>(w, x, |b| q2k_header(b), |b, n| two_bit_planes(&b.qs, n)) }
 }
 
 /// Q3_K's sixteen 6-bit scales (biased by 32) as i16, bias removed: four low bits from
-/// `q[0..8]` (low nibbles, then high), two high bits from `q[8..12]`.
+/// `q[0..8]` (low nibbles, then high), two high bits from `q[8..12]` (scale `j` from bits
+/// `2(j / 4)` of byte `j % 4`).
 #[inline(always)]
 unsafe fn q3k_scales16(q: &[u8; 12]) -> __m256i {
-    const LOW: u32 = 0x0f0f_0f0f;
-    const HIGH: u32 = 0x0303_0303;
-    let u = |i: usize| u32::from_le_bytes([q[4 * i], q[4 * i + 1], q[4 * i + 2], q[4 * i + 3]]);
-    let (a, b, h) = (u(0), u(1), u(2));
-    let s = [
-        (a & LOW) | (h & HIGH) << 4,
-        (b & LOW) | (h >> 2 & HIGH) << 4,
-        (a >> 4 & LOW) | (h >> 4 & HIGH) << 4,
-        (b >> 4 & LOW) | (h >> 6 & HIGH) << 4,
-    ];
-    // SAFETY: register-only AVX2, which the callers enable.
+    // SAFETY: the caller enables AVX2; the loads read bytes 0-7 and 8-11 of the 12.
     unsafe {
-        let bytes = _mm_set_epi32(s[3] as i32, s[2] as i32, s[1] as i32, s[0] as i32);
+        let low = _mm_loadl_epi64(q.as_ptr() as *const __m128i);
+        let nibbles = _mm_and_si128(
+            _mm_unpacklo_epi64(low, _mm_srli_epi16::<4>(low)),
+            _mm_set1_epi8(0x0F),
+        );
+        let h = _mm_set1_epi32(i32::from_le_bytes([q[8], q[9], q[10], q[11]]));
+        let high = _mm_and_si128(
+            _mm_srlv_epi32(h, _mm_setr_epi32(0, 2, 4, 6)),
+            _mm_set1_epi8(3),
+        );
+        let bytes = _mm_or_si128(nibbles, _mm_slli_epi16::<4>(high));
         _mm256_sub_epi16(_mm256_cvtepu8_epi16(bytes), _mm256_set1_epi16(32))
+    }
+}
+
+/// A Q3_K block's scale and its sixteen group scales (stored levels are +4: no mins).
+#[inline(always)]
+pub(super) unsafe fn q3k_header(b: &BlockQ3K) -> K16Header {
+    // SAFETY: register-only AVX2, which the caller enables.
+    unsafe {
+        K16Header {
+            d: f16_to_f32(b.d),
+            scales: q3k_scales16(&b.scales),
+            mins: None,
+        }
     }
 }
 
@@ -695,11 +702,7 @@ pub unsafe fn q3k_tile<const R: usize, const C: usize>(
         k16_tile::<_, R, C, 2>(
             w,
             x,
-            |b| K16Header {
-                d: f16_to_f32(b.d),
-                scales: q3k_scales16(&b.scales),
-                mins: None,
-            },
+            |b| q3k_header(b),
             |b, n| {
                 // Stored level + 4: the two low bits, plus 4 where bit 4n + k of hmask is set.
                 let hm = load256(&b.hmask);
@@ -716,6 +719,19 @@ pub unsafe fn q3k_tile<const R: usize, const C: usize>(
     }
 }
 
+/// A Q6_K block's scale and its sixteen signed 8-bit group scales (levels stored +32).
+#[inline(always)]
+pub(super) unsafe fn q6k_header(b: &BlockQ6K) -> K16Header {
+    // SAFETY: the caller enables AVX2; the load reads the 16 bytes of `scales`.
+    unsafe {
+        K16Header {
+            d: f16_to_f32(b.d),
+            scales: _mm256_cvtepi8_epi16(_mm_loadu_si128(b.scales.as_ptr() as *const __m128i)),
+            mins: None,
+        }
+    }
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn q6k_tile<const R: usize, const C: usize>(
     w: [&[BlockQ6K]; R],
@@ -723,17 +739,13 @@ pub unsafe fn q6k_tile<const R: usize, const C: usize>(
 ) -> [[f32; C]; R] {
     let low = _mm256_set1_epi8(0x0F);
     let three = _mm256_set1_epi8(3);
-    // SAFETY: this function enables the features k16_tile needs; the scale load reads exactly
-    // 16 bytes, every other load 32 bytes inside ql or qh.
+    // SAFETY: this function enables the features k16_tile needs; every load reads 32 bytes
+    // inside ql or qh.
     unsafe {
         k16_tile::<_, R, C, 5>(
             w,
             x,
-            |b| K16Header {
-                d: f16_to_f32(b.d),
-                scales: _mm256_cvtepi8_epi16(_mm_loadu_si128(b.scales.as_ptr() as *const __m128i)),
-                mins: None,
-            },
+            |b| q6k_header(b),
             |b, n| {
                 let ql1 = load256(&b.ql[64 * n..]);
                 let ql2 = load256(&b.ql[64 * n + 32..]);

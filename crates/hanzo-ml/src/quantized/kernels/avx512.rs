@@ -3,8 +3,8 @@
 //!   goes through the 256-bit form of the same instruction. Q4_0/Q5_0 take their unsigned
 //!   levels as they are and subtract the zero point through the activations' sums (fewer
 //!   shuffles; see docs/QUANTIZATION.md for the measurement).
-//! - Q4_K/Q5_K/Q6_K: 64 levels per step through the AVX512-BW `maddubs` + `madd` pair (the
-//!   `madd` applies the sub-block scales, which `vpdpbusd` cannot).
+//! - Q2_K/Q3_K/Q4_K/Q5_K/Q6_K: 64 levels per step through the AVX512-BW `maddubs` + `madd`
+//!   pair (the `madd` applies the sub-block scales, which `vpdpbusd` cannot).
 
 use super::avx2::{self, ByteDot};
 use crate::quantized::format::*;
@@ -367,62 +367,147 @@ pub unsafe fn q5k_tile<const R: usize, const C: usize>(
     }
 }
 
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub unsafe fn q6k_tile<const R: usize, const C: usize>(
-    w: [&[BlockQ6K]; R],
+/// The tile of the k-quants with 16-element groups (Q2_K, Q3_K, Q6_K), 64 levels per step:
+/// `levels(block, s)` gives the unsigned levels of elements `64s..64s + 64`, four groups of 16.
+/// As in the AVX2 form, `maddubs` pairs them and `madd` applies each group's scale (one
+/// `permutexvar` spreads four scales per step); levels stored `+ 2^SHIFT` come off through the
+/// activations' group sums, as do Q2_K's mins.
+#[inline(always)]
+unsafe fn k16_tile<B, const R: usize, const C: usize, const SHIFT: i32>(
+    w: [&[B]; R],
     x: [&[BlockQ8K]; C],
+    header: impl Fn(&B) -> avx2::K16Header,
+    levels: impl Fn(&B, usize) -> __m512i,
 ) -> [[f32; C]; R] {
     check_tile!(w, x);
-    // SAFETY: this function enables the features used; the scale and bsum loads read exactly
-    // 16 and 32 bytes, every other load 64 bytes of ql or qs, or 32 of qh.
+    // SAFETY: the callers enable AVX2, FMA, F16C and AVX-512F/BW; the bsum loads read exactly
+    // 32 bytes, the activation loads 64 bytes inside `qs`.
     unsafe {
-        let low = _mm512_set1_epi8(0x0F);
-        let three = _mm512_set1_epi8(3);
-        // Four scales per 64 levels, one per 16: group g of 16 levels takes scale g.
-        let pick: [__m512i; 4] = std::array::from_fn(|j| spread_i16(4 * j as i16, 8));
+        let pick: [__m512i; 4] = std::array::from_fn(|s| spread_i16(4 * s as i16, 8));
         let mut acc = [[_mm512_setzero_ps(); C]; R];
+        let mut acc_min = [[_mm256_setzero_ps(); C]; R];
         for i in 0..x[0].len() {
             let xb: [&BlockQ8K; C] = std::array::from_fn(|c| &x[c][i]);
             let bsums = xb.map(|x| _mm256_loadu_si256(x.bsums.as_ptr() as *const __m256i));
             for r in 0..R {
                 let b = &w[r][i];
-                let scales8 = _mm_loadu_si128(b.scales.as_ptr() as *const __m128i);
-                let scales16 = _mm256_cvtepi8_epi16(scales8);
-                let scales = _mm512_castsi256_si512(scales16);
+                let h = header(b);
+                let scales = _mm512_castsi256_si512(h.scales);
                 let mut sumi: [__m512i; C] = std::array::from_fn(|c| {
-                    _mm512_zextsi256_si512(avx2::q6k_offset(scales16, bsums[c]))
+                    if SHIFT > 0 {
+                        _mm512_zextsi256_si512(avx2::stored_offset::<SHIFT>(h.scales, bsums[c]))
+                    } else {
+                        _mm512_setzero_si512()
+                    }
                 });
-                for n in 0..2 {
-                    // Low 256 bits: ql[64n..64n+32] with qh bits 0-1 then 4-5; high: the
-                    // next 32 bytes of ql with qh bits 2-3 then 6-7.
-                    let ql = load512(&b.ql[64 * n..]);
-                    let qh = avx2::load256(&b.qh[32 * n..]);
-                    let h = join(qh, _mm256_srli_epi16(qh, 2));
-                    let parts = [
-                        (_mm512_and_si512(ql, low), _mm512_and_si512(h, three)),
-                        (
-                            _mm512_and_si512(_mm512_srli_epi16(ql, 4), low),
-                            _mm512_and_si512(_mm512_srli_epi16(h, 4), three),
-                        ),
-                    ];
-                    for (j, (lo, hi)) in parts.into_iter().enumerate() {
-                        let q = _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));
-                        let sc = _mm512_permutexvar_epi16(pick[2 * n + j], scales);
-                        for c in 0..C {
-                            let xq = load512_i8(&xb[c].qs[128 * n + 64 * j..]);
-                            let p = _mm512_maddubs_epi16(q, xq);
-                            sumi[c] = _mm512_add_epi32(sumi[c], _mm512_madd_epi16(p, sc));
-                        }
+                for (s, pick) in pick.iter().enumerate() {
+                    let q = levels(b, s);
+                    let sc = _mm512_permutexvar_epi16(*pick, scales);
+                    for c in 0..C {
+                        let p = _mm512_maddubs_epi16(q, load512_i8(&xb[c].qs[64 * s..]));
+                        sumi[c] = _mm512_add_epi32(sumi[c], _mm512_madd_epi16(p, sc));
                     }
                 }
-                let d = avx2::f16_to_f32(b.d);
                 for c in 0..C {
-                    let s = _mm512_set1_ps(d * xb[c].d);
+                    let s = _mm512_set1_ps(h.d * xb[c].d);
                     acc[r][c] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(sumi[c]), acc[r][c]);
+                    if let Some((dmin, mins)) = h.mins {
+                        let m = _mm256_cvtepi32_ps(_mm256_madd_epi16(mins, bsums[c]));
+                        let s = _mm256_set1_ps(dmin * xb[c].d);
+                        acc_min[r][c] = _mm256_fmadd_ps(s, m, acc_min[r][c]);
+                    }
                 }
             }
         }
-        acc.map(|row| row.map(|a| _mm512_reduce_add_ps(a)))
+        std::array::from_fn(|r| {
+            std::array::from_fn(|c| _mm512_reduce_add_ps(acc[r][c]) - avx2::hsum(acc_min[r][c]))
+        })
+    }
+}
+
+/// Step `s` of Q2_K's and Q3_K's 2-bit planes: elements `64s..64s + 64` are bit pairs
+/// `4j, 4j + 2` (`j = s % 2`) of `qs[32n..32n + 32]` (`n = s / 2`), low 256 bits then high.
+#[inline(always)]
+unsafe fn two_bit_step(qs: &[u8; 64], s: usize) -> __m512i {
+    // SAFETY: the caller enables AVX-512F/BW; the load reads 32 of the 64 bytes.
+    unsafe {
+        let q = _mm512_broadcast_i64x4(avx2::load256(&qs[32 * (s / 2)..]));
+        let j = 4 * (s % 2) as i16;
+        let shifts = join(_mm256_set1_epi16(j), _mm256_set1_epi16(j + 2));
+        _mm512_and_si512(_mm512_srlv_epi16(q, shifts), _mm512_set1_epi8(3))
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn q2k_tile<const R: usize, const C: usize>(
+    w: [&[BlockQ2K]; R],
+    x: [&[BlockQ8K]; C],
+) -> [[f32; C]; R] {
+    // SAFETY: this function enables the features k16_tile and the level helpers need.
+    unsafe { k16_tile::<_, R, C, 0>(w, x, |b| avx2::q2k_header(b), |b, s| two_bit_step(&b.qs, s)) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn q3k_tile<const R: usize, const C: usize>(
+    w: [&[BlockQ3K]; R],
+    x: [&[BlockQ8K]; C],
+) -> [[f32; C]; R] {
+    // SAFETY: this function enables the features k16_tile and the level helpers need; the
+    // hmask load reads its 32 bytes.
+    unsafe {
+        k16_tile::<_, R, C, 2>(
+            w,
+            x,
+            |b| avx2::q3k_header(b),
+            |b, s| {
+                // Stored level + 4: the two low bits, plus 4 where the element's hmask bit
+                // (bit 2s for the low 32 elements, 2s + 1 for the high) is set.
+                let hm = _mm512_broadcast_i64x4(avx2::load256(&b.hmask));
+                let bits = join(
+                    _mm256_set1_epi8(1 << (2 * s)),
+                    _mm256_set1_epi8((1u8 << (2 * s + 1)) as i8),
+                );
+                let set = _mm512_test_epi8_mask(hm, bits);
+                let q = two_bit_step(&b.qs, s);
+                _mm512_mask_add_epi8(q, set, q, _mm512_set1_epi8(4))
+            },
+        )
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn q6k_tile<const R: usize, const C: usize>(
+    w: [&[BlockQ6K]; R],
+    x: [&[BlockQ8K]; C],
+) -> [[f32; C]; R] {
+    // SAFETY: this function enables the features k16_tile needs; the loads read 64 bytes of
+    // ql and 32 of qh.
+    unsafe {
+        let low = _mm512_set1_epi8(0x0F);
+        let three = _mm512_set1_epi8(3);
+        k16_tile::<_, R, C, 5>(
+            w,
+            x,
+            |b| avx2::q6k_header(b),
+            |b, s| {
+                // ql[64n..64n + 64] holds elements 128n.. (low nibbles) and 128n + 64..
+                // (high); qh[32n..32n + 32] their top bits: pairs 0, 2 for the first 64
+                // elements' halves, 4, 6 for the second 64's.
+                let (n, j) = (s / 2, s % 2);
+                let ql = load512(&b.ql[64 * n..]);
+                let qh = avx2::load256(&b.qh[32 * n..]);
+                let h = join(qh, _mm256_srli_epi16(qh, 2));
+                let (lo, hi) = if j == 0 {
+                    (_mm512_and_si512(ql, low), _mm512_and_si512(h, three))
+                } else {
+                    (
+                        _mm512_and_si512(_mm512_srli_epi16(ql, 4), low),
+                        _mm512_and_si512(_mm512_srli_epi16(h, 4), three),
+                    )
+                };
+                _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4))
+            },
+        )
     }
 }
 

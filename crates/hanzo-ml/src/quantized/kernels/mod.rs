@@ -345,9 +345,9 @@ tile_picker!(pick_q6k, pick_q6k_for, tile_q6k, tile_q6k_for, BlockQ6K, q6k_tile,
      "wasm32" + "simd128" Simd128 => simd128]);
 // Q2_K and Q3_K: the AVX2 tile at every x86 level (no wider form yet).
 tile_picker!(pick_q2k, pick_q2k_for, tile_q2k, tile_q2k_for, BlockQ2K, q2k_tile,
-    ["x86_64" Avx2 => avx2]);
+    ["x86_64" Avx512 => avx512, "x86_64" Avx2 => avx2]);
 tile_picker!(pick_q3k, pick_q3k_for, tile_q3k, tile_q3k_for, BlockQ3K, q3k_tile,
-    ["x86_64" Avx2 => avx2]);
+    ["x86_64" Avx512 => avx512, "x86_64" Avx2 => avx2]);
 // IQ4_NL and MXFP4 run the AVX2 tile at every x86 level (an AVX-512 CPU may lack AVX-VNNI,
 // and their decode goes through the interleaved kernels); IQ4_XS has an AVX-512 tile.
 tile_picker!(pick_iq4nl, pick_iq4nl_for, tile_iq4nl, tile_iq4nl_for, BlockIQ4NL, iq4nl_tile,

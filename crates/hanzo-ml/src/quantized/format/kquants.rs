@@ -292,6 +292,21 @@ impl GgmlBlock for BlockQ2K {
             })
             .sum()
     }
+
+    fn unpacking() -> Option<Unpacking<Self>> {
+        Some(Unpacking {
+            group: 16,
+            max_level: 3,
+            unpack: |b, u, s, m| {
+                *u = unpack_2bit(&b.qs);
+                let (d, dmin) = (b.d.to_f32(), b.dmin.to_f32());
+                for ((s, m), &sc) in s.iter_mut().zip(m.iter_mut()).zip(&b.scales) {
+                    *s = d * (sc & 0x0F) as f32;
+                    *m = dmin * (sc >> 4) as f32;
+                }
+            },
+        })
+    }
 }
 
 // ---------------------------------------------------------------- Q3_K
@@ -397,6 +412,23 @@ impl GgmlBlock for BlockQ3K {
                 x.d * w.d.to_f32() * sum as f32
             })
             .sum()
+    }
+
+    fn unpacking() -> Option<Unpacking<Self>> {
+        Some(Unpacking {
+            group: 16,
+            max_level: 7,
+            unpack: |b, u, s, m| {
+                for (u, l) in u.iter_mut().zip(q3k_levels(b)) {
+                    *u = (l + 4) as u8;
+                }
+                let d = b.d.to_f32();
+                for ((s, m), sc) in s.iter_mut().zip(m.iter_mut()).zip(q3k_scales(&b.scales)) {
+                    *s = d * sc as f32;
+                    *m = 4.0 * *s;
+                }
+            },
+        })
     }
 }
 

@@ -27,39 +27,45 @@ pub(crate) fn level_indices<const E: usize>(packed: &[u8], bits: usize) -> Box<[
     expand::<E>(packed, bits, &identity)
 }
 
+// A fixed-length array, so the kernels' masked indices need no bounds checks.
 macro_rules! grid {
-    ($(#[$doc:meta])* $name:ident, $elems:literal, $packed:ident, $bits:ident, $levels:ident) => {
+    ($(#[$doc:meta])* $name:ident, $points:literal x $elems:literal, $packed:ident, $bits:ident,
+     $levels:ident) => {
         $(#[$doc])*
-        pub(crate) fn $name() -> &'static [[i8; $elems]] {
-            static GRID: OnceLock<Box<[[i8; $elems]]>> = OnceLock::new();
-            GRID.get_or_init(|| expand::<$elems>(&$packed, $bits, &$levels))
+        pub(crate) fn $name() -> &'static [[i8; $elems]; $points] {
+            static GRID: OnceLock<Box<[[i8; $elems]; $points]>> = OnceLock::new();
+            GRID.get_or_init(|| {
+                expand::<$elems>(&$packed, $bits, &$levels)
+                    .try_into()
+                    .expect("the packed table holds every point")
+            })
         }
     };
 }
 
 grid!(
     /// ggml's `iq2xxs_grid`: 256 points of 8 magnitudes.
-    iq2xxs_grid, 8, IQ2XXS_PACKED, IQ2XXS_BITS, IQ2XXS_LEVELS
+    iq2xxs_grid, 256 x 8, IQ2XXS_PACKED, IQ2XXS_BITS, IQ2XXS_LEVELS
 );
 grid!(
     /// ggml's `iq2xs_grid`: 512 points of 8 magnitudes.
-    iq2xs_grid, 8, IQ2XS_PACKED, IQ2XS_BITS, IQ2XS_LEVELS
+    iq2xs_grid, 512 x 8, IQ2XS_PACKED, IQ2XS_BITS, IQ2XS_LEVELS
 );
 grid!(
     /// ggml's `iq2s_grid`: 1024 points of 8 magnitudes.
-    iq2s_grid, 8, IQ2S_PACKED, IQ2S_BITS, IQ2S_LEVELS
+    iq2s_grid, 1024 x 8, IQ2S_PACKED, IQ2S_BITS, IQ2S_LEVELS
 );
 grid!(
     /// ggml's `iq3xxs_grid`: 256 points of 4 magnitudes.
-    iq3xxs_grid, 4, IQ3XXS_PACKED, IQ3XXS_BITS, IQ3XXS_LEVELS
+    iq3xxs_grid, 256 x 4, IQ3XXS_PACKED, IQ3XXS_BITS, IQ3XXS_LEVELS
 );
 grid!(
     /// ggml's `iq3s_grid`: 512 points of 4 magnitudes.
-    iq3s_grid, 4, IQ3S_PACKED, IQ3S_BITS, IQ3S_LEVELS
+    iq3s_grid, 512 x 4, IQ3S_PACKED, IQ3S_BITS, IQ3S_LEVELS
 );
 grid!(
     /// ggml's `iq1s_grid`: 2048 points of 8 values in {-1, 0, 1}.
-    iq1s_grid, 8, IQ1S_PACKED, IQ1S_BITS, IQ1S_LEVELS
+    iq1s_grid, 2048 x 8, IQ1S_PACKED, IQ1S_BITS, IQ1S_LEVELS
 );
 
 /// The eight signs of a 7-bit sign index (the eighth makes the count of minus signs even).

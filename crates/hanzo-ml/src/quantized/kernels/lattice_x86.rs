@@ -12,6 +12,11 @@
 //! `q + 1` the integer `q`, so all take the same loop. IQ1_S, whose `±1` is one sign per
 //! group of 32, adds it as `±Σ x` from the activations' sums of 16 instead. TQ1_0 has a loop
 //! of its own: its trits, decoded by multiplication, stay unsigned (`tq1_0_tile`).
+//!
+//! Where a grid index is split over two fields (IQ3_S, IQ2_S, IQ1_S, IQ1_M: low byte and top
+//! bits), a block's indices are put together once, in vector registers, and each group reads
+//! its own from there (`indexed_lattice_tile`); built one at a time in scalar registers they
+//! cost more than the rest of the group's work.
 
 use super::avx2::{f16_to_f32, hsum, load256_i8};
 use crate::quantized::format::{
@@ -64,21 +69,12 @@ unsafe fn sign_bytes(bits: u32) -> __m256i {
     }
 }
 
-/// Four 8-value IQ1 points in {-1, 0, 1}, each shifted by ±1/8 (`minus[l]` for run `l`),
-/// in eighths: `8·grid ± 1`.
+/// Four 8-value IQ1 points `g` in {-1, 0, 1}, each shifted by ±1/8, in eighths:
+/// `8·g ± 1`. `minus` holds, per run of 8, eight bytes of -1 (shift down) or of +1.
 #[inline(always)]
-unsafe fn iq1_eighths(grid: &[[i8; 8]], idx: [usize; 4], minus: [bool; 4]) -> __m256i {
-    // Eight bytes of -1 or of +1.
-    let shift = |l: usize| if minus[l] { -1 } else { 0x0101_0101_0101_0101 };
+unsafe fn iq1_eighths(g: __m256i, minus: __m256i) -> __m256i {
     // SAFETY: register-only AVX2, which the callers enable.
-    unsafe {
-        let g = points8(grid, idx);
-        let eight = _mm256_sign_epi8(_mm256_set1_epi8(8), g);
-        _mm256_add_epi8(
-            eight,
-            _mm256_set_epi64x(shift(3), shift(2), shift(1), shift(0)),
-        )
-    }
+    unsafe { _mm256_add_epi8(_mm256_sign_epi8(_mm256_set1_epi8(8), g), minus) }
 }
 
 /// The same multiplier for all 32 weights.
@@ -98,15 +94,66 @@ unsafe fn mult16(scales: u8) -> __m256i {
 
 /// Eight 4-magnitude points, in order, as 32 bytes.
 #[inline(always)]
-unsafe fn points4(grid: &[[i8; 4]], idx: [usize; 8]) -> __m256i {
+unsafe fn points4<const N: usize>(grid: &[[i8; 4]; N], idx: [usize; 8]) -> __m256i {
     let p = |i: usize| i32::from_le_bytes(grid[idx[i]].map(|v| v as u8));
     // SAFETY: register-only AVX2, which the callers enable.
     unsafe { _mm256_set_epi32(p(7), p(6), p(5), p(4), p(3), p(2), p(1), p(0)) }
 }
 
+/// `points4` at indices a block's index decoder built, all below `N` by construction; they
+/// are read without a check, as a masked index would be turned into vector extracts.
+///
+/// # Safety
+/// Every index is below `N`; AVX2 is enabled.
+#[inline(always)]
+unsafe fn decoded_points4<const N: usize>(grid: &[[i8; 4]; N], idx: &[u16; 8]) -> __m256i {
+    debug_assert!(idx.iter().all(|&i| (i as usize) < N));
+    // SAFETY: the caller guarantees the indices are in bounds.
+    let p = |i: usize| {
+        i32::from_le_bytes(unsafe { grid.get_unchecked(idx[i] as usize) }.map(|v| v as u8))
+    };
+    // SAFETY: register-only AVX2, which the callers enable.
+    unsafe { _mm256_set_epi32(p(7), p(6), p(5), p(4), p(3), p(2), p(1), p(0)) }
+}
+
+/// `points8` at indices a block's index decoder built (see `decoded_points4`).
+///
+/// # Safety
+/// Every index is below `N`; AVX2 is enabled.
+#[inline(always)]
+unsafe fn decoded_points8<const N: usize>(grid: &[[i8; 8]; N], idx: &[u16; 4]) -> __m256i {
+    debug_assert!(idx.iter().all(|&i| (i as usize) < N));
+    // SAFETY: the caller guarantees the indices are in bounds.
+    let p = |i: usize| {
+        i64::from_le_bytes(unsafe { grid.get_unchecked(idx[i] as usize) }.map(|v| v as u8))
+    };
+    // SAFETY: register-only AVX2, which the callers enable.
+    unsafe { _mm256_set_epi64x(p(3), p(2), p(1), p(0)) }
+}
+
+/// Sixteen grid indices, byte `i` of `low` with byte `i` of `high` above it, stored in
+/// `out[..16]`.
+#[inline(always)]
+unsafe fn store_indices16(low: __m128i, high: __m128i, out: &mut [u16]) {
+    let out = out[..16].as_mut_ptr() as *mut __m128i;
+    // SAFETY: register-only SSE2 and two 16-byte stores into the 32 bytes of `out[..16]`.
+    unsafe {
+        _mm_storeu_si128(out, _mm_unpacklo_epi8(low, high));
+        _mm_storeu_si128(out.add(1), _mm_unpackhi_epi8(low, high));
+    }
+}
+
+/// Sixteen bytes of `p` from `at`.
+#[inline(always)]
+unsafe fn load128(p: &[u8], at: usize) -> __m128i {
+    let p = &p[at..at + 16];
+    // SAFETY: a 16-byte load from a 16-byte slice.
+    unsafe { _mm_loadu_si128(p.as_ptr() as *const __m128i) }
+}
+
 /// Four 8-magnitude points, in order, as 32 bytes.
 #[inline(always)]
-unsafe fn points8(grid: &[[i8; 8]], idx: [usize; 4]) -> __m256i {
+unsafe fn points8<const N: usize>(grid: &[[i8; 8]; N], idx: [usize; 4]) -> __m256i {
     let p = |i: usize| i64::from_le_bytes(grid[idx[i]].map(|v| v as u8));
     // SAFETY: register-only AVX2, which the callers enable.
     unsafe { _mm256_set_epi64x(p(3), p(2), p(1), p(0)) }
@@ -155,19 +202,36 @@ unsafe fn lattice_tile<B, const R: usize, const C: usize>(
     group: impl Fn(&B, usize) -> Group,
 ) -> [[f32; C]; R] {
     // SAFETY: the caller's guarantees pass on; a zero shift adds nothing (and folds away).
-    unsafe { shifted_lattice_tile(w, x, factor, d, group, |_, _| 0) }
+    unsafe { prepared_lattice_tile(w, x, factor, d, |_| (), |b, _, g| group(b, g), |_, _| 0) }
 }
 
-/// `lattice_tile` plus `shift(b, g) · Σ x` over each group's 32 activations, taken from Q8_K's
-/// sums of 16 (`bsums`) rather than added to every weight: IQ1_S's `±1/8` is one sign for a
-/// whole group.
+/// `lattice_tile` with a per-block step: `prepare(b)` runs once per block and row and hands
+/// its result to each of the block's eight `group` calls (the grid indices of the whole
+/// block, computed in vector registers rather than 32 or 64 times in scalar ones).
 #[inline(always)]
-unsafe fn shifted_lattice_tile<B, const R: usize, const C: usize>(
+unsafe fn indexed_lattice_tile<B, P, const R: usize, const C: usize>(
     w: [&[B]; R],
     x: [&[BlockQ8K]; C],
     factor: f32,
     d: impl Fn(&B) -> half::f16,
-    group: impl Fn(&B, usize) -> Group,
+    prepare: impl Fn(&B) -> P,
+    group: impl Fn(&B, &P, usize) -> Group,
+) -> [[f32; C]; R] {
+    // SAFETY: the caller's guarantees pass on; a zero shift adds nothing (and folds away).
+    unsafe { prepared_lattice_tile(w, x, factor, d, prepare, group, |_, _| 0) }
+}
+
+/// The general form of the tiles above, plus `shift(b, g) · Σ x` over each group's 32
+/// activations, taken from Q8_K's sums of 16 (`bsums`) rather than added to every weight:
+/// IQ1_S's `±1/8` is one sign for a whole group.
+#[inline(always)]
+unsafe fn prepared_lattice_tile<B, P, const R: usize, const C: usize>(
+    w: [&[B]; R],
+    x: [&[BlockQ8K]; C],
+    factor: f32,
+    d: impl Fn(&B) -> half::f16,
+    prepare: impl Fn(&B) -> P,
+    group: impl Fn(&B, &P, usize) -> Group,
     shift: impl Fn(&B, usize) -> i32,
 ) -> [[f32; C]; R] {
     check_tile!(w, x);
@@ -181,8 +245,9 @@ unsafe fn shifted_lattice_tile<B, const R: usize, const C: usize>(
                 let b = &w[r][i];
                 let mut sumi = [_mm256_setzero_si256(); C];
                 let mut shifted = [0i32; C];
+                let prepared = prepare(b);
                 for g in 0..8 {
-                    let Group { mag, sign, mult } = group(b, g);
+                    let Group { mag, sign, mult } = group(b, &prepared, g);
                     let k = shift(b, g);
                     for c in 0..C {
                         let xs = _mm256_sign_epi8(load256_i8(&xb[c].qs[32 * g..]), sign);
@@ -239,23 +304,42 @@ pub unsafe fn iq3s_tile<const R: usize, const C: usize>(
     let grid = iq3s_grid();
     // SAFETY: this function enables the features lattice_tile needs.
     unsafe {
-        lattice_tile(
+        indexed_lattice_tile(
             w,
             x,
             1.0,
             |b| b.d,
-            |b, g| {
-                let high = b.qh[g] as usize;
-                let idx = std::array::from_fn(|j| b.qs[8 * g + j] as usize | (high >> j & 1) << 8);
+            |b| iq3s_indices(b),
+            |b, idx, g| {
                 let signs = &b.signs[4 * g..4 * g + 4];
                 Group {
-                    mag: points4(grid, idx),
+                    // SAFETY: `iq3s_indices` builds indices below 512.
+                    mag: decoded_points4(grid, idx[8 * g..8 * g + 8].try_into().expect("8")),
                     sign: sign_bytes(u32::from_le_bytes(signs.try_into().expect("4 bytes"))),
                     mult: mult32(2 * (b.scales[g / 2] >> (4 * (g % 2)) & 15) as u32 + 1),
                 }
             },
         )
     }
+}
+
+/// IQ3_S's 64 grid indices: `qs[i]` with bit `i % 8` of `qh[i / 8]` above it.
+#[inline(always)]
+unsafe fn iq3s_indices(b: &BlockIQ3S) -> [u16; 64] {
+    let mut idx = [0u16; 64];
+    // SAFETY: register-only AVX2, which the callers enable, and in-bounds loads and stores.
+    unsafe {
+        // Bytes 0-7 take `qh` byte 2n, bytes 8-15 byte 2n + 1, then each its own bit.
+        let spread = _mm_set_epi64x(0x0101_0101_0101_0101, 0);
+        let bit = _mm_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+        for n in 0..4 {
+            let pair = u16::from_le_bytes([b.qh[2 * n], b.qh[2 * n + 1]]);
+            let bits = _mm_shuffle_epi8(_mm_set1_epi16(pair as i16), spread);
+            let high = _mm_min_epu8(_mm_and_si128(bits, bit), _mm_set1_epi8(1));
+            store_indices16(load128(&b.qs, 16 * n), high, &mut idx[16 * n..]);
+        }
+    }
+    idx
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -318,25 +402,45 @@ pub unsafe fn iq2s_tile<const R: usize, const C: usize>(
     let grid = iq2s_grid();
     // SAFETY: this function enables the features lattice_tile needs.
     unsafe {
-        lattice_tile(
+        indexed_lattice_tile(
             w,
             x,
             0.125,
             |b| b.d,
-            |b, g| {
-                let (low, signs) = b.qs.split_at(32);
-                let high = b.qh[g] as usize;
-                let idx =
-                    std::array::from_fn(|l| low[4 * g + l] as usize | (high >> (2 * l) & 3) << 8);
-                let signs = &signs[4 * g..4 * g + 4];
+            |b| iq2s_indices(b),
+            |b, idx, g| {
+                let signs = &b.qs[32 + 4 * g..36 + 4 * g];
                 Group {
-                    mag: points8(grid, idx),
+                    // SAFETY: `iq2s_indices` builds indices below 1024.
+                    mag: decoded_points8(grid, idx[4 * g..4 * g + 4].try_into().expect("4")),
                     sign: sign_bytes(u32::from_le_bytes(signs.try_into().expect("4 bytes"))),
                     mult: mult16(b.scales[g]),
                 }
             },
         )
     }
+}
+
+/// IQ2_S's 32 grid indices: `qs[l]` with bits `2(l % 4)..+2` of `qh[l / 4]` above it.
+#[inline(always)]
+unsafe fn iq2s_indices(b: &BlockIQ2S) -> [u16; 32] {
+    let mut idx = [0u16; 32];
+    // SAFETY: register-only AVX2, which the callers enable, and in-bounds loads and stores.
+    unsafe {
+        let qh = _mm_loadl_epi64(b.qh.as_ptr() as *const __m128i);
+        let three = _mm_set1_epi8(3);
+        // Bits 2k..2k + 2 of every `qh` byte, then interleaved into index order.
+        let part = |k: i32| _mm_and_si128(_mm_srl_epi16(qh, _mm_cvtsi32_si128(2 * k)), three);
+        let (p01, p23) = (
+            _mm_unpacklo_epi8(part(0), part(1)),
+            _mm_unpacklo_epi8(part(2), part(3)),
+        );
+        let high = [_mm_unpacklo_epi16(p01, p23), _mm_unpackhi_epi16(p01, p23)];
+        for h in 0..2 {
+            store_indices16(load128(&b.qs, 16 * h), high[h], &mut idx[16 * h..]);
+        }
+    }
+    idx
 }
 
 /// IQ1_S's group multiplier `2s + 1` from its `qh` word.
@@ -352,17 +456,18 @@ pub unsafe fn iq1s_tile<const R: usize, const C: usize>(
     let grid = iq1s_grid();
     // SAFETY: this function enables the features lattice_tile needs.
     unsafe {
-        shifted_lattice_tile(
+        prepared_lattice_tile(
             w,
             x,
             0.125,
             |b| b.d,
-            |b, g| {
+            |b| iq1s_indices(b),
+            |b, idx, g| {
                 let h = b.qh[g] as usize;
-                let idx =
-                    std::array::from_fn(|l| b.qs[4 * g + l] as usize | (h >> (3 * l) & 7) << 8);
+                // SAFETY: `iq1s_indices` builds indices below 2048.
+                let points = decoded_points8(grid, idx[4 * g..4 * g + 4].try_into().expect("4"));
                 // `8·grid` in eighths: the multiplier carries the 8, the shift comes after.
-                Group::signed(points8(grid, idx), mult32(8 * iq1s_mult(h)))
+                Group::signed(points, mult32(8 * iq1s_mult(h)))
             },
             |b, g| {
                 let h = b.qh[g] as usize;
@@ -377,39 +482,119 @@ pub unsafe fn iq1s_tile<const R: usize, const C: usize>(
     }
 }
 
+/// IQ1_S's 32 grid indices: `qs[4g + l]` with bits `3l..3l + 3` of `qh[g]` above it.
+#[inline(always)]
+unsafe fn iq1s_indices(b: &BlockIQ1S) -> [u16; 32] {
+    let mut idx = [0u16; 32];
+    // SAFETY: register-only AVX2, which the callers enable, and in-bounds loads and stores.
+    unsafe {
+        let qh = _mm_loadu_si128(b.qh.as_ptr() as *const __m128i);
+        let (seven, high7) = (_mm_set1_epi16(7), _mm_set1_epi16(0x700));
+        // Per group, u16 lanes holding the tops of runs 0 and 1 (low and high byte), then of
+        // runs 2 and 3; interleaved, four bytes per group in run order.
+        let r01 = _mm_or_si128(
+            _mm_and_si128(qh, seven),
+            _mm_and_si128(_mm_slli_epi16(qh, 5), high7),
+        );
+        let r23 = _mm_or_si128(
+            _mm_and_si128(_mm_srli_epi16(qh, 6), seven),
+            _mm_and_si128(_mm_srli_epi16(qh, 1), high7),
+        );
+        let high = [_mm_unpacklo_epi16(r01, r23), _mm_unpackhi_epi16(r01, r23)];
+        for h in 0..2 {
+            store_indices16(load128(&b.qs, 16 * h), high[h], &mut idx[16 * h..]);
+        }
+    }
+    idx
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn iq1m_tile<const R: usize, const C: usize>(
     w: [&[BlockIQ1M]; R],
     x: [&[BlockQ8K]; C],
 ) -> [[f32; C]; R] {
     let grid = iq1s_grid();
-    let scales = |b: &BlockIQ1M| -> [u16; 4] {
-        std::array::from_fn(|k| u16::from_le_bytes([b.scales[2 * k], b.scales[2 * k + 1]]))
-    };
+    let scales = |b: &BlockIQ1M| u64::from_le_bytes(b.scales);
     // SAFETY: this function enables the features lattice_tile needs.
     unsafe {
-        lattice_tile(
+        indexed_lattice_tile(
             w,
             x,
             0.125,
             |b| {
                 let sc = scales(b);
                 let bits =
-                    (sc[0] >> 12) | (sc[1] >> 8 & 0xf0) | (sc[2] >> 4 & 0xf00) | (sc[3] & 0xf000);
-                half::f16::from_bits(bits)
+                    (sc >> 12 & 0xf) | (sc >> 24 & 0xf0) | (sc >> 36 & 0xf00) | (sc >> 48 & 0xf000);
+                half::f16::from_bits(bits as u16)
             },
-            |b, g| {
-                // Runs 4g..4g + 4: a nibble each (index top bits, shift sign), two per byte.
-                let nib = |l: usize| (b.qh[2 * g + l / 2] >> (4 * (l % 2)) & 15) as usize;
-                let idx = std::array::from_fn(|l| b.qs[4 * g + l] as usize | (nib(l) & 7) << 8);
-                let minus = std::array::from_fn(|l| nib(l) & 8 != 0);
-                // Scales 2g and 2g + 1, three bits each, four per little-endian word.
-                let sc = scales(b);
-                let s = |s: usize| 2 * (sc[s / 4] >> (3 * (s % 4)) & 7) as i16 + 1;
-                let mult = _mm256_set_m128i(_mm_set1_epi16(s(2 * g + 1)), _mm_set1_epi16(s(2 * g)));
-                Group::signed(iq1_eighths(grid, idx, minus), mult)
+            |b| iq1m_runs(b),
+            |b, runs, g| {
+                let idx = runs.idx[4 * g..4 * g + 4].try_into().expect("4 indices");
+                // Each run's sign byte (0 or -1) widened to eight bytes, then -1 or +1.
+                let sign =
+                    i32::from_le_bytes(runs.minus[4 * g..4 * g + 4].try_into().expect("4 bytes"));
+                let wide = _mm256_cvtepi8_epi64(_mm_cvtsi32_si128(sign));
+                let minus = _mm256_or_si256(wide, _mm256_set1_epi8(1));
+                // SAFETY: `iq1m_runs` builds indices below 2048.
+                let eighths = iq1_eighths(decoded_points8(grid, idx), minus);
+                Group::signed(eighths, iq1m_mult(scales(b), g))
             },
         )
+    }
+}
+
+/// An IQ1_M block's 32 runs of 8, decoded from their nibbles at once.
+struct Iq1mRuns {
+    /// Grid index: `qs[l]` with the nibble's low three bits above it.
+    idx: [u16; 32],
+    /// -1 where the run's shift is down (the nibble's top bit), else 0.
+    minus: [u8; 32],
+}
+
+#[inline(always)]
+unsafe fn iq1m_runs(b: &BlockIQ1M) -> Iq1mRuns {
+    let mut runs = Iq1mRuns {
+        idx: [0; 32],
+        minus: [0; 32],
+    };
+    // SAFETY: register-only AVX2, which the callers enable; the loads read the 16 bytes of
+    // `qh`, the stores write 16 of the 32 bytes of `minus` at 0 and 16.
+    unsafe {
+        let qh = _mm_loadu_si128(b.qh.as_ptr() as *const __m128i);
+        let high = _mm_srli_epi16(qh, 4);
+        let seven = _mm_set1_epi8(7);
+        let (lo, hi) = (_mm_and_si128(qh, seven), _mm_and_si128(high, seven));
+        // Runs 0-15 and 16-31: the low nibble of each byte is the earlier run.
+        let nib = [_mm_unpacklo_epi8(lo, hi), _mm_unpackhi_epi8(lo, hi)];
+        let eight = _mm_set1_epi8(8);
+        let (lo, hi) = (_mm_and_si128(qh, eight), _mm_and_si128(high, eight));
+        let minus = [_mm_unpacklo_epi8(lo, hi), _mm_unpackhi_epi8(lo, hi)];
+        for h in 0..2 {
+            store_indices16(load128(&b.qs, 16 * h), nib[h], &mut runs.idx[16 * h..]);
+            let m = _mm_cmpeq_epi8(minus[h], eight);
+            _mm_storeu_si128(runs.minus[16 * h..].as_mut_ptr() as *mut __m128i, m);
+        }
+    }
+    runs
+}
+
+/// IQ1_M's multipliers `2s + 1` for group `g`: scale 2g for its first 16 weights (the low
+/// lane), 2g + 1 for the rest. The sixteen 3-bit scales sit four to a little-endian word, in
+/// its bits 0-11; shifting the words (broadcast) by 0, 6, 3 and 9 puts the even scales
+/// in the low lane and the odd ones in the high lane, at the same place for each group.
+#[inline(always)]
+unsafe fn iq1m_mult(scales: u64, g: usize) -> __m256i {
+    // SAFETY: register-only AVX2, which the callers enable.
+    unsafe {
+        let words = _mm256_srlv_epi64(
+            _mm256_set1_epi64x(scales as i64),
+            _mm256_set_epi64x(9, 3, 6, 0),
+        );
+        let s = _mm256_and_si256(words, _mm256_set1_epi16(7));
+        let mult = _mm256_add_epi16(_mm256_add_epi16(s, s), _mm256_set1_epi16(1));
+        // Scale 2g is word g / 2 of the shift-0 quarter (g even) or of the shift-6 one.
+        let at = (g / 2 + 4 * (g % 2)) as i16;
+        _mm256_shuffle_epi8(mult, _mm256_set1_epi16((2 * at) | ((2 * at + 1) << 8)))
     }
 }
 

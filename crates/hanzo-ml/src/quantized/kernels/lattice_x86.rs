@@ -84,12 +84,47 @@ unsafe fn mult32(m: u32) -> __m256i {
     unsafe { _mm256_set1_epi16(m as i16) }
 }
 
-/// One multiplier per 16 weights: the two nibbles of `scales`, each `2s + 1`.
+/// One multiplier per 16 weights, `2s + 1` for the two nibbles of each of the eight
+/// `scales` bytes: the low nibbles (group g's first 16 weights) as i16 in the low lane, the
+/// high ones in the high lane, word g of each lane for group g (`pick_word`).
 #[inline(always)]
-unsafe fn mult16(scales: u8) -> __m256i {
-    let (lo, hi) = (2 * (scales & 15) as i16 + 1, 2 * (scales >> 4) as i16 + 1);
+unsafe fn mult16_block(scales: &[u8; 8]) -> __m256i {
     // SAFETY: register-only AVX2, which the callers enable.
-    unsafe { _mm256_set_m128i(_mm_set1_epi16(hi), _mm_set1_epi16(lo)) }
+    unsafe {
+        let s = _mm_cvtsi64_si128(i64::from_le_bytes(*scales));
+        let fifteen = _mm_set1_epi8(15);
+        let lo = _mm_cvtepu8_epi16(_mm_and_si128(s, fifteen));
+        let hi = _mm_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s, 4), fifteen));
+        let both = _mm256_set_m128i(hi, lo);
+        _mm256_add_epi16(_mm256_add_epi16(both, both), _mm256_set1_epi16(1))
+    }
+}
+
+/// Byte shuffles that broadcast word `n` of each 128-bit lane over that lane.
+static WORD_PICK: [[u8; 32]; 8] = {
+    let mut t = [[0u8; 32]; 8];
+    let mut n = 0;
+    while n < 8 {
+        let mut i = 0;
+        while i < 32 {
+            t[n][i] = (2 * n + i % 2) as u8;
+            i += 1;
+        }
+        n += 1;
+    }
+    t
+};
+
+/// Word `n` of each lane of `v`, broadcast over its lane.
+#[inline(always)]
+unsafe fn pick_word(v: __m256i, n: usize) -> __m256i {
+    // SAFETY: register-only AVX2, which the callers enable, and a 32-byte load of a table row.
+    unsafe {
+        _mm256_shuffle_epi8(
+            v,
+            _mm256_loadu_si256(WORD_PICK[n].as_ptr() as *const __m256i),
+        )
+    }
 }
 
 /// Eight 4-magnitude points, in order, as 32 bytes.
@@ -377,17 +412,18 @@ pub unsafe fn iq2xs_tile<const R: usize, const C: usize>(
     let grid = iq2xs_grid();
     // SAFETY: this function enables the features lattice_tile needs.
     unsafe {
-        lattice_tile(
+        indexed_lattice_tile(
             w,
             x,
             0.125,
             |b| b.d,
-            |b, g| {
+            |b| mult16_block(&b.scales),
+            |b, &mult, g| {
                 let q = &b.qs[4 * g..4 * g + 4];
                 Group {
                     mag: points8(grid, std::array::from_fn(|l| (q[l] & 511) as usize)),
                     sign: ksign_bytes(std::array::from_fn(|l| q[l] as u32 >> 9)),
-                    mult: mult16(b.scales[g]),
+                    mult: pick_word(mult, g),
                 }
             },
         )
@@ -407,14 +443,14 @@ pub unsafe fn iq2s_tile<const R: usize, const C: usize>(
             x,
             0.125,
             |b| b.d,
-            |b| iq2s_indices(b),
-            |b, idx, g| {
+            |b| (iq2s_indices(b), mult16_block(&b.scales)),
+            |b, (idx, mult), g| {
                 let signs = &b.qs[32 + 4 * g..36 + 4 * g];
                 Group {
                     // SAFETY: `iq2s_indices` builds indices below 1024.
                     mag: decoded_points8(grid, idx[4 * g..4 * g + 4].try_into().expect("4")),
                     sign: sign_bytes(u32::from_le_bytes(signs.try_into().expect("4 bytes"))),
-                    mult: mult16(b.scales[g]),
+                    mult: pick_word(*mult, g),
                 }
             },
         )
@@ -593,8 +629,7 @@ unsafe fn iq1m_mult(scales: u64, g: usize) -> __m256i {
         let s = _mm256_and_si256(words, _mm256_set1_epi16(7));
         let mult = _mm256_add_epi16(_mm256_add_epi16(s, s), _mm256_set1_epi16(1));
         // Scale 2g is word g / 2 of the shift-0 quarter (g even) or of the shift-6 one.
-        let at = (g / 2 + 4 * (g % 2)) as i16;
-        _mm256_shuffle_epi8(mult, _mm256_set1_epi16((2 * at) | ((2 * at + 1) << 8)))
+        pick_word(mult, g / 2 + 4 * (g % 2))
     }
 }
 

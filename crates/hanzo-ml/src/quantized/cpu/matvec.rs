@@ -251,7 +251,9 @@ impl<B: Kernels> TileKernels<B> {
         // (one-element blocks) go one row at a time: their rows are long (two bytes a
         // weight), and four of them read side by side streamed from memory at about 3/4 of
         // the rate one row read front to back does (Gemma 3 F16 decode, docs/BENCHMARKS.md).
-        let several_rows = B::BLOCK_SIZE == 32 || (B::BLOCK_SIZE > 1 && isa() >= Isa::Avx512);
+        // The lattice types decode a row per call (`Kernels::DECODE_ROW_TILES`).
+        let several_rows = B::DECODE_ROW_TILES
+            && (B::BLOCK_SIZE == 32 || (B::BLOCK_SIZE > 1 && isa() >= Isa::Avx512));
         Self {
             one: B::vec_dot(),
             rows: if several_rows { B::tile() } else { None },

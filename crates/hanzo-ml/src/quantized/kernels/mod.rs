@@ -85,6 +85,10 @@ pub trait Kernels: QuantizeRow + GgmlBlock<Dot: QuantizeRow> {
     fn float_panel() -> Option<FloatPanelFn<Self>> {
         None
     }
+    /// Whether decode may take several weight rows per tile call (`cpu::matvec`). The
+    /// lattice types say no: their tile decodes each row's grid indices apart anyway, and
+    /// one row per call read Qwen2.5-0.5B's IQ2/IQ1 FFN down matrices 10–20% faster.
+    const DECODE_ROW_TILES: bool = true;
 }
 
 macro_rules! portable {
@@ -136,8 +140,9 @@ impl Kernels for BlockQ8K {}
 
 /// A type with tile kernels: its dot product is the 1x1 tile.
 macro_rules! tiled {
-    ($block:ty, $one:ident, $tile:ident $(, $panel:ident)?) => {
+    ($block:ty, $one:ident, $tile:ident $(, $panel:ident)? $(; decode_row_tiles = $rows:literal)?) => {
         impl Kernels for $block {
+            $(const DECODE_ROW_TILES: bool = $rows;)?
             fn vec_dot() -> VecDotFn<Self> {
                 $one()
             }
@@ -161,13 +166,13 @@ tiled!(BlockQ3K, pick_q3k, tile_q3k);
 tiled!(BlockIQ4NL, pick_iq4nl, tile_iq4nl);
 tiled!(BlockIQ4XS, pick_iq4xs, tile_iq4xs);
 tiled!(BlockMXFP4, pick_mxfp4, tile_mxfp4);
-tiled!(BlockIQ2XXS, pick_iq2xxs, tile_iq2xxs);
-tiled!(BlockIQ2XS, pick_iq2xs, tile_iq2xs);
-tiled!(BlockIQ2S, pick_iq2s, tile_iq2s);
-tiled!(BlockIQ3XXS, pick_iq3xxs, tile_iq3xxs);
-tiled!(BlockIQ3S, pick_iq3s, tile_iq3s);
-tiled!(BlockIQ1S, pick_iq1s, tile_iq1s);
-tiled!(BlockIQ1M, pick_iq1m, tile_iq1m);
+tiled!(BlockIQ2XXS, pick_iq2xxs, tile_iq2xxs; decode_row_tiles = false);
+tiled!(BlockIQ2XS, pick_iq2xs, tile_iq2xs; decode_row_tiles = false);
+tiled!(BlockIQ2S, pick_iq2s, tile_iq2s; decode_row_tiles = false);
+tiled!(BlockIQ3XXS, pick_iq3xxs, tile_iq3xxs; decode_row_tiles = false);
+tiled!(BlockIQ3S, pick_iq3s, tile_iq3s; decode_row_tiles = false);
+tiled!(BlockIQ1S, pick_iq1s, tile_iq1s; decode_row_tiles = false);
+tiled!(BlockIQ1M, pick_iq1m, tile_iq1m; decode_row_tiles = false);
 tiled!(BlockTQ2_0, pick_tq2_0, tile_tq2_0);
 tiled!(BlockTQ1_0, pick_tq1_0, tile_tq1_0);
 tiled!(HalfF16, pick_f16, tile_f16, pick_f16_panel);

@@ -87,7 +87,8 @@ pub trait Kernels: QuantizeRow + GgmlBlock<Dot: QuantizeRow> {
     }
     /// Whether decode may take several weight rows per tile call (`cpu::matvec`). The
     /// lattice types say no: their tile decodes each row's grid indices apart anyway, and
-    /// one row per call read Qwen2.5-0.5B's IQ2/IQ1 FFN down matrices 10–20% faster.
+    /// one row per call, streamed from memory, made their Gemma 3 and Qwen2.5-0.5B files'
+    /// decode 3–17% faster (docs/BENCHMARKS.md).
     const DECODE_ROW_TILES: bool = true;
 }
 

@@ -47,17 +47,14 @@ pub(crate) use kquants::scale_min_k4;
 pub use kquants::{
     quantize_q8k_ref, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K,
 };
+#[cfg(target_arch = "x86_64")]
+pub(crate) use lattice::{iq1s_grid, iq2s_grid, iq2xs_grid, iq2xxs_grid, iq3s_grid, iq3xxs_grid};
 pub(crate) use legacy::{nibbles, nibbles_5};
 pub use legacy::{
     quantize_q8_0_ref, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, QK,
 };
 pub use mxfp4::{e8m0_half, BlockMXFP4, MXFP4_VALUES};
 pub use ternary::{BlockTQ1_0, BlockTQ2_0};
-#[cfg(target_arch = "x86_64")]
-pub(crate) use {
-    iq_grids::KSIGNS,
-    lattice::{iq1s_grid, iq2s_grid, iq2xs_grid, iq2xxs_grid, iq3s_grid, iq3xxs_grid},
-};
 
 /// The half-precision float types under names the type-dispatch macro can reach from any crate.
 pub type HalfF16 = half::f16;

@@ -236,17 +236,27 @@ unsafe fn points4<const N: usize>(grid: &[[i8; 4]; N], idx: [usize; 8]) -> __m25
     unsafe { _mm256_set_epi32(p(7), p(6), p(5), p(4), p(3), p(2), p(1), p(0)) }
 }
 
-/// `points4` at indices a block's index decoder built, all below `N` by construction; they
-/// are read without a check, as a masked index would be turned into vector extracts.
+/// Index `l` of four packed in a word as 16-bit fields.
+#[inline(always)]
+fn field16(word: u64, l: usize) -> usize {
+    (word >> (16 * l)) as u16 as usize
+}
+
+/// `points4` at indices a block's index decoder built, four 16-bit fields to a word, all
+/// below `N` by construction; they are read without a check, as a masked index would be
+/// turned into vector extracts. Read as words, the decoded indices leave the vector
+/// registers two extracts per four rather than one each (`vpextrw`, which was the bottleneck
+/// of IQ1_S).
 ///
 /// # Safety
 /// Every index is below `N`; AVX2 is enabled.
 #[inline(always)]
-unsafe fn decoded_points4<const N: usize>(grid: &[[i8; 4]; N], idx: &[u16; 8]) -> __m256i {
-    debug_assert!(idx.iter().all(|&i| (i as usize) < N));
+unsafe fn decoded_points4<const N: usize>(grid: &[[i8; 4]; N], idx: [u64; 2]) -> __m256i {
+    debug_assert!((0..8).all(|i| field16(idx[i / 4], i % 4) < N));
     // SAFETY: the caller guarantees the indices are in bounds.
     let p = |i: usize| {
-        i32::from_le_bytes(unsafe { grid.get_unchecked(idx[i] as usize) }.map(|v| v as u8))
+        let at = field16(idx[i / 4], i % 4);
+        i32::from_le_bytes(unsafe { grid.get_unchecked(at) }.map(|v| v as u8))
     };
     // SAFETY: register-only AVX2, which the callers enable.
     unsafe { _mm256_set_epi32(p(7), p(6), p(5), p(4), p(3), p(2), p(1), p(0)) }
@@ -257,22 +267,22 @@ unsafe fn decoded_points4<const N: usize>(grid: &[[i8; 4]; N], idx: &[u16; 8]) -
 /// # Safety
 /// Every index is below `N`; AVX2 is enabled.
 #[inline(always)]
-unsafe fn decoded_points8<const N: usize>(grid: &[[i8; 8]; N], idx: &[u16; 4]) -> __m256i {
-    debug_assert!(idx.iter().all(|&i| (i as usize) < N));
+unsafe fn decoded_points8<const N: usize>(grid: &[[i8; 8]; N], idx: u64) -> __m256i {
+    debug_assert!((0..4).all(|l| field16(idx, l) < N));
     // SAFETY: the caller guarantees the indices are in bounds.
-    let p = |i: usize| {
-        i64::from_le_bytes(unsafe { grid.get_unchecked(idx[i] as usize) }.map(|v| v as u8))
+    let p = |l: usize| {
+        i64::from_le_bytes(unsafe { grid.get_unchecked(field16(idx, l)) }.map(|v| v as u8))
     };
     // SAFETY: register-only AVX2, which the callers enable.
     unsafe { _mm256_set_epi64x(p(3), p(2), p(1), p(0)) }
 }
 
 /// Sixteen grid indices, byte `i` of `low` with byte `i` of `high` above it, stored in
-/// `out[..16]`.
+/// `out[..4]`, four to a word.
 #[inline(always)]
-unsafe fn store_indices16(low: __m128i, high: __m128i, out: &mut [u16]) {
-    let out = out[..16].as_mut_ptr() as *mut __m128i;
-    // SAFETY: register-only SSE2 and two 16-byte stores into the 32 bytes of `out[..16]`.
+unsafe fn store_indices16(low: __m128i, high: __m128i, out: &mut [u64]) {
+    let out = out[..4].as_mut_ptr() as *mut __m128i;
+    // SAFETY: register-only SSE2 and two 16-byte stores into the 32 bytes of `out[..4]`.
     unsafe {
         _mm_storeu_si128(out, _mm_unpacklo_epi8(low, high));
         _mm_storeu_si128(out.add(1), _mm_unpackhi_epi8(low, high));
@@ -305,8 +315,8 @@ unsafe fn lattice_tile<B, const R: usize, const C: usize>(
     d: impl Fn(&B) -> half::f16,
     group: impl Fn(&B, usize) -> Group,
 ) -> [[f32; C]; R] {
-    // SAFETY: the caller's guarantees pass on; a zero shift adds nothing (and folds away).
-    unsafe { prepared_lattice_tile(w, x, factor, d, |_| (), |b, _, g| group(b, g), |_, _| 0) }
+    // SAFETY: the caller's guarantees pass on; no shift adds nothing (and folds away).
+    unsafe { prepared_lattice_tile(w, x, factor, d, |_| (), |b, _, g| group(b, g), |_, _| None) }
 }
 
 /// `lattice_tile` with a per-block step: `prepare(b)` runs once per block and row and hands
@@ -321,13 +331,14 @@ unsafe fn indexed_lattice_tile<B, P, const R: usize, const C: usize>(
     prepare: impl Fn(&B) -> P,
     group: impl Fn(&B, &P, usize) -> Group,
 ) -> [[f32; C]; R] {
-    // SAFETY: the caller's guarantees pass on; a zero shift adds nothing (and folds away).
-    unsafe { prepared_lattice_tile(w, x, factor, d, prepare, group, |_, _| 0) }
+    // SAFETY: the caller's guarantees pass on; no shift adds nothing (and folds away).
+    unsafe { prepared_lattice_tile(w, x, factor, d, prepare, group, |_, _| None) }
 }
 
-/// The general form of the tiles above, plus `shift(b, g) · Σ x` over each group's 32
+/// The general form of the tiles above, plus `k_g · Σ x` over each group `g`'s 32
 /// activations, taken from Q8_K's sums of 16 (`bsums`) rather than added to every weight:
-/// IQ1_S's `±1/8` is one sign for a whole group.
+/// IQ1_S's `±1/8` is one sign for a whole group. `shift(b, &prepared)` gives the eight
+/// `k_g` as i16, each twice in a row, for one `madd` with the sums.
 #[inline(always)]
 unsafe fn prepared_lattice_tile<B, P, const R: usize, const C: usize>(
     w: [&[B]; R],
@@ -336,7 +347,7 @@ unsafe fn prepared_lattice_tile<B, P, const R: usize, const C: usize>(
     d: impl Fn(&B) -> half::f16,
     prepare: impl Fn(&B) -> P,
     group: impl Fn(&B, &P, usize) -> Group,
-    shift: impl Fn(&B, usize) -> i32,
+    shift: impl Fn(&B, &P) -> Option<__m256i>,
 ) -> [[f32; C]; R] {
     check_tile!(w, x);
     // SAFETY: the callers enable AVX2, FMA and F16C; every activation load is 32 bytes inside
@@ -348,25 +359,25 @@ unsafe fn prepared_lattice_tile<B, P, const R: usize, const C: usize>(
             for r in 0..R {
                 let b = &w[r][i];
                 let mut sumi = [_mm256_setzero_si256(); C];
-                let mut shifted = [0i32; C];
                 let prepared = prepare(b);
+                if let Some(k) = shift(b, &prepared) {
+                    for c in 0..C {
+                        let sums = _mm256_loadu_si256(xb[c].bsums.as_ptr() as *const __m256i);
+                        sumi[c] = _mm256_madd_epi16(sums, k);
+                    }
+                }
                 for g in 0..8 {
                     let Group { mag, sign, mult } = group(b, &prepared, g);
-                    let k = shift(b, g);
                     for c in 0..C {
                         let xs = _mm256_sign_epi8(load256_i8(&xb[c].qs[32 * g..]), sign);
                         let p = _mm256_madd_epi16(_mm256_maddubs_epi16(mag, xs), mult);
                         sumi[c] = _mm256_add_epi32(sumi[c], p);
-                        let sums = &xb[c].bsums;
-                        shifted[c] += k * (sums[2 * g] as i32 + sums[2 * g + 1] as i32);
                     }
                 }
                 let dw = f16_to_f32(d(b));
                 for c in 0..C {
                     let s = _mm256_set1_ps(dw * xb[c].d);
-                    let lane0 = _mm256_zextsi128_si256(_mm_cvtsi32_si128(shifted[c]));
-                    let sumi = _mm256_add_epi32(sumi[c], lane0);
-                    acc[r][c] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(sumi), acc[r][c]);
+                    acc[r][c] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(sumi[c]), acc[r][c]);
                 }
             }
         }
@@ -418,7 +429,7 @@ pub unsafe fn iq3s_tile<const R: usize, const C: usize>(
             |b, idx, g| {
                 Group {
                     // SAFETY: `iq3s_indices` builds indices below 512.
-                    mag: decoded_points4(grid, idx[8 * g..8 * g + 8].try_into().expect("8")),
+                    mag: decoded_points4(grid, [idx[2 * g], idx[2 * g + 1]]),
                     sign: sign_bytes(&b.signs[4 * g..]),
                     mult: mult32(2 * (b.scales[g / 2] >> (4 * (g % 2)) & 15) as u32 + 1),
                 }
@@ -429,8 +440,8 @@ pub unsafe fn iq3s_tile<const R: usize, const C: usize>(
 
 /// IQ3_S's 64 grid indices: `qs[i]` with bit `i % 8` of `qh[i / 8]` above it.
 #[inline(always)]
-unsafe fn iq3s_indices(b: &BlockIQ3S) -> [u16; 64] {
-    let mut idx = [0u16; 64];
+unsafe fn iq3s_indices(b: &BlockIQ3S) -> [u64; 16] {
+    let mut idx = [0u64; 16];
     // SAFETY: register-only AVX2, which the callers enable, and in-bounds loads and stores.
     unsafe {
         // Bytes 0-7 take `qh` byte 2n, bytes 8-15 byte 2n + 1, then each its own bit.
@@ -440,7 +451,7 @@ unsafe fn iq3s_indices(b: &BlockIQ3S) -> [u16; 64] {
             let pair = u16::from_le_bytes([b.qh[2 * n], b.qh[2 * n + 1]]);
             let bits = _mm_shuffle_epi8(_mm_set1_epi16(pair as i16), spread);
             let high = _mm_min_epu8(_mm_and_si128(bits, bit), _mm_set1_epi8(1));
-            store_indices16(load128(&b.qs, 16 * n), high, &mut idx[16 * n..]);
+            store_indices16(load128(&b.qs, 16 * n), high, &mut idx[4 * n..]);
         }
     }
     idx
@@ -550,7 +561,7 @@ pub unsafe fn iq2s_tile<const R: usize, const C: usize>(
             |b, (idx, mult), g| {
                 Group {
                     // SAFETY: `iq2s_indices` builds indices below 1024.
-                    mag: decoded_points8(grid, idx[4 * g..4 * g + 4].try_into().expect("4")),
+                    mag: decoded_points8(grid, idx[g]),
                     sign: sign_bytes(&b.qs[32 + 4 * g..]),
                     mult: pick_word(*mult, g),
                 }
@@ -561,8 +572,8 @@ pub unsafe fn iq2s_tile<const R: usize, const C: usize>(
 
 /// IQ2_S's 32 grid indices: `qs[l]` with bits `2(l % 4)..+2` of `qh[l / 4]` above it.
 #[inline(always)]
-unsafe fn iq2s_indices(b: &BlockIQ2S) -> [u16; 32] {
-    let mut idx = [0u16; 32];
+unsafe fn iq2s_indices(b: &BlockIQ2S) -> [u64; 8] {
+    let mut idx = [0u64; 8];
     // SAFETY: register-only AVX2, which the callers enable, and in-bounds loads and stores.
     unsafe {
         let qh = _mm_loadl_epi64(b.qh.as_ptr() as *const __m128i);
@@ -575,15 +586,10 @@ unsafe fn iq2s_indices(b: &BlockIQ2S) -> [u16; 32] {
         );
         let high = [_mm_unpacklo_epi16(p01, p23), _mm_unpackhi_epi16(p01, p23)];
         for h in 0..2 {
-            store_indices16(load128(&b.qs, 16 * h), high[h], &mut idx[16 * h..]);
+            store_indices16(load128(&b.qs, 16 * h), high[h], &mut idx[4 * h..]);
         }
     }
     idx
-}
-
-/// IQ1_S's group multiplier `2s + 1` from its `qh` word.
-fn iq1s_mult(h: usize) -> u32 {
-    2 * (h >> 12 & 7) as u32 + 1
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -599,31 +605,40 @@ pub unsafe fn iq1s_tile<const R: usize, const C: usize>(
             x,
             0.125,
             |b| b.d,
-            |b| iq1s_indices(b),
-            |b, idx, g| {
-                let h = b.qh[g] as usize;
+            |b| (iq1s_indices(b), iq1s_mults(b)),
+            |_, (idx, (mult, _)), g| {
                 // SAFETY: `iq1s_indices` builds indices below 2048.
-                let points = decoded_points8(grid, idx[4 * g..4 * g + 4].try_into().expect("4"));
-                // `8·grid` in eighths: the multiplier carries the 8, the shift comes after.
-                Group::signed(points, mult32(8 * iq1s_mult(h)))
+                let points = decoded_points8(grid, idx[g]);
+                Group::signed(points, pick_word(*mult, g))
             },
-            |b, g| {
-                let h = b.qh[g] as usize;
-                let m = iq1s_mult(h) as i32;
-                if h & 0x8000 != 0 {
-                    -m
-                } else {
-                    m
-                }
-            },
+            |_, (_, (_, shift))| Some(*shift),
         )
+    }
+}
+
+/// IQ1_S's group multipliers `m = 2s + 1` (3-bit `s` in bits 12-14 of each `qh` word) for
+/// `pick_word`: `8m`, the `8·grid` part in eighths, word g of both lanes; and for the shift
+/// `±m` (minus where bit 15 is set), each twice in a row, word pair g.
+#[inline(always)]
+unsafe fn iq1s_mults(b: &BlockIQ1S) -> (__m256i, __m256i) {
+    // SAFETY: register-only AVX2, which the callers enable, and a 16-byte load of `qh`.
+    unsafe {
+        let qh = _mm_loadu_si128(b.qh.as_ptr() as *const __m128i);
+        let s = _mm_and_si128(_mm_srli_epi16(qh, 12), _mm_set1_epi16(7));
+        let m = _mm_add_epi16(_mm_add_epi16(s, s), _mm_set1_epi16(1));
+        let mult = _mm256_broadcastsi128_si256(_mm_slli_epi16(m, 3));
+        // -1 where bit 15 is set, else 1.
+        let sign = _mm_or_si128(_mm_srai_epi16(qh, 15), _mm_set1_epi16(1));
+        let k = _mm_sign_epi16(m, sign);
+        let shift = _mm256_set_m128i(_mm_unpackhi_epi16(k, k), _mm_unpacklo_epi16(k, k));
+        (mult, shift)
     }
 }
 
 /// IQ1_S's 32 grid indices: `qs[4g + l]` with bits `3l..3l + 3` of `qh[g]` above it.
 #[inline(always)]
-unsafe fn iq1s_indices(b: &BlockIQ1S) -> [u16; 32] {
-    let mut idx = [0u16; 32];
+unsafe fn iq1s_indices(b: &BlockIQ1S) -> [u64; 8] {
+    let mut idx = [0u64; 8];
     // SAFETY: register-only AVX2, which the callers enable, and in-bounds loads and stores.
     unsafe {
         let qh = _mm_loadu_si128(b.qh.as_ptr() as *const __m128i);
@@ -640,7 +655,7 @@ unsafe fn iq1s_indices(b: &BlockIQ1S) -> [u16; 32] {
         );
         let high = [_mm_unpacklo_epi16(r01, r23), _mm_unpackhi_epi16(r01, r23)];
         for h in 0..2 {
-            store_indices16(load128(&b.qs, 16 * h), high[h], &mut idx[16 * h..]);
+            store_indices16(load128(&b.qs, 16 * h), high[h], &mut idx[4 * h..]);
         }
     }
     idx
@@ -666,16 +681,16 @@ pub unsafe fn iq1m_tile<const R: usize, const C: usize>(
                 half::f16::from_bits(bits as u16)
             },
             |b| iq1m_runs(b),
-            |b, runs, g| {
-                let idx = runs.idx[4 * g..4 * g + 4].try_into().expect("4 indices");
+            |_, runs, g| {
                 // Each run's sign byte (0 or -1) widened to eight bytes, then -1 or +1.
                 let sign =
                     i32::from_le_bytes(runs.minus[4 * g..4 * g + 4].try_into().expect("4 bytes"));
                 let wide = _mm256_cvtepi8_epi64(_mm_cvtsi32_si128(sign));
                 let minus = _mm256_or_si256(wide, _mm256_set1_epi8(1));
                 // SAFETY: `iq1m_runs` builds indices below 2048.
-                let eighths = iq1_eighths(decoded_points8(grid, idx), minus);
-                Group::signed(eighths, iq1m_mult(scales(b), g))
+                let eighths = iq1_eighths(decoded_points8(grid, runs.idx[g]), minus);
+                // Scale 2g is word g / 2 of the shift-0 quarter (g even) or of the shift-6 one.
+                Group::signed(eighths, pick_word(runs.mult, g / 2 + 4 * (g % 2)))
             },
         )
     }
@@ -684,20 +699,23 @@ pub unsafe fn iq1m_tile<const R: usize, const C: usize>(
 /// An IQ1_M block's 32 runs of 8, decoded from their nibbles at once.
 struct Iq1mRuns {
     /// Grid index: `qs[l]` with the nibble's low three bits above it.
-    idx: [u16; 32],
+    idx: [u64; 8],
     /// -1 where the run's shift is down (the nibble's top bit), else 0.
     minus: [u8; 32],
+    /// The block's multipliers (`iq1m_mults`).
+    mult: __m256i,
 }
 
 #[inline(always)]
 unsafe fn iq1m_runs(b: &BlockIQ1M) -> Iq1mRuns {
-    let mut runs = Iq1mRuns {
-        idx: [0; 32],
-        minus: [0; 32],
-    };
     // SAFETY: register-only AVX2, which the callers enable; the loads read the 16 bytes of
     // `qh`, the stores write 16 of the 32 bytes of `minus` at 0 and 16.
     unsafe {
+        let mut runs = Iq1mRuns {
+            idx: [0; 8],
+            minus: [0; 32],
+            mult: iq1m_mults(u64::from_le_bytes(b.scales)),
+        };
         let qh = _mm_loadu_si128(b.qh.as_ptr() as *const __m128i);
         let high = _mm_srli_epi16(qh, 4);
         let seven = _mm_set1_epi8(7);
@@ -708,20 +726,20 @@ unsafe fn iq1m_runs(b: &BlockIQ1M) -> Iq1mRuns {
         let (lo, hi) = (_mm_and_si128(qh, eight), _mm_and_si128(high, eight));
         let minus = [_mm_unpacklo_epi8(lo, hi), _mm_unpackhi_epi8(lo, hi)];
         for h in 0..2 {
-            store_indices16(load128(&b.qs, 16 * h), nib[h], &mut runs.idx[16 * h..]);
+            store_indices16(load128(&b.qs, 16 * h), nib[h], &mut runs.idx[4 * h..]);
             let m = _mm_cmpeq_epi8(minus[h], eight);
             _mm_storeu_si128(runs.minus[16 * h..].as_mut_ptr() as *mut __m128i, m);
         }
+        runs
     }
-    runs
 }
 
-/// IQ1_M's multipliers `2s + 1` for group `g`: scale 2g for its first 16 weights (the low
-/// lane), 2g + 1 for the rest. The sixteen 3-bit scales sit four to a little-endian word, in
-/// its bits 0-11; shifting the words (broadcast) by 0, 6, 3 and 9 puts the even scales
-/// in the low lane and the odd ones in the high lane, at the same place for each group.
+/// IQ1_M's multipliers `2s + 1`, scale 2g for group g's first 16 weights (the low lane),
+/// 2g + 1 for the rest. The sixteen 3-bit scales sit four to a little-endian word, in its
+/// bits 0-11; shifting the words (broadcast) by 0, 6, 3 and 9 puts the even scales in the
+/// low lane and the odd ones in the high lane, at the same place for each group.
 #[inline(always)]
-unsafe fn iq1m_mult(scales: u64, g: usize) -> __m256i {
+unsafe fn iq1m_mults(scales: u64) -> __m256i {
     // SAFETY: register-only AVX2, which the callers enable.
     unsafe {
         let words = _mm256_srlv_epi64(
@@ -729,9 +747,7 @@ unsafe fn iq1m_mult(scales: u64, g: usize) -> __m256i {
             _mm256_set_epi64x(9, 3, 6, 0),
         );
         let s = _mm256_and_si256(words, _mm256_set1_epi16(7));
-        let mult = _mm256_add_epi16(_mm256_add_epi16(s, s), _mm256_set1_epi16(1));
-        // Scale 2g is word g / 2 of the shift-0 quarter (g even) or of the shift-6 one.
-        pick_word(mult, g / 2 + 4 * (g % 2))
+        _mm256_add_epi16(_mm256_add_epi16(s, s), _mm256_set1_epi16(1))
     }
 }
 

@@ -230,10 +230,32 @@ unsafe fn pick_word(v: __m256i, n: usize) -> __m256i {
 
 /// Eight 4-magnitude points, in order, as 32 bytes.
 #[inline(always)]
-unsafe fn points4<const N: usize>(grid: &[[i8; 4]; N], idx: [usize; 8]) -> __m256i {
-    let p = |i: usize| i32::from_le_bytes(grid[idx[i]].map(|v| v as u8));
+unsafe fn pack4(p: [&[i8; 4]; 8]) -> __m256i {
+    let p = |i: usize| i32::from_le_bytes(p[i].map(|v| v as u8));
     // SAFETY: register-only AVX2, which the callers enable.
     unsafe { _mm256_set_epi32(p(7), p(6), p(5), p(4), p(3), p(2), p(1), p(0)) }
+}
+
+/// Four 8-magnitude points, in order, as 32 bytes.
+#[inline(always)]
+unsafe fn pack8(p: [&[i8; 8]; 4]) -> __m256i {
+    let p = |i: usize| i64::from_le_bytes(p[i].map(|v| v as u8));
+    // SAFETY: register-only AVX2, which the callers enable.
+    unsafe { _mm256_set_epi64x(p(3), p(2), p(1), p(0)) }
+}
+
+/// The grid points at eight indices, packed (`pack4`).
+#[inline(always)]
+unsafe fn points4<const N: usize>(grid: &[[i8; 4]; N], idx: [usize; 8]) -> __m256i {
+    // SAFETY: register-only AVX2, which the callers enable.
+    unsafe { pack4(idx.map(|i| &grid[i])) }
+}
+
+/// The grid points at four indices, packed (`pack8`).
+#[inline(always)]
+unsafe fn points8<const N: usize>(grid: &[[i8; 8]; N], idx: [usize; 4]) -> __m256i {
+    // SAFETY: register-only AVX2, which the callers enable.
+    unsafe { pack8(idx.map(|i| &grid[i])) }
 }
 
 /// Index `l` of four packed in a word as 16-bit fields.
@@ -253,13 +275,8 @@ fn field16(word: u64, l: usize) -> usize {
 #[inline(always)]
 unsafe fn decoded_points4<const N: usize>(grid: &[[i8; 4]; N], idx: [u64; 2]) -> __m256i {
     debug_assert!((0..8).all(|i| field16(idx[i / 4], i % 4) < N));
-    // SAFETY: the caller guarantees the indices are in bounds.
-    let p = |i: usize| {
-        let at = field16(idx[i / 4], i % 4);
-        i32::from_le_bytes(unsafe { grid.get_unchecked(at) }.map(|v| v as u8))
-    };
-    // SAFETY: register-only AVX2, which the callers enable.
-    unsafe { _mm256_set_epi32(p(7), p(6), p(5), p(4), p(3), p(2), p(1), p(0)) }
+    // SAFETY: the caller guarantees the indices are in bounds and enables AVX2.
+    unsafe { pack4(std::array::from_fn(|i| grid.get_unchecked(field16(idx[i / 4], i % 4)))) }
 }
 
 /// `points8` at indices a block's index decoder built (see `decoded_points4`).
@@ -269,12 +286,8 @@ unsafe fn decoded_points4<const N: usize>(grid: &[[i8; 4]; N], idx: [u64; 2]) ->
 #[inline(always)]
 unsafe fn decoded_points8<const N: usize>(grid: &[[i8; 8]; N], idx: u64) -> __m256i {
     debug_assert!((0..4).all(|l| field16(idx, l) < N));
-    // SAFETY: the caller guarantees the indices are in bounds.
-    let p = |l: usize| {
-        i64::from_le_bytes(unsafe { grid.get_unchecked(field16(idx, l)) }.map(|v| v as u8))
-    };
-    // SAFETY: register-only AVX2, which the callers enable.
-    unsafe { _mm256_set_epi64x(p(3), p(2), p(1), p(0)) }
+    // SAFETY: the caller guarantees the indices are in bounds and enables AVX2.
+    unsafe { pack8(std::array::from_fn(|l| grid.get_unchecked(field16(idx, l)))) }
 }
 
 /// Sixteen grid indices, byte `i` of `low` with byte `i` of `high` above it, stored in
@@ -295,14 +308,6 @@ unsafe fn load128(p: &[u8], at: usize) -> __m128i {
     let p = &p[at..at + 16];
     // SAFETY: a 16-byte load from a 16-byte slice.
     unsafe { _mm_loadu_si128(p.as_ptr() as *const __m128i) }
-}
-
-/// Four 8-magnitude points, in order, as 32 bytes.
-#[inline(always)]
-unsafe fn points8<const N: usize>(grid: &[[i8; 8]; N], idx: [usize; 4]) -> __m256i {
-    let p = |i: usize| i64::from_le_bytes(grid[idx[i]].map(|v| v as u8));
-    // SAFETY: register-only AVX2, which the callers enable.
-    unsafe { _mm256_set_epi64x(p(3), p(2), p(1), p(0)) }
 }
 
 /// `factor · Σ_blocks d_w · d_x · Σ_groups mult · Σ magnitude · sign · x` for every (row,

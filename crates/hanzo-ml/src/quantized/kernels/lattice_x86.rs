@@ -276,7 +276,11 @@ fn field16(word: u64, l: usize) -> usize {
 unsafe fn decoded_points4<const N: usize>(grid: &[[i8; 4]; N], idx: [u64; 2]) -> __m256i {
     debug_assert!((0..8).all(|i| field16(idx[i / 4], i % 4) < N));
     // SAFETY: the caller guarantees the indices are in bounds and enables AVX2.
-    unsafe { pack4(std::array::from_fn(|i| grid.get_unchecked(field16(idx[i / 4], i % 4)))) }
+    unsafe {
+        pack4(std::array::from_fn(|i| {
+            grid.get_unchecked(field16(idx[i / 4], i % 4))
+        }))
+    }
 }
 
 /// `points8` at indices a block's index decoder built (see `decoded_points4`).

@@ -49,25 +49,42 @@ impl Group {
     }
 }
 
-/// A group's 32 sign bits as bytes of ±1 (-1 where the bit is set), from the four bytes at
-/// the start of `bits` (bit `i` of byte `j` for weight `8j + i`).
+/// Shuffles that spread bytes `4k..4k + 4` of a lane over it, eight bytes each.
+static SIGN_SPREAD: [[u8; 32]; 4] = {
+    let mut t = [[0u8; 32]; 4];
+    let mut k = 0;
+    while k < 4 {
+        let mut i = 0;
+        while i < 32 {
+            t[k][i] = (4 * k + i / 8) as u8;
+            i += 1;
+        }
+        k += 1;
+    }
+    t
+};
+
+/// 32 sign bits as bytes of ±1 (-1 where the bit is set): bytes `4k..4k + 4` of `src`'s
+/// lane, the same in both lanes, bit `i` of byte `j` for weight `8j + i`.
+#[inline(always)]
+unsafe fn spread_signs(src: __m256i, k: usize) -> __m256i {
+    // SAFETY: register-only AVX2, which the callers enable, and a 32-byte table row load.
+    unsafe {
+        // Byte i takes source byte 4k + i / 8, then its bit i % 8.
+        let spread = _mm256_loadu_si256(SIGN_SPREAD[k].as_ptr() as *const __m256i);
+        let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+        let b = _mm256_shuffle_epi8(src, spread);
+        let set = _mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit);
+        _mm256_or_si256(set, _mm256_set1_epi8(1))
+    }
+}
+
+/// A group's 32 signs (`spread_signs`) from the four bytes at the start of `bits`.
 #[inline(always)]
 unsafe fn sign_bytes(bits: &[u8]) -> __m256i {
     let bits = u32::from_le_bytes(bits[..4].try_into().expect("4 bytes"));
     // SAFETY: register-only AVX2, which the callers enable.
-    unsafe {
-        // Byte i takes source byte i / 8, then its bit i % 8.
-        let spread = _mm256_set_epi64x(
-            0x0303_0303_0303_0303,
-            0x0202_0202_0202_0202,
-            0x0101_0101_0101_0101,
-            0,
-        );
-        let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
-        let b = _mm256_shuffle_epi8(_mm256_set1_epi32(bits as i32), spread);
-        let set = _mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit);
-        _mm256_or_si256(set, _mm256_set1_epi8(1))
-    }
+    unsafe { spread_signs(_mm256_set1_epi32(bits as i32), 0) }
 }
 
 /// A vector's 32 bytes in memory, for `sign_bytes` to read a group's four from.
@@ -91,21 +108,6 @@ struct BlockSigns {
     high: __m256i,
 }
 
-/// Shuffles that spread bytes `4k..4k + 4` of a lane over it, eight bytes each.
-static SIGN_SPREAD: [[u8; 32]; 4] = {
-    let mut t = [[0u8; 32]; 4];
-    let mut k = 0;
-    while k < 4 {
-        let mut i = 0;
-        while i < 32 {
-            t[k][i] = (4 * k + i / 8) as u8;
-            i += 1;
-        }
-        k += 1;
-    }
-    t
-};
-
 impl BlockSigns {
     /// From the 32 sign bytes in order.
     #[inline(always)]
@@ -119,18 +121,12 @@ impl BlockSigns {
         }
     }
 
-    /// Group `g`'s 32 signs as bytes of ±1 (-1 where the bit is set).
+    /// Group `g`'s 32 signs (`spread_signs`).
     #[inline(always)]
     unsafe fn group(&self, g: usize) -> __m256i {
-        // SAFETY: register-only AVX2, which the callers enable, and a 32-byte table row load.
-        unsafe {
-            let half = if g < 4 { self.low } else { self.high };
-            let spread = _mm256_loadu_si256(SIGN_SPREAD[g % 4].as_ptr() as *const __m256i);
-            let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
-            let b = _mm256_shuffle_epi8(half, spread);
-            let set = _mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit);
-            _mm256_or_si256(set, _mm256_set1_epi8(1))
-        }
+        let half = if g < 4 { self.low } else { self.high };
+        // SAFETY: register-only AVX2, which the callers enable.
+        unsafe { spread_signs(half, g % 4) }
     }
 }
 
@@ -329,8 +325,9 @@ unsafe fn lattice_tile<B, const R: usize, const C: usize>(
 }
 
 /// `lattice_tile` with a per-block step: `prepare(b)` runs once per block and row and hands
-/// its result to each of the block's eight `group` calls (the grid indices of the whole
-/// block, computed in vector registers rather than 32 or 64 times in scalar ones).
+/// its result to each of the block's eight `group` calls (the whole block's grid indices,
+/// signs or multipliers, computed in vector registers rather than group by group in scalar
+/// ones).
 #[inline(always)]
 unsafe fn indexed_lattice_tile<B, P, const R: usize, const C: usize>(
     w: [&[B]; R],

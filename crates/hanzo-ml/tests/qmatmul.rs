@@ -174,11 +174,12 @@ fn interleaved_types_match_dequantized_matmul() {
 }
 
 /// `forward_rows_alone`: every row of a many-row product equals, bit for bit, the product of
-/// that row alone, for stored and repacked weights, with more rows than the GEMM panels'
-/// threshold (where `forward` takes the panels and their Q8_0 activations instead).
+/// that row alone, for stored and repacked weights, with more rows than any type's GEMM panel
+/// threshold (where `forward` takes the panels and their Q8_0 activations instead). Below a
+/// weight's threshold, `forward` itself computes every row so.
 #[test]
 fn rows_alone_equal_one_row_products_bit_for_bit() {
-    let (n, k, m) = (40, 512, QMatMul::PANELS_FROM + 4);
+    let (n, k, m) = (40, 512, 52);
     let x = Tensor::from_vec(common::synthetic_weights(m, k, 5), (m, k), &Device::Cpu).unwrap();
     for dt in quant_types() {
         let q = std::sync::Arc::new(common::weight_tensor(dt, n, k, 9));
@@ -192,6 +193,7 @@ fn rows_alone_equal_one_row_products_bit_for_bit() {
                     row.to_vec_flat::<f32>().unwrap()
                 })
                 .collect();
+            assert!(w.panels_from() < m, "{dt:?}: raise m past {}", w.panels_from());
             let rows = w.forward_rows_alone(&x, true).unwrap();
             let rows = rows.to_vec_flat::<f32>().unwrap();
             let differ = rows
@@ -199,6 +201,14 @@ fn rows_alone_equal_one_row_products_bit_for_bit() {
                 .zip(&alone)
                 .position(|(a, b)| a.to_bits() != b.to_bits());
             assert_eq!(differ, None, "{dt:?}: first different output");
+            let below = w.panels_from() - 1;
+            let short = w.forward(&x.narrow(0, 0, below).unwrap()).unwrap();
+            let short = short.to_vec_flat::<f32>().unwrap();
+            let differ = short
+                .iter()
+                .zip(&alone)
+                .position(|(a, b)| a.to_bits() != b.to_bits());
+            assert_eq!(differ, None, "{dt:?}: {below} rows, first different output");
         }
     }
 }

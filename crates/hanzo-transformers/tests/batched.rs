@@ -22,7 +22,8 @@ use hanzo_transformers::{load_gguf, Error, LanguageModel, Logits, SeqChunk};
 /// Solo greedy steps per sequence after its prompt.
 const STEPS: usize = 6;
 
-/// `n` prompts of different lengths (12 + 3i tokens), made of ordinary token ids.
+/// `n` prompts of different lengths (12 + 3i tokens: for 16, on both sides of every weight
+/// type's GEMM panel threshold, `QMatMul::panels_from`), made of ordinary token ids.
 fn prompts(n: usize, vocab: usize) -> Vec<Vec<u32>> {
     (0..n)
         .map(|i| {

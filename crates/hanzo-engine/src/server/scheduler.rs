@@ -28,10 +28,6 @@ use std::sync::{mpsc, Arc};
 use std::time::Instant;
 use tokio::sync::mpsc::UnboundedSender;
 
-/// Runs shorter than this take the decode kernels (`QMatMul::PANELS_FROM`); a prompt's cached
-/// prefix is cut so the rest of its last chunk is computed as it would be alone.
-const PANELS_FROM: usize = hanzo_ml::quantized::QMatMul::PANELS_FROM;
-
 /// What a request asks the scheduler to generate.
 pub struct GenRequest {
     pub prompt: Vec<u32>,
@@ -144,6 +140,7 @@ impl Scheduler {
         let (tx, rx) = mpsc::channel();
         let waiting = Arc::new(AtomicUsize::new(0));
         let mut state = State {
+            panel_thresholds: pipeline.model.panel_thresholds(),
             pipeline,
             kv,
             limits,
@@ -227,6 +224,10 @@ impl Seq {
 
 struct State {
     pipeline: Arc<TextGeneration>,
+    /// Where the model's weights change kernels by run length (`panel_thresholds`): a
+    /// prompt's cached prefix is cut so the rest of its last chunk is computed as it would
+    /// be alone.
+    panel_thresholds: Vec<usize>,
     kv: PagedKv,
     limits: Limits,
     metrics: Arc<Metrics>,
@@ -332,13 +333,14 @@ impl State {
     /// The longest prompt prefix the cache may supply: whole blocks, leaving at least one
     /// token, and leaving the last chunk's run as long as it would be alone (see the module
     /// docs).
-    fn reusable(tokens: &[u32]) -> usize {
+    fn reusable(tokens: &[u32], panel_thresholds: &[usize]) -> usize {
         let full = tokens.len();
         let last_chunk = (full - 1) / PREFILL_CHUNK * PREFILL_CHUNK;
-        if full - last_chunk >= PANELS_FROM {
-            full - PANELS_FROM + 1
-        } else {
-            full
+        // The highest threshold the last chunk reaches: at least that many stay to compute
+        // (the prefix the cache supplies ends at least one token before `reusable`).
+        match panel_thresholds.iter().rfind(|&&t| t <= full - last_chunk) {
+            Some(&t) => full - t + 1,
+            None => full,
         }
     }
 
@@ -360,7 +362,7 @@ impl State {
             }
             let (id, cached) = self
                 .kv
-                .add_sequence_with_prefix(&s.tokens[..Self::reusable(&s.tokens)]);
+                .add_sequence_with_prefix(&s.tokens[..Self::reusable(&s.tokens, &self.panel_thresholds)]);
             s.id = Some(id);
             s.computed = cached;
             self.uncount(&mut s);
@@ -715,10 +717,15 @@ mod tests {
 
     #[test]
     fn cached_prefix_leaves_the_last_chunk_its_own_kernels() {
-        // 100 tokens: the last chunk is 100 long, so at least 16 stay to compute.
-        assert_eq!(State::reusable(&[0; 100]), 85);
+        let from = [16, 48, 64];
+        // 100 tokens: the last chunk is 100 long, so at least 64 stay to compute.
+        assert_eq!(State::reusable(&[0; 100], &from), 37);
+        // 50 tokens: past 48 but not 64.
+        assert_eq!(State::reusable(&[0; 50], &from), 3);
+        assert_eq!(State::reusable(&[0; 20], &from), 5);
         // 520 tokens: the last chunk has 8 (decode kernels either way).
-        assert_eq!(State::reusable(&[0; 520]), 520);
-        assert_eq!(State::reusable(&[0; 1]), 1);
+        assert_eq!(State::reusable(&[0; 520], &from), 520);
+        assert_eq!(State::reusable(&[0; 1], &from), 1);
+        assert_eq!(State::reusable(&[0; 100], &[16]), 85);
     }
 }

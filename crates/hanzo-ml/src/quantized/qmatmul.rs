@@ -204,10 +204,17 @@ impl QMatMul {
         }))
     }
 
-    /// Rows from which a product may take the GEMM panels (whose numerics differ from the
-    /// decode kernels'): a batch keeps the rows of shorter runs apart to give each
-    /// sequence what it would get alone (see `forward_rows_alone`).
-    pub const PANELS_FROM: usize = super::cpu::gemm::MIN_ROWS;
+    /// Rows from which a product with this weight may take the GEMM panels (whose numerics
+    /// differ from the decode kernels'): a batch keeps the rows of shorter runs apart to give
+    /// each sequence what it would get alone (see `forward_rows_alone`). It depends on the
+    /// weight type: the panels unpack every weight block once, which pays from fewer rows
+    /// for some types than for others.
+    pub fn panels_from(&self) -> usize {
+        match self {
+            QMatMul::Quantized(w) => super::cpu::gemm::min_rows(w.dtype()),
+            QMatMul::Interleaved(_) | QMatMul::Dense(_) => super::cpu::gemm::MIN_ROWS,
+        }
+    }
 
     /// `x`: `[..., in]` in any float dtype; returns `[..., out]` in x's dtype.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {

@@ -87,6 +87,21 @@ pub(crate) struct Block {
     pub rope: usize,
 }
 
+impl Block {
+    fn weights(&self) -> Vec<&QMatMul> {
+        let mut ws = match &self.qkv {
+            Qkv::Split { q, k, v } => vec![&q.w, &k.w, &v.w],
+            Qkv::Fused(p) => vec![&p.w],
+        };
+        match &self.gate_up {
+            GateUp::Split { gate, up } => ws.extend([gate, up]),
+            GateUp::Fused(w) => ws.push(w),
+        }
+        ws.extend([&self.o, &self.down]);
+        ws
+    }
+}
+
 /// What the blocks share.
 pub(crate) struct Config {
     pub heads: usize,
@@ -183,6 +198,21 @@ impl Decoder {
         Ok(())
     }
 
+    /// Every distinct `QMatMul::panels_from` of the model's weights, ascending: the run
+    /// lengths at which some weight's product changes kernels.
+    pub(crate) fn panel_thresholds(&self) -> Vec<usize> {
+        let mut from: Vec<usize> = self
+            .blocks
+            .iter()
+            .flat_map(Block::weights)
+            .chain([&self.output])
+            .map(QMatMul::panels_from)
+            .collect();
+        from.sort_unstable();
+        from.dedup();
+        from
+    }
+
     pub(crate) fn forward_batch(&self, batch: &[SeqChunk], kv: &mut PagedKv) -> Result<Tensor> {
         let pass = self.run_blocks(batch, kv)?;
         let wanted = self.wanted_rows(&pass)?;
@@ -208,10 +238,11 @@ impl Decoder {
     /// the store. Returns the residual stream `[tokens, hidden]` and how to pick its rows.
     fn run_blocks<'a>(&self, batch: &[SeqChunk<'a>], kv: &mut PagedKv) -> Result<Pass<'a>> {
         self.admit(batch, kv)?;
-        // Runs shorter than the GEMM panels' threshold first: their rows take the decode
-        // kernels however large the batch (`Rows::split`), as each would alone.
+        // Shortest runs first: for each weight, the runs shorter than its GEMM panels'
+        // threshold take the decode kernels however large the batch (`Rows::split`), as each
+        // would alone, and those runs are then a prefix of the rows.
         let mut order: Vec<usize> = (0..batch.len()).collect();
-        order.sort_by_key(|&i| batch[i].tokens.len() >= QMatMul::PANELS_FROM);
+        order.sort_by_key(|&i| batch[i].tokens.len());
         let batch: Vec<SeqChunk> = order.iter().map(|&i| batch[i]).collect();
         let starts = batch
             .iter()
@@ -238,11 +269,7 @@ impl Decoder {
             .collect();
         let n = tokens.len();
         let rows = Rows {
-            split: batch
-                .iter()
-                .filter(|c| c.tokens.len() < QMatMul::PANELS_FROM)
-                .map(|c| c.tokens.len())
-                .sum(),
+            runs: batch.iter().map(|c| c.tokens.len()).collect(),
             may_repack: !(batch.len() == 1 && n > 1),
         };
         let row = cfg.kv_heads * hd;
@@ -258,7 +285,7 @@ impl Decoder {
         for (li, block) in self.blocks.iter().enumerate() {
             let (cos, sin) = &tables[block.rope];
             let h = x.rms_norm(&block.attn_norm, eps)?;
-            let (q, k, v) = self.qkv(block, &h, rows)?;
+            let (q, k, v) = self.qkv(block, &h, &rows)?;
             let (qn, kn) = match &block.qk_norm {
                 Some((q, k)) => (Some(q), Some(k)),
                 None => (None, None),
@@ -344,7 +371,7 @@ impl Decoder {
                 Logits::Last => at + t - 1..at + t,
                 Logits::None => at..at,
             };
-            let panel = c.logits == Logits::All && t >= QMatMul::PANELS_FROM;
+            let panel = c.logits == Logits::All && t >= self.output.panels_from();
             for r in wanted {
                 let class = if panel { &mut panels } else { &mut alone };
                 picks.push((panel, class.len()));
@@ -365,9 +392,12 @@ impl Decoder {
                 .index_select(&ids, 0)?
                 .rms_norm(&self.final_norm, self.cfg.eps)?
         };
+        // The head sees single rows alone, then the panel rows as one run (each of the
+        // runs they come from reaches the head's threshold, so together they do too).
+        let np = places.len() - na;
         let head = Rows {
-            split: na,
-            ..pass.rows
+            runs: std::iter::repeat_n(1, na).chain((np > 0).then_some(np)).collect(),
+            may_repack: pass.rows.may_repack,
         };
         Ok(Wanted {
             hidden,
@@ -376,7 +406,7 @@ impl Decoder {
         })
     }
 
-    fn qkv(&self, block: &Block, h: &Tensor, rows: Rows) -> Result<(Tensor, Tensor, Tensor)> {
+    fn qkv(&self, block: &Block, h: &Tensor, rows: &Rows) -> Result<(Tensor, Tensor, Tensor)> {
         Ok(match &block.qkv {
             Qkv::Split { q, k, v } => {
                 let ys = rows.project_many(&[&q.w, &k.w, &v.w], h)?;
@@ -429,12 +459,13 @@ impl Wanted {
     }
 }
 
-/// How a batch's rows go through the weights: the first `split` rows (runs shorter than
-/// `QMatMul::PANELS_FROM`) each as alone, the rest together (through the panels where they
+/// How a batch's rows go through a weight: the rows of the runs shorter than the weight's
+/// `QMatMul::panels_from` each as alone, the rest together (through the panels where they
 /// apply), so every sequence computes what its own pass would.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct Rows {
-    split: usize,
+    /// The lengths of the batch's runs, in row order, shortest first.
+    runs: Vec<usize>,
     /// False for a lone prompt's pass: it never repacks a weight
     /// (`QMatMul::forward_prompt`), so the first token does not wait for the copy; the
     /// first decode step makes it.
@@ -442,11 +473,22 @@ struct Rows {
 }
 
 impl Rows {
-    fn project(self, w: &QMatMul, x: &Tensor) -> Result<Tensor> {
+    /// How many leading rows take `w` as alone: those of the runs too short for its panels.
+    fn split(&self, w: &QMatMul) -> usize {
+        let from = w.panels_from();
+        self.runs.iter().take_while(|&&t| t < from).sum()
+    }
+
+    fn project(&self, w: &QMatMul, x: &Tensor) -> Result<Tensor> {
         Ok(self.project_many(&[w], x)?.pop().expect("one product"))
     }
 
-    fn project_many(self, ws: &[&QMatMul], x: &Tensor) -> Result<Vec<Tensor>> {
+    fn project_many(&self, ws: &[&QMatMul], x: &Tensor) -> Result<Vec<Tensor>> {
+        let split = self.split(ws[0]);
+        if ws.len() > 1 && ws.iter().any(|w| self.split(w) != split) {
+            // Weights of types with different thresholds: each splits the rows its own way.
+            return ws.iter().map(|w| self.project(w, x)).collect();
+        }
         let n = x.dims()[0];
         let together = |x: &Tensor| -> Result<Vec<Tensor>> {
             Ok(if self.may_repack {
@@ -466,14 +508,14 @@ impl Rows {
                 .map(|w| w.forward_rows_alone(x, self.may_repack))
                 .collect::<hanzo_ml::Result<_>>()?)
         };
-        if self.split == 0 {
+        if split == 0 {
             return together(x);
         }
-        if self.split == n {
+        if split == n {
             return alone(x);
         }
-        let a = alone(&x.narrow(0, 0, self.split)?)?;
-        let b = together(&x.narrow(0, self.split, n - self.split)?)?;
+        let a = alone(&x.narrow(0, 0, split)?)?;
+        let b = together(&x.narrow(0, split, n - split)?)?;
         a.iter()
             .zip(&b)
             .map(|(a, b)| Ok(Tensor::cat(&[a, b], 0)?))

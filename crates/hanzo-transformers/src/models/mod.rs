@@ -120,6 +120,12 @@ pub trait LanguageModel: Send + Sync {
     /// head) instead of logits: what last-token pooling embeds.
     fn hidden_batch(&self, batch: &[SeqChunk], kv: &mut PagedKv) -> Result<Tensor>;
 
+    /// The run lengths at which some weight's product changes kernels (from the decode
+    /// kernels to the GEMM panels), ascending. A batch computes each run as it would alone,
+    /// so a run cut shorter (by a cached prefix) keeps its numerics only while no threshold
+    /// falls between its two lengths.
+    fn panel_thresholds(&self) -> Vec<usize>;
+
     /// A fresh single-sequence cache holding up to `limit` positions (capped at the
     /// training context).
     fn new_cache(&self, limit: usize) -> Cache {
@@ -154,6 +160,10 @@ impl LanguageModel for Decoder {
 
     fn hidden_batch(&self, batch: &[SeqChunk], kv: &mut PagedKv) -> Result<Tensor> {
         Decoder::hidden_batch(self, batch, kv)
+    }
+
+    fn panel_thresholds(&self) -> Vec<usize> {
+        Decoder::panel_thresholds(self)
     }
 }
 

@@ -10,25 +10,44 @@ use crate::cpu::par::{for_each_chunk, par_for_with};
 use crate::quantized::format::{BlockQ8_0, GgmlBlock, Unpacking};
 use crate::quantized::kernels::panel::{pick_panel, Panel, PanelFn, PanelRow};
 use crate::quantized::kernels::QuantizeRow;
+use crate::quantized::GgmlDType;
 
-/// Fewer activation rows than this take the tile path: there, each weight block is unpacked
-/// per call rather than once, which is cheaper for a handful of rows.
+/// Fewest activation rows for the panels of any type (and of the float weights): below it
+/// every type takes the tile path, which unpacks each weight block per call rather than
+/// once, and that is cheaper for a handful of rows.
 pub(crate) const MIN_ROWS: usize = 16;
 
-/// The unpacked form and the panel kernel, where `matmul` applies to `m` rows of width `k`.
-fn plan<B: GgmlBlock>(m: usize, k: usize) -> Option<(Unpacking<B>, usize, PanelFn)> {
+/// Fewest activation rows from which the panels beat the tiles for weights of `dtype` (at
+/// least `MIN_ROWS`). The types whose tiles are strongest (the k-quants' AVX-512 tiles) or
+/// whose unpacking costs most pay for the unpacking later. Measured with
+/// `cargo run --release -p hanzo-ml --example panel_crossover` (docs/BENCHMARKS.md).
+pub(crate) fn min_rows(dtype: GgmlDType) -> usize {
+    use GgmlDType as T;
+    match dtype {
+        T::Q3K | T::Q6K => 48,
+        T::Q2K => 40,
+        T::Q4K | T::IQ2XXS | T::IQ2XS | T::IQ2S | T::IQ3S | T::IQ4XS | T::IQ4NL => 32,
+        T::TQ1_0 | T::TQ2_0 | T::MXFP4 => 32,
+        T::Q5K | T::IQ3XXS | T::IQ1S | T::IQ1M | T::Q4_0 | T::Q5_0 | T::Q8_0 => 24,
+        _ => MIN_ROWS,
+    }
+}
+
+/// The unpacked form and the panel kernel for `B` weights of width `k`, whatever the number
+/// of activation rows.
+fn plan<B: GgmlBlock>(k: usize) -> Option<(Unpacking<B>, usize, PanelFn)> {
     let unpacking = B::unpacking()?;
     if !k.is_multiple_of(B::BLOCK_SIZE) {
         return None;
     }
-    let (rows, kernel) = panel_kernel(m, k, unpacking.group, unpacking.max_level)?;
+    let (rows, kernel) = panel_kernel(k, unpacking.group, unpacking.max_level)?;
     Some((unpacking, rows, kernel))
 }
 
-/// This CPU's panel kernel for levels up to `max_level` in scale groups of `group`, where `m`
-/// activation rows of width `k` are enough rows for panels and `k` is whole Q8_0 blocks.
-fn panel_kernel(m: usize, k: usize, group: usize, max_level: u8) -> Option<(usize, PanelFn)> {
-    if m < MIN_ROWS || k == 0 || !k.is_multiple_of(32) {
+/// This CPU's panel kernel for levels up to `max_level` in scale groups of `group`, where
+/// `k` is whole Q8_0 blocks.
+fn panel_kernel(k: usize, group: usize, max_level: u8) -> Option<(usize, PanelFn)> {
+    if k == 0 || !k.is_multiple_of(32) {
         return None;
     }
     pick_panel(group, max_level)
@@ -36,11 +55,12 @@ fn panel_kernel(m: usize, k: usize, group: usize, max_level: u8) -> Option<(usiz
 
 /// Whether `matmul` takes `m` activation rows of width `k` (which it quantizes to Q8_0).
 pub(crate) fn applies<B: GgmlBlock>(m: usize, k: usize) -> bool {
-    plan::<B>(m, k).is_some()
+    m >= min_rows(B::DTYPE) && plan::<B>(k).is_some()
 }
 
 /// `x [m, k]` times `w [n, k]` transposed, or `None` where this path does not apply (type
-/// without an unpacked form, CPU without a panel kernel, too few rows, `k` not whole blocks).
+/// without an unpacked form, CPU without a panel kernel, fewer rows than `min_rows`, `k` not
+/// whole blocks).
 pub(crate) fn matmul<B: GgmlBlock>(
     w: &[B],
     n: usize,
@@ -48,7 +68,21 @@ pub(crate) fn matmul<B: GgmlBlock>(
     x: &[f32],
     m: usize,
 ) -> Option<Vec<f32>> {
-    let (unpacking, rows, kernel) = plan::<B>(m, k)?;
+    if m < min_rows(B::DTYPE) {
+        return None;
+    }
+    matmul_any_rows(w, n, k, x, m)
+}
+
+/// `matmul` however few rows there are (for measuring where the panels start to pay).
+pub(crate) fn matmul_any_rows<B: GgmlBlock>(
+    w: &[B],
+    n: usize,
+    k: usize,
+    x: &[f32],
+    m: usize,
+) -> Option<Vec<f32>> {
+    let (unpacking, rows, kernel) = plan::<B>(k)?;
     let per_row = k / B::BLOCK_SIZE;
     let fill = |s: &mut Scratch, r0: usize, live: usize| {
         s.unpack(&unpacking, &w[r0 * per_row..(r0 + live) * per_row], per_row)
@@ -67,7 +101,10 @@ pub(crate) fn plan_prepacked(
     max_level: u8,
     per_group: usize,
 ) -> Option<(usize, PanelFn)> {
-    panel_kernel(m, k, group, max_level).filter(|&(rows, _)| rows.is_multiple_of(per_group))
+    if m < MIN_ROWS {
+        return None;
+    }
+    panel_kernel(k, group, max_level).filter(|&(rows, _)| rows.is_multiple_of(per_group))
 }
 
 /// Runs `kernel` over panels of `rows` weight rows each, which `fill(scratch, r0, live)`

@@ -105,6 +105,13 @@ pub fn matmul<B: Kernels>(w: &[B], n: usize, k: usize, x: &[f32], m: usize) -> V
     matmul_rows_alone(w, n, k, x, m)
 }
 
+/// `x [m, k]` times `w [n, k]` through the GEMM panels however few rows there are, or `None`
+/// where they do not apply: what `matmul` is weighed against when choosing between the
+/// panels and the tiles (`examples/panel_crossover.rs`).
+pub fn matmul_panels<B: Kernels>(w: &[B], n: usize, k: usize, x: &[f32], m: usize) -> Option<Vec<f32>> {
+    super::gemm::matmul_any_rows(w, n, k, x, m)
+}
+
 /// `matmul` with every row computed as a product with that row alone computes it (the
 /// matvec's activation type and sums), however many rows there are: never the GEMM panels,
 /// which quantize activations to Q8_0 for every weight type.

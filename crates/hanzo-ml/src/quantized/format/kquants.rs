@@ -11,7 +11,7 @@
 use super::importance;
 use super::search::{make_q3_quants, make_qkx2_quants, make_qx_quants, nearest_int, GROUP_MAX_EPS};
 use super::GgmlDType;
-use super::{signed_absmax, GgmlBlock, Unpacking};
+use super::{by_runs, signed_absmax, GgmlBlock, Unpacking};
 use half::f16;
 
 pub const QK_K: usize = 256;
@@ -87,10 +87,17 @@ const _: () = assert!(std::mem::size_of::<BlockQ8K>() == 292);
 /// 2-bit fields shared by Q2_K and Q3_K: element `128n + 32j + i` (i < 32) is bits `2j..2j+2`
 /// of `qs[32n + i]`.
 fn unpack_2bit(qs: &[u8; 64]) -> [u8; QK_K] {
-    std::array::from_fn(|e| {
-        let (n, j, i) = (e / 128, (e % 128) / 32, e % 32);
-        (qs[32 * n + i] >> (2 * j)) & 3
-    })
+    let mut out = [0u8; QK_K];
+    for (out, qs) in out.chunks_exact_mut(128).zip(qs.chunks_exact(32)) {
+        let (a, rest) = out.split_at_mut(32);
+        let (b, rest) = rest.split_at_mut(32);
+        let (c, d) = rest.split_at_mut(32);
+        for i in 0..32 {
+            let q = qs[i];
+            (a[i], b[i], c[i], d[i]) = (q & 3, (q >> 2) & 3, (q >> 4) & 3, q >> 6);
+        }
+    }
+    out
 }
 
 pub(super) fn pack_2bit(l: &[u8; QK_K]) -> [u8; 64] {
@@ -142,40 +149,52 @@ pub(crate) fn q3k_scales(q: &[u8; 12]) -> [i8; 16] {
 /// bit `4n + j` of `hmask[i]`, and a clear bit subtracts 4.
 fn q3k_levels(b: &BlockQ3K) -> [i8; QK_K] {
     let low = unpack_2bit(&b.qs);
-    std::array::from_fn(|e| {
-        let (n, j, i) = (e / 128, (e % 128) / 32, e % 32);
-        let high = (b.hmask[i] >> (4 * n + j)) & 1;
-        low[e] as i8 - if high == 1 { 0 } else { 4 }
+    // Run r = 4n + j takes bit r of hmask.
+    by_runs(|r, i| {
+        let high = (b.hmask[i] >> r) & 1;
+        low[32 * r + i] as i8 - 4 + 4 * high as i8
     })
 }
 
 /// Q4_K levels in [0, 15]: element `64c + i` is the low nibble of `qs[32c + i]`, element
 /// `64c + 32 + i` its high nibble.
 fn q4k_levels(qs: &[u8; 128]) -> [u8; QK_K] {
-    std::array::from_fn(|e| {
-        let (c, h, i) = (e / 64, (e % 64) / 32, e % 32);
-        (qs[32 * c + i] >> (4 * h)) & 0x0F
-    })
+    let mut out = [0u8; QK_K];
+    for (out, qs) in out.chunks_exact_mut(64).zip(qs.chunks_exact(32)) {
+        let (low, high) = out.split_at_mut(32);
+        for ((l, h), &q) in low.iter_mut().zip(high).zip(qs) {
+            (*l, *h) = (q & 0x0F, q >> 4);
+        }
+    }
+    out
 }
 
 /// Q5_K levels in [0, 31]: Q4_K's nibbles plus bit `2c + h` of `qh[i]`.
 fn q5k_levels(b: &BlockQ5K) -> [u8; QK_K] {
     let low = q4k_levels(&b.qs);
-    std::array::from_fn(|e| {
-        let (c, h, i) = (e / 64, (e % 64) / 32, e % 32);
-        low[e] | (((b.qh[i] >> (2 * c + h)) & 1) << 4)
-    })
+    // Run r = 2c + h takes bit r of qh.
+    by_runs(|r, i| low[32 * r + i] | (((b.qh[i] >> r) & 1) << 4))
 }
 
 /// Q6_K levels in [-32, 31]: element `128n + 32k + i` takes nibble `k / 2` of
 /// `ql[64n + 32(k % 2) + i]` and bits `2k..2k+2` of `qh[32n + i]`.
 fn q6k_levels(b: &BlockQ6K) -> [i8; QK_K] {
-    std::array::from_fn(|e| {
-        let (n, k, i) = (e / 128, (e % 128) / 32, e % 32);
-        let low = (b.ql[64 * n + 32 * (k % 2) + i] >> (4 * (k / 2))) & 0x0F;
-        let high = (b.qh[32 * n + i] >> (2 * k)) & 3;
-        (low | (high << 4)) as i8 - 32
-    })
+    let mut out = [0i8; QK_K];
+    let halves = out.chunks_exact_mut(128).zip(b.ql.chunks_exact(64)).zip(b.qh.chunks_exact(32));
+    for ((out, ql), qh) in halves {
+        let (a, rest) = out.split_at_mut(32);
+        let (b, rest) = rest.split_at_mut(32);
+        let (c, d) = rest.split_at_mut(32);
+        for i in 0..32 {
+            let (l0, l1, h) = (ql[i], ql[32 + i], qh[i]);
+            let level = |low: u8, high: u8| (low | (high & 3) << 4) as i8 - 32;
+            a[i] = level(l0 & 0x0F, h);
+            b[i] = level(l1 & 0x0F, h >> 2);
+            c[i] = level(l0 >> 4, h >> 4);
+            d[i] = level(l1 >> 4, h >> 6);
+        }
+    }
+    out
 }
 
 fn group_dot(w: &[i8], x: &[i8]) -> i32 {

@@ -60,6 +60,20 @@ pub use ternary::{BlockTQ1_0, BlockTQ2_0};
 pub type HalfF16 = half::f16;
 pub type HalfBF16 = half::bf16;
 
+/// A block's 256 levels, 32 at a time: element `32r + i` is `level(r, i)`. Loops of this shape
+/// vectorize (one shift count per run), where `from_fn` over all 256 computes each element's
+/// indices and shifts on its own; the GEMM panels unpack every weight block through these.
+#[inline(always)]
+pub(super) fn by_runs<T: Copy + Default>(level: impl Fn(usize, usize) -> T) -> [T; 256] {
+    let mut out = [T::default(); 256];
+    for (r, run) in out.chunks_exact_mut(32).enumerate() {
+        for (i, o) in run.iter_mut().enumerate() {
+            *o = level(r, i);
+        }
+    }
+    out
+}
+
 /// A block in the form the prefill GEMM multiplies (see `quantized::cpu::gemm`): unsigned levels
 /// `u` (one byte per element, none above `max_level`) and, per group of `group` elements
 /// (16 or 32), a scale and a min, so that element `i` is `scale[i / group] * u[i] - min[i / group]`.

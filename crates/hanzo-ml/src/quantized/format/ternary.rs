@@ -59,10 +59,7 @@ fn tq1_levels(b: &BlockTQ1_0) -> Levels<QK_K> {
 fn tq2_levels(b: &BlockTQ2_0) -> Levels<QK_K> {
     let mut out = Levels::new(b.d.to_f32());
     out.mult[0] = 1;
-    for (i, l) in out.level.iter_mut().enumerate() {
-        let (h, l2, j) = (i / 128, i % 128 / 32, i % 32);
-        *l = (b.qs[32 * h + j] >> (2 * l2) & 3) as i8 - 1;
-    }
+    out.level = super::by_runs(|r, j| (b.qs[32 * (r / 4) + j] >> (2 * (r % 4)) & 3) as i8 - 1);
     out
 }
 

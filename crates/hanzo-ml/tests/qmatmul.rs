@@ -193,7 +193,11 @@ fn rows_alone_equal_one_row_products_bit_for_bit() {
                     row.to_vec_flat::<f32>().unwrap()
                 })
                 .collect();
-            assert!(w.panels_from() < m, "{dt:?}: raise m past {}", w.panels_from());
+            assert!(
+                w.panels_from() < m,
+                "{dt:?}: raise m past {}",
+                w.panels_from()
+            );
             let rows = w.forward_rows_alone(&x, true).unwrap();
             let rows = rows.to_vec_flat::<f32>().unwrap();
             let differ = rows
@@ -209,6 +213,33 @@ fn rows_alone_equal_one_row_products_bit_for_bit() {
                 .zip(&alone)
                 .position(|(a, b)| a.to_bits() != b.to_bits());
             assert_eq!(differ, None, "{dt:?}: {below} rows, first different output");
+        }
+    }
+}
+
+/// From `panels_from` rows on, each row of a product is the same however many rows come
+/// with it (the batch puts runs that long together), before and after a repack.
+#[test]
+fn from_the_panel_threshold_rows_do_not_depend_on_their_company() {
+    let (n, k, m) = (40, 512, 52);
+    let x = Tensor::from_vec(common::synthetic_weights(m, k, 5), (m, k), &Device::Cpu).unwrap();
+    for dt in quant_types() {
+        let q = std::sync::Arc::new(common::weight_tensor(dt, n, k, 9));
+        let stored = QMatMul::from_arc_as_stored(q.clone()).unwrap();
+        let chosen = QMatMul::from_arc(q).unwrap();
+        for (w, label) in [(&stored, "stored"), (&chosen, "not yet repacked")] {
+            let from = w.panels_from();
+            let all = w.forward_prompt(&x).unwrap().to_vec_flat::<f32>().unwrap();
+            let few = w.forward_prompt(&x.narrow(0, 0, from).unwrap()).unwrap();
+            let few = few.to_vec_flat::<f32>().unwrap();
+            let differ = few
+                .iter()
+                .zip(&all)
+                .position(|(a, b)| a.to_bits() != b.to_bits());
+            assert_eq!(
+                differ, None,
+                "{dt:?} {label}: {from} rows, first different output"
+            );
         }
     }
 }

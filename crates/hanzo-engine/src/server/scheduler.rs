@@ -360,9 +360,9 @@ impl State {
                 self.waiting.push_front(s);
                 return;
             }
-            let (id, cached) = self
-                .kv
-                .add_sequence_with_prefix(&s.tokens[..Self::reusable(&s.tokens, &self.panel_thresholds)]);
+            let (id, cached) = self.kv.add_sequence_with_prefix(
+                &s.tokens[..Self::reusable(&s.tokens, &self.panel_thresholds)],
+            );
             s.id = Some(id);
             s.computed = cached;
             self.uncount(&mut s);

@@ -265,6 +265,11 @@ impl QMatMul {
                 };
                 x32.with_contiguous(|xs: &[f32]| match packed {
                     Some(p) => Ok(p.matmul(xs, m, panels)),
+                    // Not repacked yet: the panels from the repacked form's row count, so
+                    // that `panels_from` holds in both states.
+                    None if panels && m >= super::cpu::gemm::MIN_ROWS => {
+                        stored_panels(&w.stored, xs, m)
+                    }
                     None => as_stored(&w.stored, xs, m, panels),
                 })??
             }
@@ -312,6 +317,17 @@ impl QMatMul {
 }
 
 /// `x [m, k]` times the stored blocks of `w [n, k]` transposed (`panels` as in `forward_with`).
+/// `x [m, k]` times a stored weight through the GEMM panels whatever `m` is (the rows alone
+/// where the panels do not apply).
+fn stored_panels(w: &QTensor, x: &[f32], m: usize) -> Result<Vec<f32>> {
+    let (n, k) = QMatMul::dims_of(w)?;
+    crate::with_block_type!(w.dtype(), B => {
+        let w = w.blocks::<B>()?;
+        Ok(matvec::matmul_panels::<B>(w, n, k, x, m)
+            .unwrap_or_else(|| matvec::matmul_rows_alone::<B>(w, n, k, x, m)))
+    })
+}
+
 fn as_stored(w: &QTensor, x: &[f32], m: usize, panels: bool) -> Result<Vec<f32>> {
     let (n, k) = QMatMul::dims_of(w)?;
     crate::with_block_type!(w.dtype(), B => {

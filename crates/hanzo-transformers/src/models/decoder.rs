@@ -396,7 +396,9 @@ impl Decoder {
         // runs they come from reaches the head's threshold, so together they do too).
         let np = places.len() - na;
         let head = Rows {
-            runs: std::iter::repeat_n(1, na).chain((np > 0).then_some(np)).collect(),
+            runs: std::iter::repeat_n(1, na)
+                .chain((np > 0).then_some(np))
+                .collect(),
             may_repack: pass.rows.may_repack,
         };
         Ok(Wanted {

@@ -108,7 +108,13 @@ pub fn matmul<B: Kernels>(w: &[B], n: usize, k: usize, x: &[f32], m: usize) -> V
 /// `x [m, k]` times `w [n, k]` through the GEMM panels however few rows there are, or `None`
 /// where they do not apply: what `matmul` is weighed against when choosing between the
 /// panels and the tiles (`examples/panel_crossover.rs`).
-pub fn matmul_panels<B: Kernels>(w: &[B], n: usize, k: usize, x: &[f32], m: usize) -> Option<Vec<f32>> {
+pub fn matmul_panels<B: Kernels>(
+    w: &[B],
+    n: usize,
+    k: usize,
+    x: &[f32],
+    m: usize,
+) -> Option<Vec<f32>> {
     super::gemm::matmul_any_rows(w, n, k, x, m)
 }
 

@@ -180,7 +180,10 @@ fn q5k_levels(b: &BlockQ5K) -> [u8; QK_K] {
 /// `ql[64n + 32(k % 2) + i]` and bits `2k..2k+2` of `qh[32n + i]`.
 fn q6k_levels(b: &BlockQ6K) -> [i8; QK_K] {
     let mut out = [0i8; QK_K];
-    let halves = out.chunks_exact_mut(128).zip(b.ql.chunks_exact(64)).zip(b.qh.chunks_exact(32));
+    let halves = out
+        .chunks_exact_mut(128)
+        .zip(b.ql.chunks_exact(64))
+        .zip(b.qh.chunks_exact(32));
     for ((out, ql), qh) in halves {
         let (a, rest) = out.split_at_mut(32);
         let (b, rest) = rest.split_at_mut(32);

@@ -173,19 +173,39 @@ fn interleaved_types_match_dequantized_matmul() {
     }
 }
 
+/// Activations `[52, 512]` (more rows than any type's GEMM panel threshold) and, for every
+/// quantized type, a `[40, 512]` weight as stored and as `from_arc` chooses (maybe to repack).
+fn rows_and_weights() -> (Tensor, Vec<(GgmlDType, [QMatMul; 2])>) {
+    let (n, k, m) = (40, 512, 52);
+    let x = Tensor::from_vec(common::synthetic_weights(m, k, 5), (m, k), &Device::Cpu).unwrap();
+    let ws = quant_types()
+        .map(|dt| {
+            let q = std::sync::Arc::new(common::weight_tensor(dt, n, k, 9));
+            let stored = QMatMul::from_arc_as_stored(q.clone()).unwrap();
+            (dt, [stored, QMatMul::from_arc(q).unwrap()])
+        })
+        .collect();
+    (x, ws)
+}
+
+/// The first place where `a` and its prefix in `b` differ in any bit.
+fn first_difference(a: &Tensor, b: &[f32]) -> Option<usize> {
+    let a = a.to_vec_flat::<f32>().unwrap();
+    a.iter()
+        .zip(b)
+        .position(|(a, b)| a.to_bits() != b.to_bits())
+}
+
 /// `forward_rows_alone`: every row of a many-row product equals, bit for bit, the product of
 /// that row alone, for stored and repacked weights, with more rows than any type's GEMM panel
 /// threshold (where `forward` takes the panels and their Q8_0 activations instead). Below a
 /// weight's threshold, `forward` itself computes every row so.
 #[test]
 fn rows_alone_equal_one_row_products_bit_for_bit() {
-    let (n, k, m) = (40, 512, 52);
-    let x = Tensor::from_vec(common::synthetic_weights(m, k, 5), (m, k), &Device::Cpu).unwrap();
-    for dt in quant_types() {
-        let q = std::sync::Arc::new(common::weight_tensor(dt, n, k, 9));
-        let stored = QMatMul::from_arc_as_stored(q.clone()).unwrap();
-        let chosen = QMatMul::from_arc(q).unwrap();
-        for w in [stored, chosen] {
+    let (x, weights) = rows_and_weights();
+    let m = x.dims()[0];
+    for (dt, ws) in weights {
+        for w in ws {
             // The one-row products first: they repack a weight `from_arc` chose to repack.
             let alone: Vec<f32> = (0..m)
                 .flat_map(|j| {
@@ -193,26 +213,13 @@ fn rows_alone_equal_one_row_products_bit_for_bit() {
                     row.to_vec_flat::<f32>().unwrap()
                 })
                 .collect();
-            assert!(
-                w.panels_from() < m,
-                "{dt:?}: raise m past {}",
-                w.panels_from()
-            );
-            let rows = w.forward_rows_alone(&x, true).unwrap();
-            let rows = rows.to_vec_flat::<f32>().unwrap();
-            let differ = rows
-                .iter()
-                .zip(&alone)
-                .position(|(a, b)| a.to_bits() != b.to_bits());
-            assert_eq!(differ, None, "{dt:?}: first different output");
             let below = w.panels_from() - 1;
+            assert!(below < m, "{dt:?}: raise m past {}", w.panels_from());
+            let rows = w.forward_rows_alone(&x, true).unwrap();
+            assert_eq!(first_difference(&rows, &alone), None, "{dt:?}: rows alone");
             let short = w.forward(&x.narrow(0, 0, below).unwrap()).unwrap();
-            let short = short.to_vec_flat::<f32>().unwrap();
-            let differ = short
-                .iter()
-                .zip(&alone)
-                .position(|(a, b)| a.to_bits() != b.to_bits());
-            assert_eq!(differ, None, "{dt:?}: {below} rows, first different output");
+            let differ = first_difference(&short, &alone);
+            assert_eq!(differ, None, "{dt:?}: {below} rows");
         }
     }
 }
@@ -221,25 +228,14 @@ fn rows_alone_equal_one_row_products_bit_for_bit() {
 /// with it (the batch puts runs that long together), before and after a repack.
 #[test]
 fn from_the_panel_threshold_rows_do_not_depend_on_their_company() {
-    let (n, k, m) = (40, 512, 52);
-    let x = Tensor::from_vec(common::synthetic_weights(m, k, 5), (m, k), &Device::Cpu).unwrap();
-    for dt in quant_types() {
-        let q = std::sync::Arc::new(common::weight_tensor(dt, n, k, 9));
-        let stored = QMatMul::from_arc_as_stored(q.clone()).unwrap();
-        let chosen = QMatMul::from_arc(q).unwrap();
-        for (w, label) in [(&stored, "stored"), (&chosen, "not yet repacked")] {
+    let (x, weights) = rows_and_weights();
+    for (dt, ws) in weights {
+        for (w, label) in ws.iter().zip(["stored", "not yet repacked"]) {
             let from = w.panels_from();
             let all = w.forward_prompt(&x).unwrap().to_vec_flat::<f32>().unwrap();
             let few = w.forward_prompt(&x.narrow(0, 0, from).unwrap()).unwrap();
-            let few = few.to_vec_flat::<f32>().unwrap();
-            let differ = few
-                .iter()
-                .zip(&all)
-                .position(|(a, b)| a.to_bits() != b.to_bits());
-            assert_eq!(
-                differ, None,
-                "{dt:?} {label}: {from} rows, first different output"
-            );
+            let differ = first_difference(&few, &all);
+            assert_eq!(differ, None, "{dt:?} {label}: {from} rows");
         }
     }
 }

@@ -1,8 +1,8 @@
 //! Where the GEMM panels start to beat the tiles, per stored weight type: for a few row
 //! counts `m`, the time of `m` activation rows through the tiles (`matmul_rows_alone`, each
 //! weight block decoded per call) over their time through the panels (`matmul_panels`, each
-//! weight block unpacked once). Above 1.0 the panels are faster; `QMatMul::panels_from`
-//! (printed as `from`) should sit near the first such `m`. Medians of interleaved runs, on
+//! weight block unpacked once). Above 1.0 the panels are faster. `from` is the threshold in
+//! force (`QMatMul::panels_from`, `cpu::gemm::min_rows`). Medians of interleaved runs, on
 //! every core, at a 2048 x 2048 weight.
 //!
 //!   cargo run --release -p hanzo-ml --example panel_crossover [TYPE ...]

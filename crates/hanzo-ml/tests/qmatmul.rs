@@ -240,6 +240,35 @@ fn from_the_panel_threshold_rows_do_not_depend_on_their_company() {
     }
 }
 
+/// `forward_panels` gives a few rows what they get inside a product of `panels_from` rows or
+/// more (the pieces of a long run split across passes), for stored weights, weights before
+/// their repack and after it.
+#[test]
+fn forced_panels_give_a_few_rows_what_a_long_run_gives_them() {
+    let (x, weights) = rows_and_weights();
+    let m = x.dims()[0];
+    for (dt, ws) in weights {
+        for (w, label) in ws.iter().zip(["stored", "repackable"]) {
+            for repacked in [false, true] {
+                if repacked {
+                    // A one-row product repacks a weight `from_arc` chose to repack.
+                    w.forward(&x.narrow(0, 0, 1).unwrap()).unwrap();
+                }
+                let all = w.forward_prompt(&x).unwrap().to_vec_flat::<f32>().unwrap();
+                let n = all.len() / m;
+                for (at, rows) in [(0, 1), (3, 1), (5, 7), (m - 9, 9)] {
+                    let few = w.forward_panels(&x.narrow(0, at, rows).unwrap(), repacked);
+                    let differ = first_difference(&few.unwrap(), &all[at * n..]);
+                    assert_eq!(
+                        differ, None,
+                        "{dt:?} {label} repacked={repacked}: {at}+{rows}"
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// A weight `from_arc` chose to repack is multiplied as stored until its first decode
 /// product, then repacked; its outputs are the same before and after.
 #[test]

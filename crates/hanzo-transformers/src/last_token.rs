@@ -96,11 +96,8 @@ impl TextGeneration {
                 }
                 let tokens = &run[done..run.len().min(done + PREFILL_CHUNK)];
                 let last = done + tokens.len() == run.len();
-                batch.push(SeqChunk {
-                    seq: seqs[i],
-                    tokens,
-                    logits: if last { Logits::Last } else { Logits::None },
-                });
+                let logits = if last { Logits::Last } else { Logits::None };
+                batch.push(SeqChunk::new(seqs[i], tokens, logits));
                 if last {
                     ending.push(i);
                 }

@@ -34,11 +34,23 @@ fn prompts(n: usize, vocab: usize) -> Vec<Vec<u32>> {
         .collect()
 }
 
+/// How the batched run sends a prompt.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Prompt {
+    /// In one chunk.
+    Whole,
+    /// In two chunks, each a run of its own: a prompt's numerics depend on its chunks (a
+    /// chunk of `QMatMul::panels_from` rows or more takes the GEMM panels, one of 64 or more
+    /// the tiled attention), as in llama.cpp, whose batch splits do the same.
+    TwoRuns,
+    /// In two pieces of one run (`SeqChunk::in_run`), as after a prefix-cache hit: the same
+    /// numbers as `Whole`.
+    TwoPieces,
+}
+
 /// One sequence alone: its greedy tokens and the logits of every step (the prompt's last
-/// position, then each generated token's). With `split` the prompt goes in two chunks, as
-/// the batched run sends it: a prompt's numerics depend on its chunks (a chunk of 16 or
-/// more rows takes the GEMM panels, one of 64 or more the tiled attention), as in
-/// llama.cpp, whose batch splits do the same.
+/// position, then each generated token's). With `split` the prompt goes in two chunks (see
+/// `Prompt::TwoRuns`).
 fn solo(model: &dyn LanguageModel, prompt: &[u32], split: bool) -> (Vec<u32>, Vec<Vec<f32>>) {
     let mut cache = model.new_cache(prompt.len() + STEPS + 1);
     let mut rest = prompt;
@@ -59,16 +71,22 @@ fn solo(model: &dyn LanguageModel, prompt: &[u32], split: bool) -> (Vec<u32>, Ve
     (tokens, logits)
 }
 
-/// Runs `prompts` together, sequence `i` joining at step `join[i]` (its prompt prefilled in
-/// two chunks when `split`), each fed the solo run's tokens; returns every sequence's
-/// per-step logits.
+/// Runs `prompts` together, sequence `i` joining at step `join[i]` (its prompt sent as `how`
+/// says, a second piece at the next step), each fed the solo run's tokens; returns every
+/// sequence's per-step logits.
 fn batched(
     model: &dyn LanguageModel,
     prompts: &[Vec<u32>],
     join: &[usize],
     solo_tokens: &[Vec<u32>],
-    split: bool,
+    how: Prompt,
 ) -> Vec<Vec<Vec<f32>>> {
+    let split = how != Prompt::Whole;
+    // The run a prompt's piece belongs to: its own, or the whole prompt.
+    let piece = |seq, p: &[u32], tokens, logits| match how {
+        Prompt::TwoPieces => SeqChunk::new(seq, tokens, logits).in_run(p.len()),
+        _ => SeqChunk::new(seq, tokens, logits),
+    };
     let mut kv = PagedKv::with_blocks(model.kv_layout(), 4000);
     let free = kv.free_blocks();
     let n = prompts.len();
@@ -86,35 +104,21 @@ fn batched(
                     seqs[i] = Some(seq);
                     let p = &prompts[i];
                     if split {
-                        // The first chunk now (no logits), the rest next step.
-                        chunks.push(SeqChunk {
-                            seq,
-                            tokens: &p[..p.len() / 2],
-                            logits: Logits::None,
-                        });
+                        // The first piece now (no logits), the rest next step.
+                        chunks.push(piece(seq, p, &p[..p.len() / 2], Logits::None));
                     } else {
-                        chunks.push(SeqChunk {
-                            seq,
-                            tokens: p,
-                            logits: Logits::Last,
-                        });
+                        chunks.push(SeqChunk::new(seq, p, Logits::Last));
                         who.push(i);
                     }
                 }
                 Some(seq) if split && kv.len(seq).unwrap() == prompts[i].len() / 2 => {
-                    chunks.push(SeqChunk {
-                        seq,
-                        tokens: &prompts[i][prompts[i].len() / 2..],
-                        logits: Logits::Last,
-                    });
+                    let p = &prompts[i];
+                    chunks.push(piece(seq, p, &p[p.len() / 2..], Logits::Last));
                     who.push(i);
                 }
                 Some(seq) if done[i] < STEPS && !got[i].is_empty() => {
-                    chunks.push(SeqChunk {
-                        seq,
-                        tokens: &solo_tokens[i][done[i]..done[i] + 1],
-                        logits: Logits::Last,
-                    });
+                    let next = &solo_tokens[i][done[i]..done[i] + 1];
+                    chunks.push(SeqChunk::new(seq, next, Logits::Last));
                     done[i] += 1;
                     who.push(i);
                 }
@@ -159,12 +163,22 @@ fn check_batches(fixture: &str) {
     solo(model, &prompts[0], false);
     let solos: Vec<_> = prompts.iter().map(|p| solo(model, p, false)).collect();
     let split_solos: Vec<_> = prompts[..3].iter().map(|p| solo(model, p, true)).collect();
-    for (n, split) in [(1, false), (3, false), (3, true), (16, false)] {
+    let runs = [
+        (1, Prompt::Whole),
+        (3, Prompt::Whole),
+        (3, Prompt::TwoRuns),
+        (16, Prompt::TwoPieces),
+        (16, Prompt::Whole),
+    ];
+    for (n, how) in runs {
         // Joining at steps 0, 1, 2, ... (three at a time for 16).
         let join: Vec<usize> = (0..n).map(|i| if n > 3 { i / 3 } else { i }).collect();
-        let solos = if split { &split_solos } else { &solos };
+        let solos = match how {
+            Prompt::TwoRuns => &split_solos,
+            Prompt::Whole | Prompt::TwoPieces => &solos,
+        };
         let tokens: Vec<Vec<u32>> = solos[..n].iter().map(|s| s.0.clone()).collect();
-        let got = batched(model, &prompts[..n], &join, &tokens, split);
+        let got = batched(model, &prompts[..n], &join, &tokens, how);
         for (i, steps) in got.iter().enumerate() {
             let want = &solos[i].1;
             assert_eq!(steps.len(), want.len(), "{fixture} n {n} seq {i}");
@@ -176,8 +190,7 @@ fn check_batches(fixture: &str) {
                     .fold(0f32, f32::max);
                 assert!(
                     g == w,
-                    "{fixture}: {n} sequences{}, seq {i} step {s}: max |Δ logit| {d}",
-                    if split { " (split prompts)" } else { "" }
+                    "{fixture}: {n} sequences, prompts {how:?}, seq {i} step {s}: max |Δ logit| {d}"
                 );
             }
         }
@@ -205,11 +218,7 @@ fn prefill(
     prompt: &[u32],
 ) -> (SeqId, Vec<f32>, usize) {
     let (seq, hit) = kv.add_sequence_with_prefix(prompt);
-    let chunk = SeqChunk {
-        seq,
-        tokens: &prompt[hit..],
-        logits: Logits::Last,
-    };
+    let chunk = SeqChunk::new(seq, &prompt[hit..], Logits::Last).in_run(prompt.len());
     (seq, row(&model.forward_batch(&[chunk], kv).unwrap()), hit)
 }
 
@@ -223,26 +232,13 @@ fn a_cached_prefix_gives_the_cold_logits_and_the_pool_comes_back_whole() {
     let with = |tail: &[u32]| [system.as_slice(), tail].concat();
     let (a, b) = (with(&[7, 8, 9, 10, 11]), with(&[300, 301, 302]));
 
-    // Cold: a fresh store for each prompt, which goes in one chunk, or in the two chunks a
-    // cache hit leaves (the cached 32 positions, then the rest): a prompt's numerics depend
-    // on its chunks (see `solo`).
-    let cold = |p: &[u32], first: usize| {
+    // Cold: a fresh store for each prompt, which goes in one chunk.
+    let cold = |p: &[u32]| {
         let mut kv = PagedKv::with_blocks(model.kv_layout(), 200);
-        let seq = kv.add_sequence();
-        let mut logits = Vec::new();
-        for (tokens, l) in [(&p[..first], Logits::None), (&p[first..], Logits::Last)] {
-            if !tokens.is_empty() {
-                let chunk = SeqChunk {
-                    seq,
-                    tokens,
-                    logits: l,
-                };
-                logits = row(&model.forward_batch(&[chunk], &mut kv).unwrap());
-            }
-        }
-        logits
+        let chunk = SeqChunk::new(kv.add_sequence(), p, Logits::Last);
+        row(&model.forward_batch(&[chunk], &mut kv).unwrap())
     };
-    let (cold_a, cold_b, cold_b_split) = (cold(&a, 0), cold(&b, 0), cold(&b, 32));
+    let (cold_a, cold_b) = (cold(&a), cold(&b));
 
     let mut kv = PagedKv::with_blocks(model.kv_layout(), 200);
     let free = kv.free_blocks();
@@ -252,9 +248,10 @@ fn a_cached_prefix_gives_the_cold_logits_and_the_pool_comes_back_whole() {
     let (sb, lb, hit) = prefill(model, &mut kv, &b);
     assert_eq!(hit, 32);
     assert_eq!(kv.stats().prefix_hit, 32);
-    // The cached positions computed with the same kernels give the same floats.
+    // The rest of the prompt takes the kernels of the whole prompt (43 positions: Q4_K's
+    // panels for 11 rows), and gives the same floats.
     assert!(
-        lb == cold_b_split,
+        lb == cold_b,
         "cached prefix logits differ from the cold ones"
     );
     kv.release(sa).unwrap();
@@ -272,14 +269,7 @@ fn a_cached_prefix_gives_the_cold_logits_and_the_pool_comes_back_whole() {
     let long: Vec<u32> = (0..3000).map(|j| (11 * j) % vocab as u32).collect();
     let sl = kv.add_sequence();
     let err = model
-        .forward_batch(
-            &[SeqChunk {
-                seq: sl,
-                tokens: &long,
-                logits: Logits::Last,
-            }],
-            &mut kv,
-        )
+        .forward_batch(&[SeqChunk::new(sl, &long, Logits::Last)], &mut kv)
         .unwrap_err();
     assert!(
         matches!(err, Error::Kv(KvError::OutOfBlocks { seq, .. }) if seq == sl),
@@ -287,11 +277,8 @@ fn a_cached_prefix_gives_the_cold_logits_and_the_pool_comes_back_whole() {
     );
     assert_eq!(kv.len(sl).unwrap(), 0);
     let next = argmax(&lb) as u32;
-    let step = SeqChunk {
-        seq: sb,
-        tokens: &[next],
-        logits: Logits::Last,
-    };
+    let next = [next];
+    let step = SeqChunk::new(sb, &next, Logits::Last);
     model.forward_batch(&[step], &mut kv).unwrap();
     kv.release(sl).unwrap();
     kv.release(sb).unwrap();

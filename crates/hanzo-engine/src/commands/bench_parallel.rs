@@ -95,10 +95,9 @@ pub fn run(
         }
         let chunks: Vec<SeqChunk> = batch
             .iter()
-            .map(|(i, r, last)| SeqChunk {
-                seq: seqs[*i],
-                tokens: &prompts[*i][r.clone()],
-                logits: if *last { Logits::Last } else { Logits::None },
+            .map(|(i, r, last)| {
+                let logits = if *last { Logits::Last } else { Logits::None };
+                SeqChunk::new(seqs[*i], &prompts[*i][r.clone()], logits)
             })
             .collect();
         let logits = model.forward_batch(&chunks, &mut kv)?;
@@ -121,11 +120,7 @@ pub fn run(
         let chunks: Vec<SeqChunk> = seqs
             .iter()
             .zip(&tokens)
-            .map(|(&seq, t)| SeqChunk {
-                seq,
-                tokens: t,
-                logits: Logits::Last,
-            })
+            .map(|(&seq, t)| SeqChunk::new(seq, t, Logits::Last))
             .collect();
         let logits = model.forward_batch(&chunks, &mut kv)?;
         next = argmax_rows(&logits)?;

@@ -7,7 +7,8 @@
 //!   `TextGeneration::generate` computes them alone, so a sequence's logits in a batch are
 //!   bit-identical to its logits alone (the decoder's batch invariance does the rest). At most
 //!   `PREFILL_CHUNK` prompt tokens go into one pass, so running streams keep flowing.
-//! - A new prompt starts from the longest run of its blocks the prefix cache holds.
+//! - A new prompt starts from the longest run of its blocks the prefix cache holds; the rest of
+//!   its chunk takes the kernels of the whole chunk (`SeqChunk::in_run`), as alone.
 //! - `n` choices share the prompt: it is computed once, then the sequence is forked.
 //! - When the pool runs out of blocks, the sequence admitted last is preempted: its blocks go
 //!   back and it waits at the head of the queue to be recomputed (prompt and tokens so far).
@@ -140,7 +141,6 @@ impl Scheduler {
         let (tx, rx) = mpsc::channel();
         let waiting = Arc::new(AtomicUsize::new(0));
         let mut state = State {
-            panel_thresholds: pipeline.model.panel_thresholds(),
             pipeline,
             kv,
             limits,
@@ -202,6 +202,9 @@ struct Seq {
     /// The prompt and every token sampled so far; positions `computed..` are still to run.
     tokens: Vec<u32>,
     computed: usize,
+    /// Positions `..prefill_to` are computed as a prompt, in chunks (the prompt, and after
+    /// a preemption the tokens sampled before it too); later ones one decode step each.
+    prefill_to: usize,
     /// Every choice until the prompt is done (then the sequence forks), one afterwards.
     choices: Vec<Choice>,
     /// Whether it was counted as waiting (fresh requests are; preempted ones are not).
@@ -224,10 +227,6 @@ impl Seq {
 
 struct State {
     pipeline: Arc<TextGeneration>,
-    /// Where the model's weights change kernels by run length (`panel_thresholds`): a
-    /// prompt's cached prefix is cut so the rest of its last chunk is computed as it would
-    /// be alone.
-    panel_thresholds: Vec<usize>,
     kv: PagedKv,
     limits: Limits,
     metrics: Arc<Metrics>,
@@ -288,6 +287,7 @@ impl State {
                 admitted: false,
             })),
             id: None,
+            prefill_to: tokens.len(),
             tokens,
             computed: 0,
             choices,
@@ -330,20 +330,6 @@ impl State {
         }
     }
 
-    /// The longest prompt prefix the cache may supply: whole blocks, leaving at least one
-    /// token, and leaving the last chunk's run as long as it would be alone (see the module
-    /// docs).
-    fn reusable(tokens: &[u32], panel_thresholds: &[usize]) -> usize {
-        let full = tokens.len();
-        let last_chunk = (full - 1) / PREFILL_CHUNK * PREFILL_CHUNK;
-        // The highest threshold the last chunk reaches: at least that many stay to compute
-        // (the prefix the cache supplies ends at least one token before `reusable`).
-        match panel_thresholds.iter().rfind(|&&t| t <= full - last_chunk) {
-            Some(&t) => full - t + 1,
-            None => full,
-        }
-    }
-
     fn admit(&mut self) {
         while self.running.len() < self.limits.max_seqs {
             let Some(mut s) = self.waiting.pop_front() else {
@@ -360,9 +346,7 @@ impl State {
                 self.waiting.push_front(s);
                 return;
             }
-            let (id, cached) = self.kv.add_sequence_with_prefix(
-                &s.tokens[..Self::reusable(&s.tokens, &self.panel_thresholds)],
-            );
+            let (id, cached) = self.kv.add_sequence_with_prefix(&s.tokens);
             s.id = Some(id);
             s.computed = cached;
             self.uncount(&mut s);
@@ -419,11 +403,10 @@ impl State {
                 .iter()
                 .map(|p| {
                     let s = &self.running[p.at];
-                    SeqChunk {
-                        seq: s.id.expect("running"),
-                        tokens: &s.tokens[s.computed..s.computed + p.len],
-                        logits: if p.logits { Logits::Last } else { Logits::None },
-                    }
+                    let tokens = &s.tokens[s.computed..s.computed + p.len];
+                    let logits = if p.logits { Logits::Last } else { Logits::None };
+                    SeqChunk::new(s.id.expect("running"), tokens, logits)
+                        .in_run(run_length(s.computed, s.prefill_to))
                 })
                 .collect();
             let result = self.pipeline.model.forward_batch(&chunks, &mut self.kv);
@@ -462,6 +445,7 @@ impl State {
         self.free(&s);
         s.id = None;
         s.computed = 0;
+        s.prefill_to = s.tokens.len();
         tracing::debug!(
             "preempted a sequence of {} tokens: KV cache full",
             s.tokens.len()
@@ -511,6 +495,7 @@ impl State {
                             id: Some(id),
                             tokens: s.tokens.clone(),
                             computed: s.computed,
+                            prefill_to: s.prefill_to,
                             choices: vec![c],
                             counted: false,
                         },
@@ -703,6 +688,17 @@ fn chunk_end(computed: usize, len: usize) -> usize {
     ((computed / PREFILL_CHUNK + 1) * PREFILL_CHUNK).min(len)
 }
 
+/// The length of the run that computes position `computed` when the sequence is computed
+/// alone: its prompt chunk (from the chunk's start, though the prefix cache may have
+/// supplied the first positions), or 1 for a decode step.
+fn run_length(computed: usize, prefill_to: usize) -> usize {
+    if computed < prefill_to {
+        chunk_end(computed, prefill_to) - computed / PREFILL_CHUNK * PREFILL_CHUNK
+    } else {
+        1
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -716,16 +712,17 @@ mod tests {
     }
 
     #[test]
-    fn cached_prefix_leaves_the_last_chunk_its_own_kernels() {
-        let from = [16, 48, 64];
-        // 100 tokens: the last chunk is 100 long, so at least 64 stay to compute.
-        assert_eq!(State::reusable(&[0; 100], &from), 37);
-        // 50 tokens: past 48 but not 64.
-        assert_eq!(State::reusable(&[0; 50], &from), 3);
-        assert_eq!(State::reusable(&[0; 20], &from), 5);
-        // 520 tokens: the last chunk has 8 (decode kernels either way).
-        assert_eq!(State::reusable(&[0; 520], &from), 520);
-        assert_eq!(State::reusable(&[0; 1], &from), 1);
-        assert_eq!(State::reusable(&[0; 100], &[16]), 85);
+    fn a_cached_prefix_leaves_the_rest_of_its_chunk_in_the_whole_chunk_run() {
+        // A 100-token prompt: one chunk, whatever the cache supplied of it.
+        assert_eq!(run_length(0, 100), 100);
+        assert_eq!(run_length(64, 100), 100);
+        assert_eq!(run_length(99, 100), 100);
+        // 1000 tokens: chunks 0..512 and 512..1000.
+        assert_eq!(run_length(480, 1000), 512);
+        assert_eq!(run_length(512, 1000), 488);
+        assert_eq!(run_length(960, 1000), 488);
+        // Decode steps run alone.
+        assert_eq!(run_length(100, 100), 1);
+        assert_eq!(run_length(150, 100), 1);
     }
 }

@@ -70,13 +70,16 @@ pub struct Heads {
 impl PagedKv {
     /// Attention of `q` (`[t, heads, head_dim]` f32, already scaled) at positions
     /// `start..start + t` of `seq`, whose keys and values `layer` holds up to `start + t`;
-    /// returns `[t, heads * head_dim]`.
+    /// returns `[t, heads * head_dim]`. The queries end a run of `run` positions (at least
+    /// `t`), whose length picks the kernel (see `cpu::attention::attend`).
+    #[allow(clippy::too_many_arguments)]
     pub fn attention(
         &self,
         seq: SeqId,
         layer: usize,
         q: &Tensor,
         start: usize,
+        run: usize,
         mask: Mask,
         heads: Heads,
     ) -> Result<Tensor> {
@@ -100,7 +103,7 @@ impl PagedKv {
         match q.device() {
             Device::Cpu => {
                 let out = q.with_contiguous::<f32, _>(|q| {
-                    crate::cpu::attention::attend(q, view, start, mask, heads)
+                    crate::cpu::attention::attend(q, view, start, run, mask, heads)
                 })?;
                 Tensor::from_vec(out, (t, h * d), &Device::Cpu)
             }

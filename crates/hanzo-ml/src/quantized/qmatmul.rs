@@ -8,6 +8,7 @@
 
 use super::cpu::interleaved::{self, Interleaved, RowGroups};
 use super::cpu::matvec::{self, matvec_many, Matvec, MatvecJob};
+use super::cpu::Route;
 use super::format::interleaved::with_interleave_type;
 use super::format::GgmlDType;
 use super::QTensor;
@@ -218,7 +219,7 @@ impl QMatMul {
 
     /// `x`: `[..., in]` in any float dtype; returns `[..., out]` in x's dtype.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        self.forward_with(x, true, true)
+        self.forward_with(x, true, Route::ByRows)
     }
 
     /// `forward` with every row computed exactly as a product with that row alone would
@@ -226,18 +227,27 @@ impl QMatMul {
     /// rows there are. A batch of decode steps from different sequences takes this, so that
     /// each sequence gets the logits it would get alone. `may_repack` as in `forward_prompt`.
     pub fn forward_rows_alone(&self, x: &Tensor, may_repack: bool) -> Result<Tensor> {
-        self.forward_with(x, may_repack, false)
+        self.forward_with(x, may_repack, Route::Alone)
+    }
+
+    /// `forward` with every row through the GEMM panels however few rows there are (where
+    /// they apply to this weight), each row computed as a product of `panels_from` rows or
+    /// more computes it. A run that long which reaches the product in pieces (its first
+    /// rows came from the prefix cache, or with a pass of their own) takes this, so that
+    /// each piece computes what the whole run computes. `may_repack` as in `forward_prompt`.
+    pub fn forward_panels(&self, x: &Tensor, may_repack: bool) -> Result<Tensor> {
+        self.forward_with(x, may_repack, Route::Panels)
     }
 
     /// `forward` for a prompt: never the product that repacks a weight (see `Repacking`). A
     /// prompt's last-position logits are a one-row product with the output head, but not yet
     /// the decode loop, and the first token should not wait for a 178 MB copy.
     pub fn forward_prompt(&self, x: &Tensor) -> Result<Tensor> {
-        self.forward_with(x, false, true)
+        self.forward_with(x, false, Route::ByRows)
     }
 
-    /// The product; `panels: false` keeps every row to the decode kernels' numerics.
-    fn forward_with(&self, x: &Tensor, may_repack: bool, panels: bool) -> Result<Tensor> {
+    /// The product, its rows taking the kernels `route` picks.
+    fn forward_with(&self, x: &Tensor, may_repack: bool, route: Route) -> Result<Tensor> {
         let (n, k) = self.weight_dims();
         let dims = x.dims();
         if dims.last() != Some(&k) {
@@ -251,26 +261,30 @@ impl QMatMul {
         let out = match self {
             QMatMul::Dense(w) => return x.matmul(&w.to_dtype(x.dtype())?.t()?),
             QMatMul::Quantized(w) => {
-                x32.with_contiguous(|xs: &[f32]| as_stored(w, xs, m, panels))??
+                x32.with_contiguous(|xs: &[f32]| as_stored(w, xs, m, route))??
             }
-            QMatMul::Interleaved(w) if m == 1 && (may_repack || w.packed.get().is_some()) => x32
-                .with_contiguous(|xs: &[f32]| {
+            QMatMul::Interleaved(w)
+                if m == 1 && route != Route::Panels && (may_repack || w.packed.get().is_some()) =>
+            {
+                x32.with_contiguous(|xs: &[f32]| {
                     matvec_many(&[w.packed().job(xs)]).pop().expect("one job")
-                })?,
+                })?
+            }
             QMatMul::Interleaved(w) => {
                 // Rows alone are decode steps: they repack like a one-row product.
-                let packed = match may_repack && !panels {
+                let packed = match may_repack && route == Route::Alone {
                     true => Some(w.packed()),
                     false => w.packed.get().map(|p| p.as_ref()),
                 };
+                // Not repacked yet: the panels from the repacked form's row count, so that
+                // `panels_from` holds in both states.
+                let route = match route {
+                    Route::ByRows if m >= super::cpu::gemm::MIN_ROWS => Route::Panels,
+                    r => r,
+                };
                 x32.with_contiguous(|xs: &[f32]| match packed {
-                    Some(p) => Ok(p.matmul(xs, m, panels)),
-                    // Not repacked yet: the panels from the repacked form's row count, so
-                    // that `panels_from` holds in both states.
-                    None if panels && m >= super::cpu::gemm::MIN_ROWS => {
-                        stored_panels(&w.stored, xs, m)
-                    }
-                    None => as_stored(&w.stored, xs, m, panels),
+                    Some(p) => Ok(p.matmul(xs, m, route)),
+                    None => as_stored(&w.stored, xs, m, route),
                 })??
             }
         };
@@ -316,26 +330,11 @@ impl QMatMul {
     }
 }
 
-/// `x [m, k]` times the stored blocks of `w [n, k]` transposed (`panels` as in `forward_with`).
-/// `x [m, k]` times a stored weight through the GEMM panels whatever `m` is (the rows alone
-/// where the panels do not apply).
-fn stored_panels(w: &QTensor, x: &[f32], m: usize) -> Result<Vec<f32>> {
+/// `x [m, k]` times the stored blocks of `w [n, k]` transposed, by `route`.
+fn as_stored(w: &QTensor, x: &[f32], m: usize, route: Route) -> Result<Vec<f32>> {
     let (n, k) = QMatMul::dims_of(w)?;
     crate::with_block_type!(w.dtype(), B => {
         let w = w.blocks::<B>()?;
-        Ok(matvec::matmul_panels::<B>(w, n, k, x, m)
-            .unwrap_or_else(|| matvec::matmul_rows_alone::<B>(w, n, k, x, m)))
-    })
-}
-
-fn as_stored(w: &QTensor, x: &[f32], m: usize, panels: bool) -> Result<Vec<f32>> {
-    let (n, k) = QMatMul::dims_of(w)?;
-    crate::with_block_type!(w.dtype(), B => {
-        let w = w.blocks::<B>()?;
-        Ok(if panels {
-            matvec::matmul::<B>(w, n, k, x, m)
-        } else {
-            matvec::matmul_rows_alone::<B>(w, n, k, x, m)
-        })
+        Ok(matvec::matmul_by::<B>(w, n, k, x, m, route))
     })
 }

@@ -87,21 +87,6 @@ pub(crate) struct Block {
     pub rope: usize,
 }
 
-impl Block {
-    fn weights(&self) -> Vec<&QMatMul> {
-        let mut ws = match &self.qkv {
-            Qkv::Split { q, k, v } => vec![&q.w, &k.w, &v.w],
-            Qkv::Fused(p) => vec![&p.w],
-        };
-        match &self.gate_up {
-            GateUp::Split { gate, up } => ws.extend([gate, up]),
-            GateUp::Fused(w) => ws.push(w),
-        }
-        ws.extend([&self.o, &self.down]);
-        ws
-    }
-}
-
 /// What the blocks share.
 pub(crate) struct Config {
     pub heads: usize,
@@ -198,21 +183,6 @@ impl Decoder {
         Ok(())
     }
 
-    /// Every distinct `QMatMul::panels_from` of the model's weights, ascending: the run
-    /// lengths at which some weight's product changes kernels.
-    pub(crate) fn panel_thresholds(&self) -> Vec<usize> {
-        let mut from: Vec<usize> = self
-            .blocks
-            .iter()
-            .flat_map(Block::weights)
-            .chain([&self.output])
-            .map(QMatMul::panels_from)
-            .collect();
-        from.sort_unstable();
-        from.dedup();
-        from
-    }
-
     pub(crate) fn forward_batch(&self, batch: &[SeqChunk], kv: &mut PagedKv) -> Result<Tensor> {
         let pass = self.run_blocks(batch, kv)?;
         let wanted = self.wanted_rows(&pass)?;
@@ -242,7 +212,7 @@ impl Decoder {
         // threshold take the decode kernels however large the batch (`Rows::split`), as each
         // would alone, and those runs are then a prefix of the rows.
         let mut order: Vec<usize> = (0..batch.len()).collect();
-        order.sort_by_key(|&i| batch[i].tokens.len());
+        order.sort_by_key(|&i| batch[i].run());
         let batch: Vec<SeqChunk> = order.iter().map(|&i| batch[i]).collect();
         let starts = batch
             .iter()
@@ -269,7 +239,13 @@ impl Decoder {
             .collect();
         let n = tokens.len();
         let rows = Rows {
-            runs: batch.iter().map(|c| c.tokens.len()).collect(),
+            runs: batch
+                .iter()
+                .map(|c| Run {
+                    rows: c.tokens.len(),
+                    whole: c.run(),
+                })
+                .collect(),
             may_repack: !(batch.len() == 1 && n > 1),
         };
         let row = cfg.kv_heads * hd;
@@ -308,7 +284,7 @@ impl Decoder {
                 kv.write(c.seq, li, &k[span.clone()], &v[span])?;
                 let q = q.narrow(0, at, t)?;
                 let mask = Mask::causal(block.window);
-                parts.push(kv.attention(c.seq, li, &q, start, mask, self.heads())?);
+                parts.push(kv.attention(c.seq, li, &q, start, c.run(), mask, self.heads())?);
             }
             let a = match parts.len() {
                 1 => parts.pop().expect("one part"),
@@ -363,6 +339,7 @@ impl Decoder {
             caller[o] = i;
         }
         let (mut alone, mut panels, mut picks) = (Vec::new(), Vec::new(), Vec::new());
+        let mut shortest_panel_run = usize::MAX;
         for &i in &caller {
             let (c, at) = (&pass.batch[i], pass.offsets[i]);
             let t = c.tokens.len();
@@ -371,7 +348,10 @@ impl Decoder {
                 Logits::Last => at + t - 1..at + t,
                 Logits::None => at..at,
             };
-            let panel = c.logits == Logits::All && t >= self.output.panels_from();
+            let panel = c.logits == Logits::All && c.run() >= self.output.panels_from();
+            if panel {
+                shortest_panel_run = shortest_panel_run.min(c.run());
+            }
             for r in wanted {
                 let class = if panel { &mut panels } else { &mut alone };
                 picks.push((panel, class.len()));
@@ -393,11 +373,15 @@ impl Decoder {
                 .rms_norm(&self.final_norm, self.cfg.eps)?
         };
         // The head sees single rows alone, then the panel rows as one run (each of the
-        // runs they come from reaches the head's threshold, so together they do too).
+        // runs they come from reaches the head's threshold).
         let np = places.len() - na;
+        let single = Run { rows: 1, whole: 1 };
         let head = Rows {
-            runs: std::iter::repeat_n(1, na)
-                .chain((np > 0).then_some(np))
+            runs: std::iter::repeat_n(single, na)
+                .chain((np > 0).then_some(Run {
+                    rows: np,
+                    whole: shortest_panel_run,
+                }))
                 .collect(),
             may_repack: pass.rows.may_repack,
         };
@@ -462,23 +446,35 @@ impl Wanted {
 }
 
 /// How a batch's rows go through a weight: the rows of the runs shorter than the weight's
-/// `QMatMul::panels_from` each as alone, the rest together (through the panels where they
-/// apply), so every sequence computes what its own pass would.
+/// `QMatMul::panels_from` each as alone, the rest through the panels (where they apply), so
+/// every sequence computes what its own pass over the whole run would.
 #[derive(Clone)]
 struct Rows {
-    /// The lengths of the batch's runs, in row order, shortest first.
-    runs: Vec<usize>,
+    /// The batch's runs, in row order, shortest whole run first.
+    runs: Vec<Run>,
     /// False for a lone prompt's pass: it never repacks a weight
     /// (`QMatMul::forward_prompt`), so the first token does not wait for the copy; the
     /// first decode step makes it.
     may_repack: bool,
 }
 
+/// One sequence's rows in a batch.
+#[derive(Clone, Copy)]
+struct Run {
+    rows: usize,
+    /// The length of the run they end (`SeqChunk::run`): it picks their kernels.
+    whole: usize,
+}
+
 impl Rows {
     /// How many leading rows take `w` as alone: those of the runs too short for its panels.
     fn split(&self, w: &QMatMul) -> usize {
         let from = w.panels_from();
-        self.runs.iter().take_while(|&&t| t < from).sum()
+        self.runs
+            .iter()
+            .take_while(|r| r.whole < from)
+            .map(|r| r.rows)
+            .sum()
     }
 
     fn project(&self, w: &QMatMul, x: &Tensor) -> Result<Tensor> {
@@ -492,32 +488,35 @@ impl Rows {
             return ws.iter().map(|w| self.project(w, x)).collect();
         }
         let n = x.dims()[0];
-        let together = |x: &Tensor| -> Result<Vec<Tensor>> {
-            Ok(if self.may_repack {
-                QMatMul::forward_many(ws, x)?
-            } else {
-                ws.iter()
-                    .map(|w| w.forward_prompt(x))
-                    .collect::<hanzo_ml::Result<_>>()?
-            })
-        };
-        let alone = |x: &Tensor| -> Result<Vec<Tensor>> {
-            if x.dims()[0] == 1 {
-                return together(x); // one row is alone either way
-            }
+        // Rows of runs that reach the panels take them however few are in this pass.
+        let panels = |x: &Tensor| -> Result<Vec<Tensor>> {
             Ok(ws
                 .iter()
-                .map(|w| w.forward_rows_alone(x, self.may_repack))
+                .map(|w| w.forward_panels(x, self.may_repack))
                 .collect::<hanzo_ml::Result<_>>()?)
         };
+        let alone = |x: &Tensor| -> Result<Vec<Tensor>> {
+            Ok(match (x.dims()[0], self.may_repack) {
+                // One decode row for every weight in one pass over their rows.
+                (1, true) => QMatMul::forward_many(ws, x)?,
+                (1, false) => ws
+                    .iter()
+                    .map(|w| w.forward_prompt(x))
+                    .collect::<hanzo_ml::Result<_>>()?,
+                _ => ws
+                    .iter()
+                    .map(|w| w.forward_rows_alone(x, self.may_repack))
+                    .collect::<hanzo_ml::Result<_>>()?,
+            })
+        };
         if split == 0 {
-            return together(x);
+            return panels(x);
         }
         if split == n {
             return alone(x);
         }
         let a = alone(&x.narrow(0, 0, split)?)?;
-        let b = together(&x.narrow(0, split, n - split)?)?;
+        let b = panels(&x.narrow(0, split, n - split)?)?;
         a.iter()
             .zip(&b)
             .map(|(a, b)| Ok(Tensor::cat(&[a, b], 0)?))

@@ -50,6 +50,37 @@ pub struct SeqChunk<'a> {
     pub seq: SeqId,
     pub tokens: &'a [u32],
     pub logits: Logits,
+    /// The length of the run these tokens end, at least `tokens.len()` (see `in_run`).
+    run: usize,
+}
+
+impl<'a> SeqChunk<'a> {
+    /// `tokens` as a run of their own.
+    pub fn new(seq: SeqId, tokens: &'a [u32], logits: Logits) -> Self {
+        let run = tokens.len();
+        Self {
+            seq,
+            tokens,
+            logits,
+            run,
+        }
+    }
+
+    /// The last `tokens.len()` positions of a run of `run` positions whose first ones were
+    /// computed before (the prefix cache supplied them): the weights take the kernels of the
+    /// whole run (`QMatMul::forward_panels` where it reaches a weight's panel threshold), so
+    /// the tokens get the numbers they get when the whole run is computed at once.
+    pub fn in_run(self, run: usize) -> Self {
+        Self {
+            run: run.max(self.tokens.len()),
+            ..self
+        }
+    }
+
+    /// The length of the run these tokens end.
+    pub fn run(&self) -> usize {
+        self.run
+    }
 }
 
 /// One sequence with a KV store of its own, for callers that run one sequence at a time
@@ -120,12 +151,6 @@ pub trait LanguageModel: Send + Sync {
     /// head) instead of logits: what last-token pooling embeds.
     fn hidden_batch(&self, batch: &[SeqChunk], kv: &mut PagedKv) -> Result<Tensor>;
 
-    /// The run lengths at which some weight's product changes kernels (from the decode
-    /// kernels to the GEMM panels), ascending. A batch computes each run as it would alone,
-    /// so a run cut shorter (by a cached prefix) keeps its numerics only while no threshold
-    /// falls between its two lengths.
-    fn panel_thresholds(&self) -> Vec<usize>;
-
     /// A fresh single-sequence cache holding up to `limit` positions (capped at the
     /// training context).
     fn new_cache(&self, limit: usize) -> Cache {
@@ -136,11 +161,7 @@ pub trait LanguageModel: Send + Sync {
     /// for [`Logits::Last`], `tokens.len()` for `All`).
     fn forward(&self, tokens: &[u32], cache: &mut Cache, logits: Logits) -> Result<Tensor> {
         cache.check_room(tokens.len())?;
-        let chunk = SeqChunk {
-            seq: cache.seq,
-            tokens,
-            logits,
-        };
+        let chunk = SeqChunk::new(cache.seq, tokens, logits);
         self.forward_batch(&[chunk], &mut cache.kv)
     }
 }
@@ -160,10 +181,6 @@ impl LanguageModel for Decoder {
 
     fn hidden_batch(&self, batch: &[SeqChunk], kv: &mut PagedKv) -> Result<Tensor> {
         Decoder::hidden_batch(self, batch, kv)
-    }
-
-    fn panel_thresholds(&self) -> Vec<usize> {
-        Decoder::panel_thresholds(self)
     }
 }
 

@@ -23,8 +23,18 @@ use half::{f16, slice::HalfFloatSliceExt};
 const TILED_FROM: usize = 64;
 
 /// `q` `[t][heads][head_dim]` (already scaled) at positions `start..start + t`, whose keys
-/// and values `kv` holds up to `start + t`; returns `[t][heads][head_dim]`.
-pub fn attend(q: &[f32], kv: LayerView<'_>, start: usize, mask: Mask, dims: Heads) -> Vec<f32> {
+/// and values `kv` holds up to `start + t`; returns `[t][heads][head_dim]`. The queries end
+/// a run of `run` positions (at least `t`; more where the run's first positions were
+/// computed before, as with a cached prefix), and the kernel follows the run's length: each
+/// query gets what it gets when the whole run is computed at once.
+pub fn attend(
+    q: &[f32],
+    kv: LayerView<'_>,
+    start: usize,
+    run: usize,
+    mask: Mask,
+    dims: Heads,
+) -> Vec<f32> {
     let Heads {
         heads,
         kv_heads,
@@ -38,7 +48,7 @@ pub fn attend(q: &[f32], kv: LayerView<'_>, start: usize, mask: Mask, dims: Head
     // path reads each key and value row once per query block, so it first widens the visible
     // ones into head-major f32 copies (f16 → f32 is exact); the per-query path (decode among
     // others) reads each row once per task and converts it as it goes.
-    let f16_sums = t < TILED_FROM;
+    let f16_sums = run.max(t) < TILED_FROM;
     let widen = |value: bool| -> Vec<f32> {
         let mut out = vec![0f32; kv_heads * n * d];
         for_each_chunk(&mut out, n * d, &|h, o| {
@@ -174,8 +184,11 @@ impl Call<'_> {
             Some((keys, vals)) => {
                 let rows = kh * self.n * d..(kh + 1) * self.n * d;
                 let (keys, vals) = (&keys[rows.clone()], &vals[rows]);
-                for j0 in (from..to).step_by(KEY_BLOCK) {
-                    let block = j0..(j0 + KEY_BLOCK).min(to);
+                // Blocks aligned to absolute key positions, as ggml's tiles are: a query's
+                // sums then do not depend on which queries share its call or task.
+                let first = (self.k0 + from) / KEY_BLOCK * KEY_BLOCK;
+                for a0 in (first..self.k0 + to).step_by(KEY_BLOCK) {
+                    let block = a0.max(self.k0) - self.k0..(a0 + KEY_BLOCK - self.k0).min(to);
                     for (_, _, q) in group.iter_mut() {
                         q.steps_f32(keys, vals, block.clone());
                     }

@@ -150,7 +150,7 @@ fn blocked_softmax_matches_f64_softmax() {
             let (kv, seq) = store(&k, &v, row, n);
             // Scores spread over ~±20 so the max moves inside and across key blocks.
             let q: Vec<f32> = values(n * 4 * d, 6).iter().map(|x| x * 3.0).collect();
-            let got = attend(&q, kv.layer(seq, 0).unwrap(), 0, mask, dims);
+            let got = attend(&q, kv.layer(seq, 0).unwrap(), 0, n, mask, dims);
             let want = naive(&q, &k, &v, 0, mask, dims);
             for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                 assert!(
@@ -201,7 +201,7 @@ fn grouped_queries_give_each_query_its_own_softmax() {
                 .iter()
                 .map(|x| x * 2.0)
                 .collect();
-            let got = attend(&q, kv.layer(seq, 0).unwrap(), start, mask, dims);
+            let got = attend(&q, kv.layer(seq, 0).unwrap(), start, t, mask, dims);
             let want = naive(&q, &k, &v, start, mask, dims);
             // f16 rounding of queries and (below 64 queries) of the value sums.
             let tol = if t < TILED_FROM { 5e-3 } else { 1e-5 };
@@ -294,4 +294,46 @@ fn simd128_kernels_match_scalar_loops() {
         }
     }
     assert_eq!(got, want);
+}
+
+/// The last queries of a run, attended in a call of their own (the first positions came from
+/// a cached prefix), get what the whole run's call gives them, on both sides of the tiled
+/// kernel's threshold.
+#[test]
+fn a_run_attended_in_pieces_equals_the_whole_run() {
+    let dims = Heads {
+        heads: 4,
+        kv_heads: 2,
+        head_dim: 32,
+    };
+    let (row, qrow) = (dims.kv_heads * dims.head_dim, dims.heads * dims.head_dim);
+    for (n, first) in [(70, 64), (70, 32), (70, 69), (40, 16), (40, 39)] {
+        for mask in [Mask::Causal, Mask::Sliding(16)] {
+            let (k, v) = (values(n * row, 1), values(n * row, 2));
+            let (kv, seq) = store(&k, &v, row, n);
+            let q: Vec<f32> = values(n * qrow, 3).iter().map(|x| x * 2.0).collect();
+            let whole = attend(&q, kv.layer(seq, 0).unwrap(), 0, n, mask, dims);
+            let rest = &q[first * qrow..];
+            let piece = attend(rest, kv.layer(seq, 0).unwrap(), first, n, mask, dims);
+            assert!(
+                piece == whole[first * qrow..],
+                "{n} positions from {first}, {mask:?}"
+            );
+            if n >= TILED_FROM {
+                // As a run of its own, the piece takes the per-query kernel.
+                let alone = attend(
+                    rest,
+                    kv.layer(seq, 0).unwrap(),
+                    first,
+                    n - first,
+                    mask,
+                    dims,
+                );
+                assert!(
+                    alone != whole[first * qrow..],
+                    "{n} from {first}: same kernel?"
+                );
+            }
+        }
+    }
 }

@@ -50,7 +50,21 @@ pub(crate) fn matmul<B: Kernels>(
     x: &[f32],
     m: usize,
 ) -> Option<Vec<f32>> {
-    if !applies::<B>(m) || n == 0 || k == 0 {
+    if !applies::<B>(m) {
+        return None;
+    }
+    matmul_any_rows(w, n, k, x, m)
+}
+
+/// `matmul` however few rows there are.
+pub(crate) fn matmul_any_rows<B: Kernels>(
+    w: &[B],
+    n: usize,
+    k: usize,
+    x: &[f32],
+    m: usize,
+) -> Option<Vec<f32>> {
+    if B::BLOCK_SIZE != 1 || n == 0 || k == 0 {
         return None;
     }
     assert!(w.len() == n * k && x.len() == m * k, "float matmul shapes");

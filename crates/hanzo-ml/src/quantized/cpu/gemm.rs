@@ -17,18 +17,21 @@ use crate::quantized::GgmlDType;
 /// once, and that is cheaper for a handful of rows.
 pub(crate) const MIN_ROWS: usize = 16;
 
-/// Fewest activation rows from which weights of `dtype` take the panels (at least
-/// `MIN_ROWS`); `QMatMul::panels_from` and the batch's numerics follow it per weight.
-///
-/// For now every type takes `MIN_ROWS`. `cargo run --release -p hanzo-ml --example
-/// panel_crossover` puts the crossover later for some types (Zen 4, 2 threads: about 48 rows
-/// for Q3_K and Q6_K, 40 for Q2_K, 32 for Q4_K, IQ2_*, IQ3_S, IQ4_*, TQ* and MXFP4, 24 for
-/// Q5_K, IQ3_XXS and IQ1_*), but a higher threshold makes the server's prefix cache leave
-/// that many tokens of a short prompt to recompute (`scheduler::reusable`), and then short
-/// chat prompts share no cached block. Raising these waits for a prompt's rest to be
-/// computed with the kernels of its whole chunk.
-pub(crate) fn min_rows(_dtype: GgmlDType) -> usize {
-    MIN_ROWS
+/// Fewest activation rows from which the panels beat the tiles for weights of `dtype` (at
+/// least `MIN_ROWS`); `QMatMul::panels_from` and a batch's numerics follow it per weight.
+/// The types whose tiles are strongest (the k-quants' AVX-512 tiles) or whose unpacking
+/// costs most pay for the unpacking later. Measured with
+/// `cargo run --release -p hanzo-ml --example panel_crossover` (docs/BENCHMARKS.md).
+pub(crate) fn min_rows(dtype: GgmlDType) -> usize {
+    use GgmlDType as T;
+    match dtype {
+        T::Q3K | T::Q6K => 48,
+        T::Q2K => 40,
+        T::Q4K | T::IQ2XXS | T::IQ2XS | T::IQ2S | T::IQ3S | T::IQ4XS | T::IQ4NL => 32,
+        T::TQ1_0 | T::TQ2_0 | T::MXFP4 => 32,
+        T::Q5K | T::IQ3XXS | T::IQ1S | T::IQ1M | T::Q4_0 | T::Q5_0 | T::Q8_0 => 24,
+        _ => MIN_ROWS,
+    }
 }
 
 /// The unpacked form and the panel kernel for `B` weights of width `k`, whatever the number
@@ -88,20 +91,15 @@ pub(crate) fn matmul_any_rows<B: GgmlBlock>(
     over_panels(n, k, x, m, unpacking.group, (rows, kernel), &fill)
 }
 
-/// The panel kernel for `m` activation rows of width `k` whose weights come already unpacked
-/// `per_group` rows at a time (see `cpu::interleaved`): `None` where this CPU's panels
-/// hold a number of rows not a multiple of `per_group`, or where the tile path suits `m`
-/// better.
+/// The panel kernel for activation rows of width `k` times weights that come already
+/// unpacked `per_group` rows at a time (see `cpu::interleaved`): `None` where this CPU's
+/// panels hold a number of rows not a multiple of `per_group`.
 pub(crate) fn plan_prepacked(
-    m: usize,
     k: usize,
     group: usize,
     max_level: u8,
     per_group: usize,
 ) -> Option<(usize, PanelFn)> {
-    if m < MIN_ROWS {
-        return None;
-    }
     panel_kernel(k, group, max_level).filter(|&(rows, _)| rows.is_multiple_of(per_group))
 }
 

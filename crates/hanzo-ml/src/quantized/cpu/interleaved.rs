@@ -10,6 +10,7 @@
 use super::gemm;
 use super::matvec::MatvecJob;
 use super::sink::{filled, Sink};
+use super::Route;
 use crate::cpu::par::{for_each_chunk, par_for};
 use crate::quantized::format::interleaved::{dequantize_group_row, XRow, ROWS};
 use crate::quantized::format::{BlockQ8_0, GgmlDType};
@@ -169,11 +170,17 @@ impl<B: InterleavedKernels> Interleaved<B> {
         dequantize_group_row::<B>(self.group(r / ROWS), r % ROWS, out)
     }
 
-    /// `x [m, k]` times the weight transposed → `[m, n]`; with `panels`, the GEMM panels
-    /// where `m` is large enough (otherwise every row as the matvec computes it).
-    pub fn matmul(&self, x: &[f32], m: usize, panels: bool) -> Vec<f32> {
+    /// `x [m, k]` times the weight transposed → `[m, n]`: the GEMM panels where `route`
+    /// takes them (from `gemm::MIN_ROWS` rows for `ByRows`), otherwise every row as the
+    /// matvec computes it.
+    pub fn matmul(&self, x: &[f32], m: usize, route: Route) -> Vec<f32> {
         let (n, k) = (self.n, self.k);
-        if let Some(plan) = gemm::plan_prepacked(m, k, 32, B::MAX_LEVEL, ROWS).filter(|_| panels) {
+        let panels = match route {
+            Route::Alone => false,
+            Route::ByRows => m >= gemm::MIN_ROWS,
+            Route::Panels => true,
+        };
+        if let Some(plan) = gemm::plan_prepacked(k, 32, B::MAX_LEVEL, ROWS).filter(|_| panels) {
             let fill =
                 |s: &mut gemm::Scratch, r0: usize, live: usize| self.unpack_panel(s, r0, live);
             if let Some(out) = gemm::over_panels(n, k, x, m, 32, plan, &fill) {
@@ -277,7 +284,7 @@ pub(crate) trait RowGroups: Send + Sync + std::fmt::Debug {
     fn job<'a>(&'a self, x: &[f32]) -> Box<dyn MatvecJob + 'a>;
     /// `x [m, k]` times the weight transposed; `panels: false` computes every row as the
     /// matvec would (see `matvec::matmul_rows_alone`).
-    fn matmul(&self, x: &[f32], m: usize, panels: bool) -> Vec<f32>;
+    fn matmul(&self, x: &[f32], m: usize, route: Route) -> Vec<f32>;
     /// Row `r` as f32 into `out` (`k` values).
     fn dequantize_row(&self, r: usize, out: &mut [f32]);
 }
@@ -291,8 +298,8 @@ impl<B: InterleavedKernels> RowGroups for Interleaved<B> {
             ahead: Ahead::for_weight(self.streamed()),
         })
     }
-    fn matmul(&self, x: &[f32], m: usize, panels: bool) -> Vec<f32> {
-        Interleaved::matmul(self, x, m, panels)
+    fn matmul(&self, x: &[f32], m: usize, route: Route) -> Vec<f32> {
+        Interleaved::matmul(self, x, m, route)
     }
     fn dequantize_row(&self, r: usize, out: &mut [f32]) {
         Interleaved::dequantize_row(self, r, out)

@@ -9,6 +9,7 @@
 //! and float weights the f32 GEMM (`float`).
 
 use super::sink::{filled, Sink};
+use super::Route;
 use crate::cpu::par::{for_each_chunk, par_for_with};
 use crate::quantized::format::interleaved::ROWS;
 use crate::quantized::format::GgmlBlock;
@@ -105,9 +106,10 @@ pub fn matmul<B: Kernels>(w: &[B], n: usize, k: usize, x: &[f32], m: usize) -> V
     matmul_rows_alone(w, n, k, x, m)
 }
 
-/// `x [m, k]` times `w [n, k]` through the GEMM panels however few rows there are, or `None`
-/// where they do not apply: what `matmul` is weighed against when choosing between the
-/// panels and the tiles (`examples/panel_crossover.rs`).
+/// `x [m, k]` times `w [n, k]` through the GEMM panels (or the float panels of F16/BF16
+/// weights) however few rows there are, or `None` where they do not apply: what `matmul`
+/// takes from the weight's row threshold on, and what it is weighed against when choosing
+/// that threshold (`examples/panel_crossover.rs`).
 pub fn matmul_panels<B: Kernels>(
     w: &[B],
     n: usize,
@@ -115,7 +117,29 @@ pub fn matmul_panels<B: Kernels>(
     x: &[f32],
     m: usize,
 ) -> Option<Vec<f32>> {
+    if m == 0 || n == 0 {
+        return None;
+    }
     super::gemm::matmul_any_rows(w, n, k, x, m)
+        .or_else(|| super::float::matmul_any_rows(w, n, k, x, m))
+}
+
+/// `x [m, k]` times `w [n, k]` by `route`.
+pub fn matmul_by<B: Kernels>(
+    w: &[B],
+    n: usize,
+    k: usize,
+    x: &[f32],
+    m: usize,
+    route: Route,
+) -> Vec<f32> {
+    match route {
+        Route::Alone => matmul_rows_alone(w, n, k, x, m),
+        Route::ByRows => matmul(w, n, k, x, m),
+        Route::Panels => {
+            matmul_panels(w, n, k, x, m).unwrap_or_else(|| matmul_rows_alone(w, n, k, x, m))
+        }
+    }
 }
 
 /// `matmul` with every row computed as a product with that row alone computes it (the

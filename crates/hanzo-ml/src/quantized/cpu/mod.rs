@@ -8,3 +8,16 @@ pub mod gemm;
 pub mod interleaved;
 pub mod matvec;
 mod sink;
+
+/// Which kernels a product of several activation rows takes. The GEMM panels quantize the
+/// activations to Q8_0 and sum in their own order, so a row's numbers depend on the route.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// Every row as a product with that row alone computes it (the decode kernels).
+    Alone,
+    /// The GEMM panels from the weight's row threshold (`gemm::min_rows`), the tiles below.
+    ByRows,
+    /// The GEMM panels however few rows there are, where they apply to the weight: rows of
+    /// a run long enough for the panels that reach the product in several pieces.
+    Panels,
+}

@@ -14,6 +14,7 @@
 
 use hanzo_ml::quantized::cpu::interleaved::Interleaved;
 use hanzo_ml::quantized::cpu::matvec::matmul;
+use hanzo_ml::quantized::cpu::Route;
 use hanzo_ml::quantized::format::{BlockQ4K, BlockQ4_1, BlockQ5_0, BlockQ6K, BlockQ8_0};
 use hanzo_ml::quantized::kernels::interleaved::InterleavedKernels;
 use hanzo_ml::quantized::kernels::Kernels;
@@ -60,7 +61,7 @@ fn time_interleaved<B: Kernels + InterleavedKernels>(dtype: GgmlDType, rows: usi
     let x = weights(1, k);
     let bytes = q.data().len();
     report(&format!("{dtype:?}x8"), rows, k, bytes, || {
-        packed.matmul(&x, 1, false)
+        packed.matmul(&x, 1, Route::Alone)
     });
 }
 

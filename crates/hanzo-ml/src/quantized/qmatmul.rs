@@ -205,11 +205,12 @@ impl QMatMul {
         }))
     }
 
-    /// Rows from which a product with this weight may take the GEMM panels (whose numerics
+    /// Rows from which a product with this weight takes the GEMM panels (whose numerics
     /// differ from the decode kernels'): a batch keeps the rows of shorter runs apart to give
-    /// each sequence what it would get alone (see `forward_rows_alone`). It may depend on
-    /// the weight type (`cpu::gemm::min_rows`): the panels unpack every weight block once,
-    /// which pays from fewer rows for some types than for others.
+    /// each sequence what it would get alone (see `forward_rows_alone`), and sends the rows
+    /// of longer runs through `forward_panels`. It depends on the weight type
+    /// (`cpu::gemm::min_rows`): the panels unpack every weight block once, which pays from
+    /// fewer rows for some types than for others.
     pub fn panels_from(&self) -> usize {
         match self {
             QMatMul::Quantized(w) => super::cpu::gemm::min_rows(w.dtype()),

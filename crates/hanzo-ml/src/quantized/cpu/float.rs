@@ -5,8 +5,9 @@
 //! takes one panel of weight rows against every activation row.
 //!
 //! Where the CPU has a float panel kernel (`Kernels::float_panel`, AVX2), the kernel widens
-//! and packs the task's weight rows itself, a piece of the row width at a time. Elsewhere the task widens its panel to f32 and hands it to the
-//! f32 GEMM of the `gemm` crate; widening a row costs about as much as one activation row's
+//! and packs the task's weight rows itself, a piece of the row width at a time. Elsewhere the
+//! task widens its panel to f32 and hands it to the f32 GEMM of the `gemm` crate, 16
+//! activation rows a call; widening a row costs about as much as one activation row's
 //! products with it, so it pays from a few rows on. Decode (one row) takes the tiles in
 //! `matvec` instead.
 
@@ -114,41 +115,74 @@ fn over_panels(
     }
 }
 
+/// Activation rows per call of the `gemm` crate: every call has the same shape, the last
+/// block padded with zero rows, so a row's sums do not depend on how many rows come with it
+/// (the crate picks its blocking and kernels by shape).
+const GEMM_ROWS: usize = 16;
+
 /// The portable form: each task widens its panel to f32 for the `gemm` crate.
 fn widened<B: GgmlBlock>(w: &[B], n: usize, k: usize, x: &[f32], m: usize) -> Vec<f32> {
     thread_local! {
         static PANEL: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+        /// A last block of activation rows padded with zeros, and its outputs.
+        static EDGE: std::cell::RefCell<(Vec<f32>, Vec<f32>)> =
+            const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
     }
     over_panels(n, m, (GEMM_PANEL_ELEMS / k).max(8), &|r0, live, out| {
         PANEL.with_borrow_mut(|panel| {
             panel.resize(live * k, 0.0);
             B::dequantize(&w[r0 * k..(r0 + live) * k], panel);
-            // SAFETY: dst is m x live with row stride `live` (exactly `out`); lhs is x, m x k
-            // row-major (`x.len() == m * k`); rhs is the panel read as k x live (element
-            // (i, j) at j * k + i, inside its live * k elements). gemm writes dst only.
-            unsafe {
-                gemm::gemm(
-                    m,
-                    live,
-                    k,
-                    out.as_mut_ptr(),
-                    1,
-                    live as isize,
-                    false,
-                    x.as_ptr(),
-                    1,
-                    k as isize,
-                    panel.as_ptr(),
-                    k as isize,
-                    1,
-                    0f32,
-                    1f32,
-                    false,
-                    false,
-                    false,
-                    Parallelism::None,
-                )
+            for j0 in (0..m).step_by(GEMM_ROWS) {
+                let rows = GEMM_ROWS.min(m - j0);
+                let out = &mut out[j0 * live..(j0 + rows) * live];
+                let x = &x[j0 * k..(j0 + rows) * k];
+                if rows == GEMM_ROWS {
+                    gemm_rows(x, panel, k, live, out);
+                    continue;
+                }
+                EDGE.with_borrow_mut(|(xs, ys)| {
+                    xs.clear();
+                    xs.extend_from_slice(x);
+                    xs.resize(GEMM_ROWS * k, 0.0);
+                    ys.resize(GEMM_ROWS * live, 0.0);
+                    gemm_rows(xs, panel, k, live, ys);
+                    out.copy_from_slice(&ys[..rows * live]);
+                })
             }
         })
     })
+}
+
+/// `out [GEMM_ROWS, live]` = `x [GEMM_ROWS, k]` times `panel [live, k]` transposed.
+fn gemm_rows(x: &[f32], panel: &[f32], k: usize, live: usize, out: &mut [f32]) {
+    assert!(
+        x.len() == GEMM_ROWS * k && panel.len() == live * k && out.len() == GEMM_ROWS * live,
+        "gemm_rows shapes"
+    );
+    // SAFETY: dst is GEMM_ROWS x live with row stride `live` (exactly `out`); lhs is x,
+    // GEMM_ROWS x k row-major; rhs is the panel read as k x live (element (i, j) at j * k + i,
+    // inside its live * k elements), as the assert checked. gemm writes dst only.
+    unsafe {
+        gemm::gemm(
+            GEMM_ROWS,
+            live,
+            k,
+            out.as_mut_ptr(),
+            1,
+            live as isize,
+            false,
+            x.as_ptr(),
+            1,
+            k as isize,
+            panel.as_ptr(),
+            k as isize,
+            1,
+            0f32,
+            1f32,
+            false,
+            false,
+            false,
+            Parallelism::None,
+        )
+    }
 }

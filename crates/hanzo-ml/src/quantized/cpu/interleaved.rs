@@ -282,8 +282,8 @@ fn place_steps(levels: &[u8; 256], block: &mut [u8], half: usize) {
 pub(crate) trait RowGroups: Send + Sync + std::fmt::Debug {
     /// The decode product with one activation row, for `qmatmul::matvec_many`.
     fn job<'a>(&'a self, x: &[f32]) -> Box<dyn MatvecJob + 'a>;
-    /// `x [m, k]` times the weight transposed; `panels: false` computes every row as the
-    /// matvec would (see `matvec::matmul_rows_alone`).
+    /// `x [m, k]` times the weight transposed, by `route` (`Route::Alone` computes every
+    /// row as the matvec would, see `matvec::matmul_rows_alone`).
     fn matmul(&self, x: &[f32], m: usize, route: Route) -> Vec<f32>;
     /// Row `r` as f32 into `out` (`k` values).
     fn dequantize_row(&self, r: usize, out: &mut [f32]);

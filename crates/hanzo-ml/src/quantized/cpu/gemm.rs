@@ -27,9 +27,8 @@ pub(crate) fn min_rows(dtype: GgmlDType) -> usize {
     match dtype {
         T::Q3K | T::Q6K => 48,
         T::Q2K => 40,
-        T::Q4K | T::IQ2XXS | T::IQ2XS | T::IQ2S | T::IQ3S | T::IQ4XS | T::IQ4NL => 32,
-        T::TQ1_0 | T::TQ2_0 | T::MXFP4 => 32,
-        T::Q5K | T::IQ3XXS | T::IQ1S | T::IQ1M | T::Q4_0 | T::Q5_0 | T::Q8_0 => 24,
+        T::Q4K | T::IQ2S | T::IQ4XS | T::IQ4NL | T::TQ1_0 | T::TQ2_0 | T::MXFP4 => 32,
+        T::Q5K | T::IQ2XS | T::IQ3S | T::IQ1S | T::IQ1M | T::Q4_0 | T::Q5_0 | T::Q8_0 => 24,
         _ => MIN_ROWS,
     }
 }

@@ -5,7 +5,7 @@
 
 use super::iq2_quant::{iq2s_rows, iq2s_rows_weighted, iq2xs_rows, iq2xxs_rows, NEEDS_IMPORTANCE};
 use super::kquants::{BlockQ8K, QK_K};
-use super::lattice::{iq2s_grid, iq2xs_grid, iq2xxs_grid, ksigns, lattice_block, signed, Levels};
+use super::lattice::{iq2s_grid, iq2xs_grid, iq2xxs_grid, ksigns, lattice_block, signed8, Levels};
 use super::GgmlDType;
 use half::f16;
 
@@ -49,9 +49,7 @@ const FACTOR: f32 = 0.125;
 
 /// Writes the 8 signed magnitudes of one lattice point.
 fn put(level: &mut [i8], point: &[i8; 8], signs: u8) {
-    for (j, l) in level.iter_mut().enumerate() {
-        *l = signed(point[j], signs, j);
-    }
+    level[..8].copy_from_slice(&signed8(*point, signs));
 }
 
 fn iq2xxs_levels(b: &BlockIQ2XXS) -> Levels<32> {

@@ -5,7 +5,7 @@
 
 use super::iq3_quant::{quantize_iq3s, quantize_iq3xxs};
 use super::kquants::{BlockQ8K, QK_K};
-use super::lattice::{iq3s_grid, iq3xxs_grid, ksigns, lattice_block, signed, Levels};
+use super::lattice::{iq3s_grid, iq3xxs_grid, ksigns, lattice_block, signed8, Levels};
 use super::GgmlDType;
 use half::f16;
 
@@ -48,10 +48,9 @@ fn iq3xxs_levels(b: &BlockIQ3XXS) -> Levels<32> {
                 grid[idx[8 * ib + 2 * l] as usize],
                 grid[idx[8 * ib + 2 * l + 1] as usize],
             );
-            for j in 0..8 {
-                let v = if j < 4 { a[j] } else { c[j - 4] };
-                out.level[32 * ib + 8 * l + j] = signed(v, signs, j);
-            }
+            let point = std::array::from_fn(|j| if j < 4 { a[j] } else { c[j - 4] });
+            let at = 32 * ib + 8 * l;
+            out.level[at..at + 8].copy_from_slice(&signed8(point, signs));
         }
     }
     out
@@ -60,13 +59,14 @@ fn iq3xxs_levels(b: &BlockIQ3XXS) -> Levels<32> {
 fn iq3s_levels(b: &BlockIQ3S) -> Levels<32> {
     let mut out = Levels::new(b.d.to_f32());
     let grid = iq3s_grid();
-    for e in 0..QK_K / 4 {
-        let high = (b.qh[e / 8] >> (e % 8) & 1) as usize;
-        let point = grid[b.qs[e] as usize | high << 8];
-        for (j, &v) in point.iter().enumerate() {
-            let i = 4 * e + j;
-            out.level[i] = signed(v, b.signs[i / 8], i % 8);
-        }
+    // Two points (8 weights) per sign byte.
+    for (p, &signs) in b.signs.iter().enumerate() {
+        let [a, c] = [2 * p, 2 * p + 1].map(|e| {
+            let high = (b.qh[e / 8] >> (e % 8) & 1) as usize;
+            grid[b.qs[e] as usize | high << 8]
+        });
+        let point = std::array::from_fn(|j| if j < 4 { a[j] } else { c[j - 4] });
+        out.level[8 * p..8 * p + 8].copy_from_slice(&signed8(point, signs));
     }
     for (g, m) in out.mult.iter_mut().take(QK_K / 32).enumerate() {
         *m = 1 + 2 * (b.scales[g / 2] >> (4 * (g % 2)) & 15) as i32;

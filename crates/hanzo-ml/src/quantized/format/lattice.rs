@@ -73,14 +73,18 @@ pub(crate) fn ksigns(index: u32) -> u8 {
     KSIGNS[(index & 127) as usize]
 }
 
-/// `v` with sign bit `j` of `signs` applied.
+/// The 8 magnitudes of a lattice point with sign bit `j` of `signs` applied to element `j`,
+/// in one 64-bit word: the bits spread to one byte each, and each marked byte negated as
+/// `(p ^ 0xff) + 1`. The magnitudes of the IQ2 and IQ3 grids are 1 to 62, so no byte
+/// carries into the next.
 #[inline]
-pub(crate) fn signed(v: i8, signs: u8, j: usize) -> i8 {
-    if signs >> j & 1 == 1 {
-        -v
-    } else {
-        v
-    }
+pub(crate) fn signed8(point: [i8; 8], signs: u8) -> [i8; 8] {
+    const LOW: u64 = 0x0101_0101_0101_0101;
+    let bits = (signs as u64 * LOW) & 0x8040_2010_0804_0201;
+    // A byte holding its bit (1 to 0x80) reaches 0x80 when 0x7f is added; a zero does not.
+    let ones = ((bits + 0x7f7f_7f7f_7f7f_7f7f) & 0x8080_8080_8080_8080) >> 7;
+    let p = u64::from_le_bytes(point.map(|v| v as u8));
+    ((p ^ (ones * 0xff)) + ones).to_le_bytes().map(|b| b as i8)
 }
 
 /// A block as `d · FACTOR · mult[g] · level[i]` for element `i` of group `g`
@@ -234,6 +238,23 @@ pub(crate) use lattice_block;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn signed8_negates_the_marked_elements() {
+        for signs in 0..=255u8 {
+            for start in [1i8, 8, 25, 43, 55] {
+                let point: [i8; 8] = std::array::from_fn(|j| start + j as i8);
+                let want: [i8; 8] = std::array::from_fn(|j| {
+                    if signs >> j & 1 == 1 {
+                        -point[j]
+                    } else {
+                        point[j]
+                    }
+                });
+                assert_eq!(signed8(point, signs), want, "signs {signs:#010b}");
+            }
+        }
+    }
 
     #[test]
     fn grids_expand_to_ggmls_first_and_last_points() {

@@ -239,6 +239,21 @@ pub(crate) use lattice_block;
 mod tests {
     use super::*;
 
+    /// `signed8`'s premise: no magnitude of a signed grid is 0 or past 62.
+    #[test]
+    fn signed_grids_hold_magnitudes_from_1_to_62() {
+        let points = [
+            iq2xxs_grid().as_flattened(),
+            iq2xs_grid().as_flattened(),
+            iq2s_grid().as_flattened(),
+            iq3xxs_grid().as_flattened(),
+            iq3s_grid().as_flattened(),
+        ];
+        for (g, grid) in points.iter().enumerate() {
+            assert!(grid.iter().all(|v| (1..=62).contains(v)), "grid {g}");
+        }
+    }
+
     #[test]
     fn signed8_negates_the_marked_elements() {
         for signs in 0..=255u8 {

@@ -27,7 +27,7 @@ const KERNEL_ROWS: usize = 128;
 /// activations, done once per task, is a small share of the task's products.
 const GEMM_PANEL_ELEMS: usize = 256 * 1024;
 
-/// Whether `matmul` takes `m` activation rows (which it keeps in f32).
+/// Whether `matvec::matmul` sends `m` activation rows here (which keep f32).
 pub(crate) fn applies<B: GgmlBlock>(m: usize) -> bool {
     B::BLOCK_SIZE == 1 && m >= MIN_ROWS
 }
@@ -42,22 +42,8 @@ pub(crate) fn activation_dtype<B: GgmlBlock>() -> GgmlDType {
     }
 }
 
-/// `x [m, k]` times `w [n, k]` (float elements) transposed, or `None` where this path does
-/// not apply (quantized blocks, too few rows).
-pub(crate) fn matmul<B: Kernels>(
-    w: &[B],
-    n: usize,
-    k: usize,
-    x: &[f32],
-    m: usize,
-) -> Option<Vec<f32>> {
-    if !applies::<B>(m) {
-        return None;
-    }
-    matmul_any_rows(w, n, k, x, m)
-}
-
-/// `matmul` however few rows there are.
+/// `x [m, k]` times `w [n, k]` (float elements) transposed, however few rows there are, or
+/// `None` for quantized blocks. `matvec::matmul` takes it from `MIN_ROWS` on.
 pub(crate) fn matmul_any_rows<B: Kernels>(
     w: &[B],
     n: usize,

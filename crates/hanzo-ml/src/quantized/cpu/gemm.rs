@@ -53,28 +53,14 @@ fn panel_kernel(k: usize, group: usize, max_level: u8) -> Option<(usize, PanelFn
     pick_panel(group, max_level)
 }
 
-/// Whether `matmul` takes `m` activation rows of width `k` (which it quantizes to Q8_0).
+/// Whether `matvec::matmul` sends `m` activation rows of width `k` here (quantized to Q8_0).
 pub(crate) fn applies<B: GgmlBlock>(m: usize, k: usize) -> bool {
     m >= min_rows(B::DTYPE) && plan::<B>(k).is_some()
 }
 
-/// `x [m, k]` times `w [n, k]` transposed, or `None` where this path does not apply (type
-/// without an unpacked form, CPU without a panel kernel, fewer rows than `min_rows`, `k` not
-/// whole blocks).
-pub(crate) fn matmul<B: GgmlBlock>(
-    w: &[B],
-    n: usize,
-    k: usize,
-    x: &[f32],
-    m: usize,
-) -> Option<Vec<f32>> {
-    if m < min_rows(B::DTYPE) {
-        return None;
-    }
-    matmul_any_rows(w, n, k, x, m)
-}
-
-/// `matmul` however few rows there are (for measuring where the panels start to pay).
+/// `x [m, k]` times `w [n, k]` transposed through the panels, however few rows there are,
+/// or `None` where this path does not apply (type without an unpacked form, CPU without a
+/// panel kernel, `k` not whole blocks). `matvec::matmul` takes it from `min_rows` on.
 pub(crate) fn matmul_any_rows<B: GgmlBlock>(
     w: &[B],
     n: usize,

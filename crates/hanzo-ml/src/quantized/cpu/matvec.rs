@@ -94,12 +94,11 @@ pub(super) fn chunk_rows(total: usize, threads: usize) -> usize {
 }
 
 /// `x [m, k]` (row-major f32) times `w [n, k]` (blocks) transposed → `[m, n]`.
+/// Rows take the panels from the weight type's threshold on (`gemm::min_rows`), where the
+/// panels apply; below it, or where they do not, each row is computed as it is alone.
 pub fn matmul<B: Kernels>(w: &[B], n: usize, k: usize, x: &[f32], m: usize) -> Vec<f32> {
-    if m > 1 && n > 0 {
-        if let Some(out) = super::gemm::matmul(w, n, k, x, m) {
-            return out;
-        }
-        if let Some(out) = super::float::matmul(w, n, k, x, m) {
+    if m > 1 && m >= super::gemm::min_rows(B::DTYPE) {
+        if let Some(out) = matmul_panels(w, n, k, x, m) {
             return out;
         }
     }

@@ -57,7 +57,14 @@ def main():
     for r in range(a.rounds):
         for m in a.model:
             for name, run in engines:
-                speeds = run(name, m, a)
+                try:
+                    speeds = run(name, m, a)
+                except subprocess.CalledProcessError as e:
+                    # One engine failing on one file (a crash, an unsupported type) leaves
+                    # the rest of the run to finish; its cells read "failed".
+                    runs[(m, name)].append(None)
+                    print(f"round {r + 1} {m} {name}: failed ({e})", flush=True)
+                    continue
                 runs[(m, name)].append(speeds)
                 print(f"round {r + 1} {m} {name}: " +
                       ", ".join(f"{t} {speeds[t]:.1f}" for t in tests), flush=True)
@@ -70,11 +77,13 @@ def main():
         for name, _ in engines:
             cells = []
             for t in tests:
-                v = [s[t] for s in runs[(m, name)]]
-                cells.append(f"{statistics.median(v):.1f} ({min(v):.1f}–{max(v):.1f})")
+                v = [s[t] for s in runs[(m, name)] if s]
+                cells.append(f"{statistics.median(v):.1f} ({min(v):.1f}–{max(v):.1f})" if v
+                             else "failed")
             for t in tests:
-                q = [s[t] / f[t] for s, f in zip(runs[(m, name)], runs[(m, first)])]
-                cells.append(f"{statistics.median(q):.2f}x ({min(q):.2f}–{max(q):.2f})")
+                q = [s[t] / f[t] for s, f in zip(runs[(m, name)], runs[(m, first)]) if s and f]
+                cells.append(f"{statistics.median(q):.2f}x ({min(q):.2f}–{max(q):.2f})" if q
+                             else "failed")
             print(f"| {m} | {name} | " + " | ".join(cells) + " |")
 
 if __name__ == "__main__":

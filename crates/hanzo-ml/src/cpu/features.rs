@@ -118,6 +118,23 @@ impl Isa {
     }
 }
 
+/// Whether the CPU is Intel's (CPUID's vendor string). Where a kernel has both a 512-bit f32
+/// FMA form and a denser instruction (AVX512-BF16's pair products), the better one depends on
+/// the core: Intel's AVX-512 cores run two full-width FMA units, AMD's Zen 4 splits each
+/// 512-bit FMA into two halves (docs/QUANTIZATION.md, "Float weights").
+#[cfg(target_arch = "x86_64")]
+pub fn intel() -> bool {
+    static INTEL: OnceLock<bool> = OnceLock::new();
+    *INTEL.get_or_init(|| {
+        let id = std::arch::x86_64::__cpuid(0);
+        let mut vendor = [0u8; 12];
+        vendor[..4].copy_from_slice(&id.ebx.to_le_bytes());
+        vendor[4..8].copy_from_slice(&id.edx.to_le_bytes());
+        vendor[8..].copy_from_slice(&id.ecx.to_le_bytes());
+        &vendor == b"GenuineIntel"
+    })
+}
+
 /// The instruction set every kernel of this process uses, decided once.
 pub fn isa() -> Isa {
     static ISA: OnceLock<Isa> = OnceLock::new();

@@ -212,3 +212,52 @@ unsafe fn spill<const C: usize>(acc: [[__m512; 2]; C]) -> [[f32; BLOCK]; TILE_C]
     }
     y
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::quantized::format::HalfBF16;
+
+    /// The pair panel against an f64 sum of the bf16 weights times the activations rounded to
+    /// bf16, on any CPU with the features (whichever panel BF16 prefill picks there): a last
+    /// block of 32 rows part full, every tile shape, pieces of 256 columns and a last column
+    /// without a pair.
+    #[test]
+    fn pair_panel_matches_an_f64_sum_of_the_rounded_products() {
+        use std::arch::is_x86_feature_detected as has;
+        if !(has!("avx512f") && has!("avx512bw") && has!("avx512vl") && has!("avx512bf16"))
+            || !(has!("avx2") && has!("fma"))
+        {
+            eprintln!("NOT checking the AVX512-BF16 pair panel: this CPU lacks it");
+            return;
+        }
+        let mut seed = 11u32;
+        let mut next = || {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (seed >> 8) as f32 / (1 << 24) as f32 - 0.5
+        };
+        let (rows, k) = (57, 515);
+        let w: Vec<HalfBF16> = (0..rows * k).map(|_| HalfBF16::from_f32(next())).collect();
+        for m in [1, 2, 4, 8, 13] {
+            let x: Vec<f32> = (0..m * k).map(|_| next()).collect();
+            let mut out = vec![0f32; m * rows];
+            // SAFETY: the features were detected above.
+            unsafe { super::bf16_pairs_panel(&w, k, &x, m, &mut out) };
+            for j in 0..m {
+                for r in 0..rows {
+                    let (mut sum, mut size) = (0f64, 0f64);
+                    for c in 0..k {
+                        let xb = HalfBF16::from_f32(x[j * k + c]).to_f64();
+                        let p = w[r * k + c].to_f64() * xb;
+                        sum += p;
+                        size += p.abs();
+                    }
+                    let got = out[j * rows + r] as f64;
+                    assert!(
+                        (got - sum).abs() <= 1e-5 * size,
+                        "row {r}, activation {j}: {got} against {sum}"
+                    );
+                }
+            }
+        }
+    }
+}

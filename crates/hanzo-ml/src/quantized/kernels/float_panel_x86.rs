@@ -17,8 +17,8 @@ use super::float_x86::Widen;
 use crate::quantized::format::{HalfBF16, HalfF16};
 use std::arch::x86_64::*;
 
-/// Weight rows per packed block: two vectors.
-const BLOCK: usize = 16;
+/// Weight rows per packed block: two vectors of 8 (one of 16 in the AVX-512 form).
+pub(super) const BLOCK: usize = 16;
 /// Activation rows per tile: 12 accumulators, 2 weights and a broadcast of the 16 registers.
 const TILE_C: usize = 6;
 /// Columns packed and multiplied at a time: a tile's block (16 KiB) and activations (6 KiB)
@@ -26,12 +26,53 @@ const TILE_C: usize = 6;
 /// 1 KiB of each for `2 · rows · 256` flops per row, whatever `k` is.
 const PIECE: usize = 256;
 
+/// How a panel multiplies its packed blocks by the activations: at most `MOST` activation
+/// rows a strip. Every form sums each output along `k` in the same order (one FMA chain per
+/// piece), so the AVX2 and AVX-512 forms give the same bits.
+pub(super) trait Strips {
+    const MOST: usize;
+    /// Up to `c` activation rows (`1..=MOST`) from `at.j` on, as `strip` below; returns how
+    /// many it took (at least one).
+    ///
+    /// # Safety
+    /// The form's features are enabled.
+    unsafe fn strip(c: usize, packed: &[f32], x: &[f32], at: Strip, out: &mut [f32]) -> usize;
+}
+
+/// The AVX2 form: `tile` below.
+struct Avx2Strips;
+
+impl Strips for Avx2Strips {
+    const MOST: usize = TILE_C;
+    #[inline(always)]
+    unsafe fn strip(c: usize, packed: &[f32], x: &[f32], at: Strip, out: &mut [f32]) -> usize {
+        // SAFETY: the caller enables AVX2 and FMA.
+        unsafe {
+            match c {
+                6 => strip::<6>(packed, x, at, out),
+                5 => strip::<5>(packed, x, at, out),
+                4 => strip::<4>(packed, x, at, out),
+                3 => strip::<3>(packed, x, at, out),
+                2 => strip::<2>(packed, x, at, out),
+                _ => strip::<1>(packed, x, at, out),
+            }
+        }
+        c.clamp(1, TILE_C)
+    }
+}
+
 /// `w [rows, k]` times `x [m, k]` transposed, written as `out [m, rows]`.
 ///
 /// # Safety
-/// AVX2, FMA and F16C are enabled.
+/// AVX2, FMA and F16C are enabled, and what `S` needs.
 #[inline(always)]
-unsafe fn panel<H: Widen>(w: &[H], k: usize, x: &[f32], m: usize, out: &mut [f32]) {
+pub(super) unsafe fn panel<H: Widen, S: Strips>(
+    w: &[H],
+    k: usize,
+    x: &[f32],
+    m: usize,
+    out: &mut [f32],
+) {
     assert!(k > 0 && w.len().is_multiple_of(k) && x.len() == m * k);
     let rows = w.len() / k;
     assert!(out.len() == m * rows);
@@ -50,7 +91,7 @@ unsafe fn panel<H: Widen>(w: &[H], k: usize, x: &[f32], m: usize, out: &mut [f32
             pack(w, k, k0, len, rows, packed);
             let mut j = 0;
             while j < m {
-                let c = TILE_C.min(m - j);
+                let c = S::MOST.min(m - j);
                 let at = Strip {
                     k,
                     k0,
@@ -58,15 +99,7 @@ unsafe fn panel<H: Widen>(w: &[H], k: usize, x: &[f32], m: usize, out: &mut [f32
                     rows,
                     j,
                 };
-                match c {
-                    6 => strip::<6>(packed, x, at, out),
-                    5 => strip::<5>(packed, x, at, out),
-                    4 => strip::<4>(packed, x, at, out),
-                    3 => strip::<3>(packed, x, at, out),
-                    2 => strip::<2>(packed, x, at, out),
-                    _ => strip::<1>(packed, x, at, out),
-                }
-                j += c;
+                j += S::strip(c, packed, x, at, out);
             }
         }
     }
@@ -154,12 +187,12 @@ pub(super) fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
 /// Where a strip works: columns `k0..k0 + len` of rows `[.., k]`, activation rows `j..`, a
 /// panel of `rows` weight rows.
 #[derive(Clone, Copy)]
-struct Strip {
-    k: usize,
-    k0: usize,
-    len: usize,
-    rows: usize,
-    j: usize,
+pub(super) struct Strip {
+    pub k: usize,
+    pub k0: usize,
+    pub len: usize,
+    pub rows: usize,
+    pub j: usize,
 }
 
 /// Activation rows `j..j + C` against every block of the packed columns, set into `out
@@ -233,11 +266,11 @@ unsafe fn tile<const C: usize>(block: &[f32], x: &[f32], stride: usize) -> [[__m
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn f16_panel(w: &[HalfF16], k: usize, x: &[f32], m: usize, out: &mut [f32]) {
     // SAFETY: this function enables the features `panel` needs.
-    unsafe { panel(w, k, x, m, out) }
+    unsafe { panel::<_, Avx2Strips>(w, k, x, m, out) }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn bf16_panel(w: &[HalfBF16], k: usize, x: &[f32], m: usize, out: &mut [f32]) {
     // SAFETY: as in f16_panel.
-    unsafe { panel(w, k, x, m, out) }
+    unsafe { panel::<_, Avx2Strips>(w, k, x, m, out) }
 }

@@ -26,6 +26,8 @@ mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod bf16_panel_avx512;
 #[cfg(target_arch = "x86_64")]
+mod float_panel_avx512;
+#[cfg(target_arch = "x86_64")]
 mod float_panel_x86;
 #[cfg(target_arch = "x86_64")]
 mod float_x86;
@@ -261,11 +263,21 @@ macro_rules! picker {
     };
 }
 
-/// The AVX2 float prefill panel (`float_panel_x86`), on x86 CPUs that have AVX2; none
-/// elsewhere (the driver then widens the weights for the `gemm` crate).
+/// The float prefill panel (`float_panel_x86`): its AVX-512 form at that level, its AVX2
+/// form on the other x86 CPUs that have AVX2 (the same bits), none elsewhere (the driver then
+/// widens the weights for the `gemm` crate).
 macro_rules! float_panel_picker {
     ($pick:ident, $block:ty, $kernel:ident) => {
         fn $pick() -> Option<FloatPanelFn<$block>> {
+            #[cfg(target_arch = "x86_64")]
+            if isa() >= Isa::Avx512 {
+                fn kernel(w: &[$block], k: usize, x: &[f32], m: usize, out: &mut [f32]) {
+                    // SAFETY: handed out only at the AVX-512 level (AVX-512 F, AVX2, FMA
+                    // and F16C, see `Isa`).
+                    unsafe { float_panel_avx512::$kernel(w, k, x, m, out) }
+                }
+                return Some(kernel);
+            }
             #[cfg(target_arch = "x86_64")]
             if isa() >= Isa::Avx2 {
                 fn kernel(w: &[$block], k: usize, x: &[f32], m: usize, out: &mut [f32]) {
@@ -408,17 +420,24 @@ fn pick_bf16_panel() -> Option<FloatPanelFn<HalfBF16>> {
 float_panel_picker!(pick_bf16_f32_panel, HalfBF16, bf16_panel);
 
 /// Whether BF16 prefill multiplies bf16 pairs (`vdpbf16ps`), with its activations rounded to
-/// bf16: this CPU has AVX512-BF16 and the process runs its AVX-512 kernels.
+/// bf16: this CPU has AVX512-BF16, the process runs its AVX-512 kernels, and the CPU is not
+/// Intel's. An Intel core's two 512-bit FMA units run the f32 panel faster than the pairs
+/// (Sapphire Rapids: 1.27x); Zen 4, whose 512-bit FMAs take both its halves, runs the pairs
+/// 1.4x faster than the f32 panel (docs/BENCHMARKS.md).
 pub(crate) fn bf16_pairs() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *HAS.get_or_init(|| {
-            isa() >= Isa::Avx512 && std::arch::is_x86_feature_detected!("avx512bf16")
-        })
+        *HAS.get_or_init(|| bf16_pairs_run() && !crate::cpu::features::intel())
     }
     #[cfg(not(target_arch = "x86_64"))]
     false
+}
+
+/// Whether this process could run the AVX512-BF16 pair panel (what its tests need).
+#[cfg(target_arch = "x86_64")]
+fn bf16_pairs_run() -> bool {
+    isa() >= Isa::Avx512 && std::arch::is_x86_feature_detected!("avx512bf16")
 }
 // Q4_1 and Q5_1: tiles on SIMD128 only (`affine!`), `picker!`'s dot on AVX2.
 tile_picker!(tile_q4_1_one, tile_q4_1_one_for, tile_q4_1, tile_q4_1_for, BlockQ4_1, q4_1_tile,

@@ -218,16 +218,13 @@ mod tests {
     use crate::quantized::format::HalfBF16;
 
     /// The pair panel against an f64 sum of the bf16 weights times the activations rounded to
-    /// bf16, on any CPU with the features (whichever panel BF16 prefill picks there): a last
+    /// bf16, wherever the process could run it (whichever panel BF16 prefill picks there): a last
     /// block of 32 rows part full, every tile shape, pieces of 256 columns and a last column
     /// without a pair.
     #[test]
     fn pair_panel_matches_an_f64_sum_of_the_rounded_products() {
-        use std::arch::is_x86_feature_detected as has;
-        if !(has!("avx512f") && has!("avx512bw") && has!("avx512vl") && has!("avx512bf16"))
-            || !(has!("avx2") && has!("fma"))
-        {
-            eprintln!("NOT checking the AVX512-BF16 pair panel: this CPU lacks it");
+        if !super::super::bf16_pairs_run() {
+            eprintln!("NOT checking the AVX512-BF16 pair panel: this process cannot run it");
             return;
         }
         let mut seed = 11u32;

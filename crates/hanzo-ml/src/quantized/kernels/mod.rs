@@ -434,7 +434,7 @@ pub(crate) fn bf16_pairs() -> bool {
     false
 }
 
-/// Whether this process could run the AVX512-BF16 pair panel (what its tests need).
+/// Whether this process could run the AVX512-BF16 pair panel (its test asks too).
 #[cfg(target_arch = "x86_64")]
 fn bf16_pairs_run() -> bool {
     isa() >= Isa::Avx512 && std::arch::is_x86_feature_detected!("avx512bf16")

@@ -1,10 +1,11 @@
 //! Prefill with float weights (F16, BF16 files): the weights stay in their two-byte form and
 //! the activations in f32, so prefill rounds less than decode (whose activations are rounded
-//! to the weight type, as ggml's are). The exception is BF16 on a CPU with AVX512-BF16, whose
-//! pair panel takes activations rounded to bf16 as decode does (`activation_dtype`). Each task
-//! takes one panel of weight rows against every activation row.
+//! to the weight type, as ggml's are). The exception is BF16 where `kernels::bf16_pairs` takes
+//! the AVX512-BF16 pair panel (AMD CPUs with it), which takes activations rounded to bf16 as
+//! decode does (`activation_dtype`). Each task takes one panel of weight rows against every
+//! activation row.
 //!
-//! Where the CPU has a float panel kernel (`Kernels::float_panel`, AVX2), the kernel widens
+//! Where the CPU has a float panel kernel (`Kernels::float_panel`, AVX2 or AVX-512), the kernel widens
 //! and packs the task's weight rows itself, a piece of the row width at a time. Elsewhere the
 //! task widens its panel to f32 and hands it to the f32 GEMM of the `gemm` crate, 16
 //! activation rows a call; widening a row costs about as much as one activation row's

@@ -403,8 +403,8 @@ tile_picker!(pick_bf16, pick_bf16_for, tile_bf16, tile_bf16_for, HalfBF16, bf16_
     ["x86_64" Avx2 => float_x86]);
 float_panel_picker!(pick_f16_panel, HalfF16, f16_panel);
 
-/// BF16 prefill: the AVX512-BF16 pair panel where the CPU has it (at the AVX-512 level), the
-/// AVX2 f32 panel otherwise.
+/// BF16 prefill: the AVX512-BF16 pair panel where `bf16_pairs` takes it, the f32 panel
+/// (AVX-512 or AVX2 form) otherwise.
 fn pick_bf16_panel() -> Option<FloatPanelFn<HalfBF16>> {
     #[cfg(target_arch = "x86_64")]
     if bf16_pairs() {

@@ -5,12 +5,12 @@
 //! decode does (`activation_dtype`). Each task takes one panel of weight rows against every
 //! activation row.
 //!
-//! Where the CPU has a float panel kernel (`Kernels::float_panel`, AVX2 or AVX-512), the kernel widens
-//! and packs the task's weight rows itself, a piece of the row width at a time. Elsewhere the
-//! task widens its panel to f32 and hands it to the f32 GEMM of the `gemm` crate, 16
-//! activation rows a call; widening a row costs about as much as one activation row's
-//! products with it, so it pays from a few rows on. Decode (one row) takes the tiles in
-//! `matvec` instead.
+//! Where the CPU has a float panel kernel (`Kernels::float_panel`, AVX2 or AVX-512), the
+//! kernel widens and packs the task's weight rows itself, a piece of the row width at a time.
+//! Elsewhere the task widens its panel to f32 and hands it to the f32 GEMM of the `gemm`
+//! crate, 16 activation rows a call; widening a row costs about as much as one activation
+//! row's products with it, so it pays from a few rows on. Decode (one row) takes the tiles
+//! in `matvec` instead.
 
 use super::sink::{filled, Sink};
 use crate::cpu::par::par_for_with;

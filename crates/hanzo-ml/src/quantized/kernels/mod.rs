@@ -421,9 +421,10 @@ float_panel_picker!(pick_bf16_f32_panel, HalfBF16, bf16_panel);
 
 /// Whether BF16 prefill multiplies bf16 pairs (`vdpbf16ps`), with its activations rounded to
 /// bf16: this CPU has AVX512-BF16, the process runs its AVX-512 kernels, and the CPU is not
-/// Intel's. An Intel core's two 512-bit FMA units run the f32 panel faster than the pairs
-/// (Sapphire Rapids: 1.27x); Zen 4, whose 512-bit FMAs take both its halves, runs the pairs
-/// 1.4x faster than the f32 panel (docs/BENCHMARKS.md).
+/// Intel's. An Intel core's two 512-bit FMA units run the AVX-512 f32 panel faster than the
+/// pairs (Sapphire Rapids: 1.27x); Zen 4 ran the pairs 1.4x faster than the AVX2 f32 panel,
+/// and its 512-bit FMAs, which take both of its 256-bit halves, give the AVX-512 form no more
+/// multiply-adds a cycle (docs/BENCHMARKS.md).
 pub(crate) fn bf16_pairs() -> bool {
     #[cfg(target_arch = "x86_64")]
     {

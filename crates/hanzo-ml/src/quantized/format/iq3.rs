@@ -35,6 +35,12 @@ pub struct BlockIQ3S {
 const _: () = assert!(std::mem::size_of::<BlockIQ3XXS>() == 98);
 const _: () = assert!(std::mem::size_of::<BlockIQ3S>() == 110);
 
+/// Writes two 4-weight grid points `a` then `c`, the 8 weights one sign byte covers, signed.
+fn put_two(level: &mut [i8], a: [i8; 4], c: [i8; 4], signs: u8) {
+    let point = std::array::from_fn(|j| if j < 4 { a[j] } else { c[j - 4] });
+    level[..8].copy_from_slice(&signed8(point, signs));
+}
+
 fn iq3xxs_levels(b: &BlockIQ3XXS) -> Levels<32> {
     let mut out = Levels::new(b.d.to_f32());
     let grid = iq3xxs_grid();
@@ -48,9 +54,7 @@ fn iq3xxs_levels(b: &BlockIQ3XXS) -> Levels<32> {
                 grid[idx[8 * ib + 2 * l] as usize],
                 grid[idx[8 * ib + 2 * l + 1] as usize],
             );
-            let point = std::array::from_fn(|j| if j < 4 { a[j] } else { c[j - 4] });
-            let at = 32 * ib + 8 * l;
-            out.level[at..at + 8].copy_from_slice(&signed8(point, signs));
+            put_two(&mut out.level[32 * ib + 8 * l..], a, c, signs);
         }
     }
     out
@@ -65,8 +69,7 @@ fn iq3s_levels(b: &BlockIQ3S) -> Levels<32> {
             let high = (b.qh[e / 8] >> (e % 8) & 1) as usize;
             grid[b.qs[e] as usize | high << 8]
         });
-        let point = std::array::from_fn(|j| if j < 4 { a[j] } else { c[j - 4] });
-        out.level[8 * p..8 * p + 8].copy_from_slice(&signed8(point, signs));
+        put_two(&mut out.level[8 * p..], a, c, signs);
     }
     for (g, m) in out.mult.iter_mut().take(QK_K / 32).enumerate() {
         *m = 1 + 2 * (b.scales[g / 2] >> (4 * (g % 2)) & 15) as i32;

@@ -492,8 +492,8 @@ mod tests {
         round_trip::<BlockMXFP4>();
     }
 
-    /// The SIMD kernel against the portable one, bit for bit, including the largest levels
-    /// against ±127 activations (the i16 sums' worst case).
+    /// The SIMD kernels of every level this CPU has against the portable one, bit for bit,
+    /// including the largest levels against ±127 activations (the i16 sums' worst case).
     fn kernels_agree<B: InterleavedKernels>() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(2);
         let blocks = 16;
@@ -526,19 +526,25 @@ mod tests {
             .collect();
         let acts = Activations::new(&xs, 8, 32 * blocks);
         let all: [XRow; 8] = std::array::from_fn(|j| acts.row(j));
-        assert_eq!(
-            B::dot::<8>()(packed.blocks(), &all, Ahead::Nothing),
-            dot_scalar::<B, 8>(packed.blocks(), &all)
-        );
         let rows: [XRow; 4] = std::array::from_fn(|j| acts.row(j));
-        assert_eq!(
-            B::dot::<4>()(packed.blocks(), &rows, Ahead::Cached),
-            dot_scalar::<B, 4>(packed.blocks(), &rows)
-        );
-        assert_eq!(
-            B::dot::<1>()(packed.blocks(), &[rows[1]], Ahead::Streamed),
-            dot_scalar::<B, 1>(packed.blocks(), &[rows[1]])
-        );
+        for isa in Isa::available() {
+            let at = format!("{} at {}", B::DTYPE, isa.name());
+            assert_eq!(
+                B::dot_for::<8>(isa)(packed.blocks(), &all, Ahead::Nothing),
+                dot_scalar::<B, 8>(packed.blocks(), &all),
+                "{at}"
+            );
+            assert_eq!(
+                B::dot_for::<4>(isa)(packed.blocks(), &rows, Ahead::Cached),
+                dot_scalar::<B, 4>(packed.blocks(), &rows),
+                "{at}"
+            );
+            assert_eq!(
+                B::dot_for::<1>(isa)(packed.blocks(), &[rows[1]], Ahead::Streamed),
+                dot_scalar::<B, 1>(packed.blocks(), &[rows[1]]),
+                "{at}"
+            );
+        }
         // The extreme blocks alone: the exact integer sums, scaled by the activation scale.
         for (i, u) in [(0, top_level as i32), (1, bottom_level as i32)] {
             let one = dot_scalar::<B, 4>(
@@ -563,7 +569,9 @@ mod tests {
 
     #[test]
     fn simd_kernels_equal_the_portable_one() {
-        crate::cpu::features::test_kernels_at(Isa::Avx2, "interleaved dot kernels");
+        for isa in [Isa::Avx2, Isa::AvxVnni, Isa::Avx512] {
+            crate::cpu::features::test_kernels_at(isa, "interleaved dot kernels");
+        }
         kernels_agree::<BlockQ4_0>();
         kernels_agree::<BlockQ4_1>();
         kernels_agree::<BlockQ5_0>();

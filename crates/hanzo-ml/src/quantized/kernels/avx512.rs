@@ -11,7 +11,7 @@ use crate::quantized::format::*;
 use std::arch::x86_64::*;
 
 /// The 256-bit `vpdpbusd` of AVX512-VNNI + VL (CPUs with AVX-512 need not have AVX-VNNI).
-struct Vnni256;
+pub(super) struct Vnni256;
 
 impl ByteDot for Vnni256 {
     #[inline(always)]

@@ -1,8 +1,9 @@
-//! The kernels over blocks of eight interleaved rows (`format::interleaved`): AVX2 where the
-//! instruction set has it (`interleaved_x86`), SIMD128 in a WebAssembly build with it
-//! (`interleaved_simd128`, the types but IQ4_NL and MXFP4), the portable ones of `format`
-//! otherwise.
+//! The kernels over blocks of eight interleaved rows (`format::interleaved`): on x86
+//! (`interleaved_x86`) the `vpdpbusd` form at the AVX-512 and AVX-VNNI levels and the
+//! `maddubs` one at AVX2, SIMD128 in a WebAssembly build with it (`interleaved_simd128`, the
+//! types but IQ4_NL and MXFP4), the portable ones of `format` otherwise.
 
+use super::{isa, Isa};
 use crate::quantized::format::interleaved::{dot_scalar, Interleave, XRow, ROWS};
 use crate::quantized::format::{
     BlockIQ4NL, BlockMXFP4, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0,
@@ -44,7 +45,11 @@ impl Ahead {
 /// The kernels of one interleaved type at this process's instruction set.
 pub trait InterleavedKernels: Interleave {
     /// The dot kernel for `C` activation rows.
-    fn dot<const C: usize>() -> DotFn<Self, C>;
+    fn dot<const C: usize>() -> DotFn<Self, C> {
+        Self::dot_for::<C>(isa())
+    }
+    /// The dot kernel for `C` activation rows at the best level up to `isa` (supported).
+    fn dot_for<const C: usize>(isa: Isa) -> DotFn<Self, C>;
     /// The expansion of a block into its unsigned levels.
     fn expand() -> ExpandFn<Self>;
 }
@@ -53,27 +58,49 @@ fn portable_expand<B: Interleave>(b: &B::X8, out: &mut [u8; 256]) {
     out.copy_from_slice(B::unpack(b).as_flattened());
 }
 
+/// An x86 dot kernel of `interleaved_x86` as a `DotFn`, for a level whose features include
+/// the kernel's.
+#[cfg(target_arch = "x86_64")]
+macro_rules! x86_dot {
+    ($block:ty, $kernel:ident) => {{
+        fn kernel<const C: usize>(
+            w: &[<$block as Interleave>::X8],
+            x: &[XRow; C],
+            ahead: Ahead,
+        ) -> [[f32; ROWS]; C] {
+            // SAFETY: handed out only for a supported level whose features include this
+            // kernel's (see `Isa`); the kernel asserts that every activation row has
+            // `w.len()` blocks.
+            unsafe { super::interleaved_x86::$kernel::<_, C>(w, x, ahead) }
+        }
+        kernel::<C>
+    }};
+}
+
 macro_rules! interleaved_kernels {
     ($block:ty $(, $simd128:ident)?) => {
         impl InterleavedKernels for $block {
             #[allow(unreachable_code)]
-            fn dot<const C: usize>() -> DotFn<Self, C> {
+            fn dot_for<const C: usize>(isa: Isa) -> DotFn<Self, C> {
+                assert!(isa.supported(), "{isa:?} kernels on a CPU without them");
                 $(
                     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-                    return |w, x, _| super::$simd128::dot::<$block, C>(w, x);
+                    if isa >= Isa::Simd128 {
+                        return |w, x, _| super::$simd128::dot::<$block, C>(w, x);
+                    }
                 )?
                 #[cfg(target_arch = "x86_64")]
-                if super::has_avx2() {
-                    fn kernel<const C: usize>(
-                        w: &[<$block as Interleave>::X8],
-                        x: &[XRow; C],
-                        ahead: Ahead,
-                    ) -> [[f32; ROWS]; C] {
-                        // SAFETY: `has_avx2()` checked AVX2, FMA and F16C; the kernel asserts
-                        // that every activation row has `w.len()` blocks.
-                        unsafe { super::interleaved_x86::dot::<_, C>(w, x, ahead) }
+                {
+                    // Listed best first: a CPU with AVX-512 need not have AVX-VNNI.
+                    if isa >= Isa::Avx512 {
+                        return x86_dot!($block, dot_avx512vnni);
                     }
-                    return kernel::<C>;
+                    if isa >= Isa::AvxVnni {
+                        return x86_dot!($block, dot_avxvnni);
+                    }
+                    if isa >= Isa::Avx2 {
+                        return x86_dot!($block, dot);
+                    }
                 }
                 |w, x, _| dot_scalar::<$block, C>(w, x)
             }

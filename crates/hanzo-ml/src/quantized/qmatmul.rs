@@ -194,15 +194,14 @@ impl QMatMul {
             QMatMul::Dense(_) => return None,
         };
         let k = self.weight_dims().1;
-        Some(crate::with_block_type!(w.dtype(), B => {
-            if rows > 1 && super::cpu::gemm::applies::<B>(rows, k) {
-                GgmlDType::Q8_0
-            } else if rows > 1 && super::cpu::float::applies::<B>(rows) {
-                super::cpu::float::activation_dtype::<B>()
-            } else {
-                <<B as GgmlBlock>::Dot as GgmlBlock>::DTYPE
-            }
-        }))
+        use super::cpu::matvec::{panels_by_rows, Panels};
+        Some(
+            crate::with_block_type!(w.dtype(), B => match panels_by_rows::<B>(rows, k) {
+                Some(Panels::Quantized) => GgmlDType::Q8_0,
+                Some(Panels::Float) => super::cpu::float::activation_dtype::<B>(),
+                None => <<B as GgmlBlock>::Dot as GgmlBlock>::DTYPE,
+            }),
+        )
     }
 
     /// Rows from which a product with this weight takes the GEMM panels (whose numerics

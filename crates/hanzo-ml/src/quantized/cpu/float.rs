@@ -19,19 +19,12 @@ use crate::quantized::kernels::Kernels;
 use crate::quantized::GgmlDType;
 use gemm::Parallelism;
 
-/// Fewest activation rows for this path (as for the quantized panels).
-const MIN_ROWS: usize = super::gemm::MIN_ROWS;
 /// Most weight rows in a task of the float panel kernel: each pass over the activations
 /// serves this many rows (the kernel packs 256 columns of them at a time, 128 KiB, for L2).
 const KERNEL_ROWS: usize = 128;
 /// A task's widened panel for `gemm`: about 1 MiB of f32, so that `gemm`'s repacking of the
 /// activations, done once per task, is a small share of the task's products.
 const GEMM_PANEL_ELEMS: usize = 256 * 1024;
-
-/// Whether `matvec::matmul` sends `m` activation rows here (which keep f32).
-pub(crate) fn applies<B: GgmlBlock>(m: usize) -> bool {
-    B::BLOCK_SIZE == 1 && m >= MIN_ROWS
-}
 
 /// What this path rounds the activations to: BF16 where BF16 weights take the AVX512-BF16
 /// pair panel (as decode does), none (F32) otherwise.
@@ -44,7 +37,7 @@ pub(crate) fn activation_dtype<B: GgmlBlock>() -> GgmlDType {
 }
 
 /// `x [m, k]` times `w [n, k]` (float elements) transposed, however few rows there are, or
-/// `None` for quantized blocks. `matvec::matmul` takes it from `MIN_ROWS` on.
+/// `None` for quantized blocks. `matvec::matmul` takes it from `gemm::MIN_ROWS` rows on.
 pub(crate) fn matmul_any_rows<B: Kernels>(
     w: &[B],
     n: usize,

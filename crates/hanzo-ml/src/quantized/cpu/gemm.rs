@@ -53,9 +53,9 @@ fn panel_kernel(k: usize, group: usize, max_level: u8) -> Option<(usize, PanelFn
     pick_panel(group, max_level)
 }
 
-/// Whether `matvec::matmul` sends `m` activation rows of width `k` here (quantized to Q8_0).
-pub(crate) fn applies<B: GgmlBlock>(m: usize, k: usize) -> bool {
-    m >= min_rows(B::DTYPE) && plan::<B>(k).is_some()
+/// Whether `B` weights of width `k` have panels on this CPU (`matvec::panels`).
+pub(crate) fn has_panels<B: GgmlBlock>(k: usize) -> bool {
+    plan::<B>(k).is_some()
 }
 
 /// `x [m, k]` times `w [n, k]` transposed through the panels, however few rows there are,

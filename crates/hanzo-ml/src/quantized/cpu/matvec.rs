@@ -93,11 +93,43 @@ pub(super) fn chunk_rows(total: usize, threads: usize) -> usize {
         .max(MATVEC_ROWS)
 }
 
+/// The prefill panels a product can take instead of the tiles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Panels {
+    /// The GEMM panels (`gemm`), on activations quantized to Q8_0.
+    Quantized,
+    /// The float panels of F16/BF16 weights (`float`), on f32 activations (or bf16, see
+    /// `float::activation_dtype`).
+    Float,
+}
+
+/// The panels `B` weights of width `k` have on this CPU, whatever the number of rows.
+pub(crate) fn panels<B: Kernels>(k: usize) -> Option<Panels> {
+    if super::gemm::has_panels::<B>(k) {
+        Some(Panels::Quantized)
+    } else if B::BLOCK_SIZE == 1 {
+        Some(Panels::Float)
+    } else {
+        None
+    }
+}
+
+/// The panels `m` activation rows of width `k` take with `B` weights in `matmul` (the
+/// weight type's row threshold, `gemm::min_rows`), or `None` for the tiles, which compute
+/// each row as it is alone. The one answer to "which kernels take these rows", for
+/// `matmul` and for `QMatMul::activation_dtype`.
+pub(crate) fn panels_by_rows<B: Kernels>(m: usize, k: usize) -> Option<Panels> {
+    match m > 1 && m >= super::gemm::min_rows(B::DTYPE) {
+        true => panels::<B>(k),
+        false => None,
+    }
+}
+
 /// `x [m, k]` (row-major f32) times `w [n, k]` (blocks) transposed → `[m, n]`.
-/// Rows take the panels from the weight type's threshold on (`gemm::min_rows`), where the
-/// panels apply; below it, or where they do not, each row is computed as it is alone.
+/// Rows take the panels from the weight type's threshold on (`panels_by_rows`); below it,
+/// or where there are none, each row is computed as it is alone.
 pub fn matmul<B: Kernels>(w: &[B], n: usize, k: usize, x: &[f32], m: usize) -> Vec<f32> {
-    if m > 1 && m >= super::gemm::min_rows(B::DTYPE) {
+    if panels_by_rows::<B>(m, k).is_some() {
         if let Some(out) = matmul_panels(w, n, k, x, m) {
             return out;
         }
@@ -119,8 +151,10 @@ pub fn matmul_panels<B: Kernels>(
     if m == 0 || n == 0 {
         return None;
     }
-    super::gemm::matmul_any_rows(w, n, k, x, m)
-        .or_else(|| super::float::matmul_any_rows(w, n, k, x, m))
+    match panels::<B>(k)? {
+        Panels::Quantized => super::gemm::matmul_any_rows(w, n, k, x, m),
+        Panels::Float => super::float::matmul_any_rows(w, n, k, x, m),
+    }
 }
 
 /// `x [m, k]` times `w [n, k]` by `route`.

@@ -101,7 +101,7 @@ unsafe fn tile<H: Widen, const R: usize, const C: usize>(
             let mut i = 0;
             while i < stepped {
                 for a in 0..ACCS {
-                    step_group(&w, &x, i, &mut acc, a, a);
+                    add_group(&w, &x, i, Group::OfStep(a), &mut acc, a);
                 }
                 i += STEP;
             }
@@ -112,7 +112,7 @@ unsafe fn tile<H: Widen, const R: usize, const C: usize>(
                 let mut one = [[[_mm256_setzero_ps(); 1]; C]; R];
                 let mut i = 0;
                 while i < stepped {
-                    step_group(&w, &x, i, &mut one, a, 0);
+                    add_group(&w, &x, i, Group::OfStep(a), &mut one, 0);
                     i += STEP;
                 }
                 for (acc, one) in acc.iter_mut().zip(&one) {
@@ -124,7 +124,7 @@ unsafe fn tile<H: Widen, const R: usize, const C: usize>(
         }
         let mut i = stepped;
         while i < whole {
-            pass_step(&w, &x, i, &mut acc, 0);
+            add_group(&w, &x, i, Group::Eight, &mut acc, 0);
             i += 8;
         }
         let mut out = [[0f32; C]; R];
@@ -142,45 +142,41 @@ unsafe fn tile<H: Widen, const R: usize, const C: usize>(
     }
 }
 
-/// Group `g` of the step at `i` of every pair (`Widen::step_group`), added into
-/// accumulator `a` of each.
-///
-/// # Safety
-/// AVX2, FMA and F16C are enabled; every slice holds at least `i + STEP` elements, `g <
-/// ACCS`.
-#[inline(always)]
-unsafe fn step_group<H: Widen, const R: usize, const C: usize, const N: usize>(
-    w: &[&[H]; R],
-    x: &[&[H]; C],
-    i: usize,
-    acc: &mut [[[__m256; N]; C]; R],
-    g: usize,
-    a: usize,
-) {
-    // SAFETY: as documented above (the caller's bounds).
-    unsafe {
-        let mut xs = [_mm256_setzero_ps(); C];
-        for c in 0..C {
-            xs[c] = H::step_group(&x[c][i..], g);
-        }
-        for r in 0..R {
-            let wv = H::step_group(&w[r][i..], g);
-            for c in 0..C {
-                acc[r][c][a] = _mm256_fmadd_ps(wv, xs[c], acc[r][c][a]);
+/// Which eight elements at `i` a pass takes from every slice.
+#[derive(Clone, Copy)]
+enum Group {
+    /// Group `g` of the whole step at `i` (`Widen::step_group`).
+    OfStep(usize),
+    /// Elements `i..i + 8` (a whole group after the last step).
+    Eight,
+}
+
+impl Group {
+    /// # Safety
+    /// As for `add_group`, with `p` starting at `i`.
+    #[inline(always)]
+    unsafe fn widen<H: Widen>(self, p: &[H]) -> __m256 {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            match self {
+                Group::OfStep(g) => H::step_group(p, g),
+                Group::Eight => H::widen8(p),
             }
         }
     }
 }
 
-/// Eight elements at `i` of every pair, added into accumulator `a` of each.
+/// `group` at `i` of every pair, added into accumulator `a` of each.
 ///
 /// # Safety
-/// AVX2, FMA and F16C are enabled; every slice holds at least `i + 8` elements.
+/// AVX2, FMA and F16C are enabled; every slice holds the elements `group` reads (`i + STEP`
+/// for a group of a step, `g < ACCS`; `i + 8` otherwise).
 #[inline(always)]
-unsafe fn pass_step<H: Widen, const R: usize, const C: usize, const N: usize>(
+unsafe fn add_group<H: Widen, const R: usize, const C: usize, const N: usize>(
     w: &[&[H]; R],
     x: &[&[H]; C],
     i: usize,
+    group: Group,
     acc: &mut [[[__m256; N]; C]; R],
     a: usize,
 ) {
@@ -188,10 +184,10 @@ unsafe fn pass_step<H: Widen, const R: usize, const C: usize, const N: usize>(
     unsafe {
         let mut xs = [_mm256_setzero_ps(); C];
         for c in 0..C {
-            xs[c] = H::widen8(&x[c][i..]);
+            xs[c] = group.widen(&x[c][i..]);
         }
         for r in 0..R {
-            let wv = H::widen8(&w[r][i..]);
+            let wv = group.widen(&w[r][i..]);
             for c in 0..C {
                 acc[r][c][a] = _mm256_fmadd_ps(wv, xs[c], acc[r][c][a]);
             }

@@ -1,5 +1,5 @@
 //! Decode's quantized matrix-vector products, one thread, for the weight types of the
-//! WebAssembly fixtures (and Q4_0 and IQ4_NL repacked): GB/s of weights read, from cache
+//! WebAssembly fixtures (and Q4_0 and IQ4_NL repacked, F16 and BF16): GB/s of weights read, from cache
 //! (4,096 rows) and from memory (262,144 rows, Gemma 3's output head), the 10th percentile
 //! of many runs (the least disturbed by a noisy machine); the `x8` rows over the weight
 //! repacked eight rows at a time (`cpu::interleaved`). Built for `wasm32-wasip1` it times the SIMD128 kernels
@@ -16,7 +16,7 @@ use hanzo_ml::quantized::cpu::interleaved::Interleaved;
 use hanzo_ml::quantized::cpu::matvec::matmul;
 use hanzo_ml::quantized::cpu::Route;
 use hanzo_ml::quantized::format::{
-    BlockIQ4NL, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ6K, BlockQ8_0,
+    BlockIQ4NL, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ6K, BlockQ8_0, HalfBF16, HalfF16,
 };
 use hanzo_ml::quantized::kernels::interleaved::InterleavedKernels;
 use hanzo_ml::quantized::kernels::Kernels;
@@ -88,5 +88,7 @@ fn main() {
         time_interleaved::<BlockIQ4NL>(GgmlDType::IQ4NL, n, 640);
         time::<BlockQ4K>(GgmlDType::Q4K, n / 2, 1024);
         time::<BlockQ6K>(GgmlDType::Q6K, n / 2, 1024);
+        time::<HalfF16>(GgmlDType::F16, n / 2, 640);
+        time::<HalfBF16>(GgmlDType::BF16, n / 2, 640);
     }
 }

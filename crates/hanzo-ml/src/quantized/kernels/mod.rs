@@ -26,6 +26,8 @@ mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod bf16_panel_avx512;
 #[cfg(target_arch = "x86_64")]
+mod bf16_tile_avx512;
+#[cfg(target_arch = "x86_64")]
 mod float_panel_avx512;
 #[cfg(target_arch = "x86_64")]
 mod float_panel_x86;
@@ -292,18 +294,19 @@ macro_rules! float_panel_picker {
 }
 
 /// `$tile_for(isa)` gives the `R x C` tile kernel of the best level at or below `isa` that
-/// has one for this type (the `"arch" $level => $module` list, best first), `$one_for(isa)` the
-/// 1x1 tile as a dot product; `$tile` and `$one` use the process-wide `isa()`.
+/// has one for this type (the `"arch" $level => $module` list, best first; `if f` also asks
+/// `f()`), `$one_for(isa)` the 1x1 tile as a dot product; `$tile` and `$one` use the
+/// process-wide `isa()`.
 macro_rules! tile_picker {
     ($one:ident, $one_for:ident, $tile:ident, $tile_for:ident, $block:ty, $kernel:ident,
-     [$($arch:literal $(+ $feature:literal)? $level:ident => $module:ident),+]) => {
+     [$($arch:literal $(+ $feature:literal)? $level:ident $(if $also:ident)? => $module:ident),+]) => {
         pub fn $tile_for<const R: usize, const C: usize>(
             isa: Isa,
         ) -> Option<TileFn<$block, R, C>> {
             assert!(isa.supported(), "{isa:?} kernels on a CPU without them");
             $(
                 #[cfg(all(target_arch = $arch $(, target_feature = $feature)?))]
-                if isa >= Isa::$level {
+                if isa >= Isa::$level $(&& $also())? {
                     fn kernel<const R: usize, const C: usize>(
                         w: [&[$block]; R],
                         x: [&[<$block as GgmlBlock>::Dot]; C],
@@ -322,7 +325,7 @@ macro_rules! tile_picker {
             assert!(isa.supported(), "{isa:?} kernels on a CPU without them");
             $(
                 #[cfg(all(target_arch = $arch $(, target_feature = $feature)?))]
-                if isa >= Isa::$level {
+                if isa >= Isa::$level $(&& $also())? {
                     fn kernel(w: &[$block], x: &[<$block as GgmlBlock>::Dot]) -> f32 {
                         // SAFETY: as in the tile above.
                         unsafe { $module::$kernel::<1, 1>([w], [x])[0][0] }
@@ -396,11 +399,13 @@ tile_picker!(pick_iq3xxs, pick_iq3xxs_for, tile_iq3xxs, tile_iq3xxs_for, BlockIQ
     iq3xxs_tile, ["x86_64" Avx2 => lattice_x86]);
 tile_picker!(pick_iq3s, pick_iq3s_for, tile_iq3s, tile_iq3s_for, BlockIQ3S, iq3s_tile,
     ["x86_64" Avx2 => lattice_x86]);
-// Float weights: the AVX2 tile at every x86 level (memory bound; wider vectors buy nothing).
+// Float weights: the AVX2 tile at every x86 level (memory bound; wider vectors buy nothing),
+// but for BF16 where `bf16_pairs` multiplies pairs: one `vdpbf16ps` per 64 bytes of weights
+// instead of a shift, a mask and two FMAs.
 tile_picker!(pick_f16, pick_f16_for, tile_f16, tile_f16_for, HalfF16, f16_tile,
     ["x86_64" Avx2 => float_x86]);
 tile_picker!(pick_bf16, pick_bf16_for, tile_bf16, tile_bf16_for, HalfBF16, bf16_tile,
-    ["x86_64" Avx2 => float_x86]);
+    ["x86_64" Avx512 if bf16_pairs => bf16_tile_avx512, "x86_64" Avx2 => float_x86]);
 float_panel_picker!(pick_f16_panel, HalfF16, f16_panel);
 
 /// BF16 prefill: the AVX512-BF16 pair panel where `bf16_pairs` takes it, the f32 panel
@@ -419,7 +424,7 @@ fn pick_bf16_panel() -> Option<FloatPanelFn<HalfBF16>> {
 }
 float_panel_picker!(pick_bf16_f32_panel, HalfBF16, bf16_panel);
 
-/// Whether BF16 prefill multiplies bf16 pairs (`vdpbf16ps`), with its activations rounded to
+/// Whether BF16 prefill and decode multiply bf16 pairs (`vdpbf16ps`), with activations rounded to
 /// bf16: this CPU has AVX512-BF16, the process runs its AVX-512 kernels, and the CPU is not
 /// Intel's. An Intel core's two 512-bit FMA units run the AVX-512 f32 panel faster than the
 /// pairs (Sapphire Rapids: 1.27x); Zen 4 ran the pairs 1.4x faster than the AVX2 f32 panel,

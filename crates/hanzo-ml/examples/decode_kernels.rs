@@ -1,9 +1,9 @@
 //! Decode's quantized matrix-vector products, one thread, for the weight types of the
-//! WebAssembly fixtures (and Q4_0 and IQ4_NL repacked, F16 and BF16): GB/s of weights read, from cache
-//! (4,096 rows) and from memory (262,144 rows, Gemma 3's output head), the 10th percentile
-//! of many runs (the least disturbed by a noisy machine); the `x8` rows over the weight
-//! repacked eight rows at a time (`cpu::interleaved`). Built for `wasm32-wasip1` it times the SIMD128 kernels
-//! under Node, where criterion does not run:
+//! WebAssembly fixtures (and Q4_0 and IQ4_NL repacked, F16 and BF16): GB/s of weights read,
+//! from cache (4,096 rows) and from memory (262,144 rows, Gemma 3's output head), the 10th
+//! percentile of many runs (the least disturbed by a noisy machine); the `x8` rows over the
+//! weight repacked eight rows at a time (`cpu::interleaved`). Built for `wasm32-wasip1` it
+//! times the SIMD128 kernels under Node, where criterion does not run:
 //!
 //!   CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS="-C target-feature=+simd128" cargo build --release \
 //!     -p hanzo-ml --example decode_kernels --target wasm32-wasip1

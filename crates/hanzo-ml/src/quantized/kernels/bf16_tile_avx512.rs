@@ -155,11 +155,11 @@ mod tests {
             // SAFETY: the features were detected above.
             let one =
                 |r: usize, c: usize| unsafe { super::bf16_tile::<1, 1>([&w[r]], [&x[c]]) }[0][0];
-            for r in 0..4 {
-                for c in 0..4 {
+            for (r, wr) in w.iter().enumerate() {
+                for (c, xc) in x.iter().enumerate() {
                     let (mut sum, mut size) = (0f64, 0f64);
-                    for i in 0..k {
-                        let p = w[r][i].to_f64() * x[c][i].to_f64();
+                    for (a, b) in wr.iter().zip(xc) {
+                        let p = a.to_f64() * b.to_f64();
                         sum += p;
                         size += p.abs();
                     }

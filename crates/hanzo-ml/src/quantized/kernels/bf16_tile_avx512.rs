@@ -5,7 +5,7 @@
 //!
 //! Decode of a BF16 file is one load and one `vdpbf16ps` per 64 bytes of weights, so a
 //! thread keeps more loads in flight at the same arithmetic; the sums are the AVX2 tile's
-//! products, added in another order (see `tile`).
+//! products, added in another order (see `bf16_tile`).
 
 use crate::quantized::format::HalfBF16;
 use std::arch::x86_64::*;

@@ -46,43 +46,27 @@ pub unsafe fn bf16_tile<const R: usize, const C: usize>(
         _ => 1,
     };
     // SAFETY: the features are enabled above; every full load reads 32 elements at `i +
-    // 32 <= whole <= k`, and all slices have length `k` (checked above); the masked load
-    // reads only the `k - whole` elements left. Loops, not closures holding intrinsics,
-    // which might not be inlined (see `interleaved`).
+    // 32 <= whole <= k`, and all slices have length `k` (checked above); the last load's
+    // mask selects only the `k - whole` elements left. Loops, not closures holding
+    // intrinsics, which might not be inlined (see `interleaved`).
     unsafe {
         let mut acc = [[[_mm512_setzero_ps(); ACCS]; C]; R];
         for first in (0..ACCS).step_by(per_pass) {
             let mut i = 0;
             while i < stepped {
                 for a in first..first + per_pass {
-                    add(&w, &x, i + LANES * a, &mut acc, a);
+                    add(&w, &x, i + LANES * a, ALL, &mut acc, a);
                 }
                 i += STEP;
             }
         }
         let mut i = stepped;
         while i < whole {
-            add(&w, &x, i, &mut acc, 0);
+            add(&w, &x, i, ALL, &mut acc, 0);
             i += LANES;
         }
         if whole < k {
-            let mask: __mmask32 = (1u32 << (k - whole)) - 1;
-            let mut xs = [cast(_mm512_setzero_si512()); C];
-            for c in 0..C {
-                xs[c] = cast(_mm512_maskz_loadu_epi16(
-                    mask,
-                    x[c][whole..].as_ptr().cast(),
-                ));
-            }
-            for r in 0..R {
-                let wv = cast(_mm512_maskz_loadu_epi16(
-                    mask,
-                    w[r][whole..].as_ptr().cast(),
-                ));
-                for c in 0..C {
-                    acc[r][c][0] = _mm512_dpbf16_ps(acc[r][c][0], wv, xs[c]);
-                }
-            }
+            add(&w, &x, whole, (1 << (k - whole)) - 1, &mut acc, 0);
         }
         let mut out = [[0f32; C]; R];
         for r in 0..R {
@@ -96,26 +80,33 @@ pub unsafe fn bf16_tile<const R: usize, const C: usize>(
     }
 }
 
-/// The 32 elements at `i` of every pair, multiplied and added into accumulator `a` of each.
+/// Every element of a load (`add`'s `mask`).
+const ALL: __mmask32 = !0;
+
+/// The 32 elements at `i` of every pair, those `mask` selects (the others read as zero, and
+/// are not read at all), multiplied and added into accumulator `a` of each.
 ///
 /// # Safety
-/// AVX-512 F and AVX512-BF16 are enabled; every slice holds `i + 32` elements.
+/// AVX-512 F and BW and AVX512-BF16 are enabled; every slice holds the elements at `i + j`
+/// for each bit `j` set in `mask`.
 #[inline(always)]
 unsafe fn add<const R: usize, const C: usize>(
     w: &[&[HalfBF16]; R],
     x: &[&[HalfBF16]; C],
     i: usize,
+    mask: __mmask32,
     acc: &mut [[[__m512; ACCS]; C]; R],
     a: usize,
 ) {
-    // SAFETY: as documented above (the caller's bounds).
+    // SAFETY: as documented above (the caller's bounds); a masked load does not touch the
+    // lanes its mask leaves out.
     unsafe {
         let mut xs = [cast(_mm512_setzero_si512()); C];
         for c in 0..C {
-            xs[c] = cast(_mm512_loadu_si512(x[c][i..].as_ptr().cast()));
+            xs[c] = cast(_mm512_maskz_loadu_epi16(mask, x[c][i..].as_ptr().cast()));
         }
         for r in 0..R {
-            let wv = cast(_mm512_loadu_si512(w[r][i..].as_ptr().cast()));
+            let wv = cast(_mm512_maskz_loadu_epi16(mask, w[r][i..].as_ptr().cast()));
             for c in 0..C {
                 acc[r][c][a] = _mm512_dpbf16_ps(acc[r][c][a], wv, xs[c]);
             }

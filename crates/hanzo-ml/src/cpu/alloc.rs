@@ -11,22 +11,23 @@ const HUGE_MIN_BYTES: usize = 4 << 20;
 /// front, which faults in the whole buffer at once.
 pub(crate) fn zeroed_vec<T: bytemuck::Zeroable>(n: usize) -> Vec<T> {
     let v = bytemuck::zeroed_vec::<T>(n);
-    advise_huge(&v);
+    advise_huge(v.as_ptr(), n);
     v
 }
 
+/// Advises huge pages for the `n` elements at `v` (a live allocation) if they are many.
 #[cfg(target_os = "linux")]
-fn advise_huge<T>(v: &[T]) {
+pub(crate) fn advise_huge<T>(v: *const T, n: usize) {
     const HUGE: usize = 1 << 21;
-    let bytes = std::mem::size_of_val(v);
+    let bytes = n * std::mem::size_of::<T>();
     if bytes < HUGE_MIN_BYTES {
         return;
     }
-    let p = v.as_ptr() as usize;
+    let p = v as usize;
     let start = (p + HUGE - 1) & !(HUGE - 1);
     let end = (p + bytes) & !(HUGE - 1);
     if end > start {
-        // SAFETY: [start, end) lies inside the live allocation behind `v`; MADV_HUGEPAGE only
+        // SAFETY: [start, end) lies inside the live allocation at `v`; MADV_HUGEPAGE only
         // changes how the kernel backs those pages, never their contents or validity. A failure
         // (e.g. THP disabled) is harmless and ignored.
         unsafe {
@@ -36,7 +37,7 @@ fn advise_huge<T>(v: &[T]) {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn advise_huge<T>(_: &[T]) {
+pub(crate) fn advise_huge<T>(_: *const T, _: usize) {
     let _ = HUGE_MIN_BYTES;
 }
 

@@ -2,7 +2,7 @@
 //! a strided view copied to row-major first; binary maps walk contiguous blocks, and
 //! broadcasts of a contiguous block reuse it.
 
-use super::par::for_each_chunk;
+use super::par::{filled_chunks, for_each_chunk};
 use crate::layout::Blocks;
 use crate::Layout;
 use half::slice::HalfFloatSliceExt;
@@ -33,13 +33,11 @@ pub(crate) fn map_slice<T: Copy + Sync, U: Send + Copy + bytemuck::Zeroable>(
     f: impl Fn(T) -> U + Sync + Send,
 ) -> Vec<U> {
     if src.len() >= PAR_MIN {
-        let mut out = super::alloc::zeroed_vec::<U>(src.len());
-        for_each_chunk(&mut out, PAR_CHUNK, &|i, o| {
+        filled_chunks(src.len(), PAR_CHUNK, &|i, o| {
             for (o, &s) in o.iter_mut().zip(&src[i * PAR_CHUNK..]) {
                 *o = f(s)
             }
-        });
-        out
+        })
     } else {
         src.iter().map(|&x| f(x)).collect()
     }
@@ -118,28 +116,26 @@ pub(crate) fn copy_view<T: Copy + Sync + Send + bytemuck::Zeroable>(v: &[T], l: 
 
 /// Apply a vectorised slice kernel, in parallel chunks for large inputs.
 pub(crate) fn par_map_slice(src: &[f32], k: fn(&[f32], &mut [f32])) -> Vec<f32> {
-    let mut out = super::alloc::zeroed_vec::<f32>(src.len());
-    if src.len() >= PAR_MIN {
-        for_each_chunk(&mut out, PAR_CHUNK, &|i, o| {
-            k(&src[i * PAR_CHUNK..][..o.len()], o)
-        });
-    } else {
-        k(src, &mut out);
-    }
-    out
+    filled_chunks(src.len(), chunk_of(src.len()), &|i, o| {
+        k(&src[i * PAR_CHUNK..][..o.len()], o)
+    })
 }
 
 pub(crate) fn par_zip_slices(a: &[f32], b: &[f32], k: fn(&[f32], &[f32], &mut [f32])) -> Vec<f32> {
-    let mut out = super::alloc::zeroed_vec::<f32>(a.len());
-    if a.len() >= PAR_MIN {
-        for_each_chunk(&mut out, PAR_CHUNK, &|i, o| {
-            let at = i * PAR_CHUNK..i * PAR_CHUNK + o.len();
-            k(&a[at.clone()], &b[at], o)
-        });
+    filled_chunks(a.len(), chunk_of(a.len()), &|i, o| {
+        let at = i * PAR_CHUNK..i * PAR_CHUNK + o.len();
+        k(&a[at.clone()], &b[at], o)
+    })
+}
+
+/// `PAR_CHUNK`, or all `n` elements in one piece where `n` is too few to share out (then
+/// only piece 0 exists, so `i * PAR_CHUNK` still finds its start).
+fn chunk_of(n: usize) -> usize {
+    if n >= PAR_MIN {
+        PAR_CHUNK
     } else {
-        k(a, b, &mut out);
+        n
     }
-    out
 }
 
 /// f32 elements staged per block when running f32 kernels over f16/bf16 data (on the stack).
@@ -246,20 +242,12 @@ pub fn binary_map<T: Copy + Sync, U: Send + Copy + bytemuck::Zeroable>(
     }
     if let (Some((s1, e1)), Some((s2, e2))) = (al.contiguous_offsets(), bl.contiguous_offsets()) {
         let (a, b) = (&a[s1..e1], &b[s2..e2]);
-        let mut out = super::alloc::zeroed_vec::<U>(n);
-        let run = |o: &mut [U], a: &[T], b: &[T]| {
+        return filled_chunks(n, chunk_of(n), &|i, o| {
+            let (a, b) = (&a[i * PAR_CHUNK..], &b[i * PAR_CHUNK..]);
             for ((o, &x), &y) in o.iter_mut().zip(a).zip(b) {
                 *o = f(x, y)
             }
-        };
-        if n >= PAR_MIN {
-            for_each_chunk(&mut out, PAR_CHUNK, &|i, o| {
-                run(o, &a[i * PAR_CHUNK..], &b[i * PAR_CHUNK..])
-            });
-        } else {
-            run(&mut out, a, b);
-        }
-        return out;
+        });
     }
     let rank = al.dims().len();
     let (na, _) = contiguous_suffix(al, false);

@@ -2,7 +2,7 @@
 //! f32 runs the SIMD row kernels; f16/bf16 convert whole rows to f32 and back with the `half`
 //! slice conversions; f64 is scalar.
 
-use super::par::for_each_chunk;
+use super::par::{filled_chunks, for_each_chunk};
 use super::{simd, unary_map, CpuStorage};
 use crate::backend::RopeKind;
 use crate::{Error, Layout, Result, WithDType};
@@ -33,17 +33,15 @@ fn map_rows(
         f: &(dyn Fn(&[T], &mut [T]) + Sync),
     ) -> Vec<T> {
         let src = super::contiguous_cow(v, l);
-        let mut out = super::alloc::zeroed_vec::<T>(src.len());
         if d == 0 {
-            return out;
+            return super::alloc::zeroed_vec::<T>(src.len());
         }
-        for_each_chunk(&mut out, ROWS_PER_TASK * d, &|i, o| {
+        filled_chunks(src.len(), ROWS_PER_TASK * d, &|i, o| {
             let src = &src[i * ROWS_PER_TASK * d..][..o.len()];
             for (o, x) in o.chunks_mut(d).zip(src.chunks(d)) {
                 f(x, o)
             }
-        });
-        out
+        })
     }
     /// f16/bf16 rows: widen each row into per-task f32 scratch with the `half` slice
     /// conversions (F16C where available), run the f32 kernel, narrow back.
@@ -270,18 +268,16 @@ fn rope_rows_f32(
     d: usize,
     kind: RopeKind,
 ) -> Vec<f32> {
-    let mut out = super::alloc::zeroed_vec::<f32>(x.len());
     if t * d == 0 {
-        return out;
+        return super::alloc::zeroed_vec::<f32>(x.len());
     }
     let n = t * d;
-    for_each_chunk(&mut out, heads_per_task(n) * n, &|i, o| {
+    filled_chunks(x.len(), heads_per_task(n) * n, &|i, o| {
         let x = &x[i * heads_per_task(n) * n..][..o.len()];
         for (o, x) in o.chunks_mut(n).zip(x.chunks(n)) {
             rope_block_f32(x, o, cos, sin, t, d, kind)
         }
-    });
-    out
+    })
 }
 
 /// f16/bf16 rope: cos/sin are widened once; each [t, d] block of x is widened into per-task

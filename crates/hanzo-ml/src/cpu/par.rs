@@ -52,6 +52,36 @@ pub fn for_each_chunk<U: Send>(out: &mut [U], chunk: usize, f: &(dyn Fn(usize, &
     });
 }
 
+/// A vector of `len` elements written like `for_each_chunk`'s `out`: each task zeroes its
+/// chunk right before `f` writes it, in cache, rather than the allocating thread zeroing the
+/// whole buffer first. The heap hands large activations back for reuse (`alloc`), so
+/// calloc's zeroing of them was a serial pass over memory while the other threads waited
+/// (4% of a 512-token prefill's samples in `perf`, all on the calling thread).
+pub fn filled_chunks<U: bytemuck::Zeroable + Send>(
+    len: usize,
+    chunk: usize,
+    f: &(dyn Fn(usize, &mut [U]) + Sync),
+) -> Vec<U> {
+    use std::mem::MaybeUninit;
+    let mut out: Vec<MaybeUninit<U>> = Vec::with_capacity(len);
+    // SAFETY: `MaybeUninit` elements need no initialisation; the capacity is `len`.
+    unsafe { out.set_len(len) };
+    super::alloc::advise_huge(out.as_ptr(), len);
+    for_each_chunk(&mut out, chunk, &|i, piece| {
+        // SAFETY: all-zero bytes are a valid `U` (`Zeroable`), so once written the piece is
+        // initialised, and `MaybeUninit<U>` has `U`'s layout.
+        let piece = unsafe {
+            std::ptr::write_bytes(piece.as_mut_ptr(), 0, piece.len());
+            &mut *(piece as *mut [MaybeUninit<U>] as *mut [U])
+        };
+        f(i, piece)
+    });
+    let mut out = std::mem::ManuallyDrop::new(out);
+    // SAFETY: every chunk was zeroed by its task (`for_each_chunk` covers `0..len`), so all
+    // `len` elements are initialised `U`s; pointer, length and capacity are the vector's.
+    unsafe { Vec::from_raw_parts(out.as_mut_ptr() as *mut U, len, out.capacity()) }
+}
+
 /// A pointer handed to the pool's threads; see `for_each_chunk` for why that is sound.
 struct SendPtr<U>(*mut U);
 

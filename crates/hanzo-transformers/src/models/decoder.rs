@@ -489,11 +489,13 @@ impl Rows {
         }
         let n = x.dims()[0];
         // Rows of runs that reach the panels take them however few are in this pass.
+        // Every weight reads the same rows: their quantization is shared.
         let panels = |x: &Tensor| -> Result<Vec<Tensor>> {
-            Ok(ws
-                .iter()
-                .map(|w| w.forward_panels(x, self.may_repack))
-                .collect::<hanzo_ml::Result<_>>()?)
+            Ok(hanzo_ml::quantized::cpu::gemm::share_activations(|| {
+                ws.iter()
+                    .map(|w| w.forward_panels(x, self.may_repack))
+                    .collect::<hanzo_ml::Result<_>>()
+            })?)
         };
         let alone = |x: &Tensor| -> Result<Vec<Tensor>> {
             Ok(match (x.dims()[0], self.may_repack) {

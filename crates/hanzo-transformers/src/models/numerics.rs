@@ -3,7 +3,7 @@
 //! that takes matching its roundings).
 
 use half::f16;
-use hanzo_ml::cpu::par::for_each_chunk;
+use hanzo_ml::cpu::par::filled_chunks;
 use hanzo_ml::{Device, Tensor};
 use std::sync::OnceLock;
 
@@ -90,12 +90,10 @@ pub fn geglu(gate: &Tensor, up: &Tensor) -> hanzo_ml::Result<Tensor> {
     let table = gelu_table();
     let out = gate.with_contiguous(|g: &[f32]| {
         up.with_contiguous(|u: &[f32]| {
-            let mut out = vec![0f32; g.len()];
-            for_each_chunk(&mut out, 4096, &|i, o| {
+            filled_chunks(g.len(), 4096, &|i, o| {
                 let at = i * 4096..i * 4096 + o.len();
                 geglu_slice(&g[at.clone()], &u[at], o, table)
-            });
-            out
+            })
         })
     })??;
     Tensor::from_vec(out, gate.shape().clone(), &Device::Cpu)

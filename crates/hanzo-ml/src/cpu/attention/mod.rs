@@ -187,9 +187,17 @@ impl Call<'_> {
                 // Blocks aligned to absolute key positions, as ggml's tiles are: a query's
                 // sums then do not depend on which queries share its call or task.
                 let first = (self.k0 + from) / KEY_BLOCK * KEY_BLOCK;
+                let mut blocked = Blocked::default();
                 for a0 in (first..self.k0 + to).step_by(KEY_BLOCK) {
                     let block = a0.max(self.k0) - self.k0..(a0 + KEY_BLOCK - self.k0).min(to);
-                    for (_, _, q) in group.iter_mut() {
+                    // The queries that see the whole block go together (most of them, off
+                    // the causal diagonal and the window's edge); each other one alone.
+                    let (whole, part): (Vec<&mut Query>, Vec<&mut Query>) = group
+                        .iter_mut()
+                        .map(|(_, _, q)| q)
+                        .partition(|q| q.keys.start <= block.start && block.end <= q.keys.end);
+                    blocked.steps_f32(whole, keys, vals, block.clone());
+                    for q in part {
                         q.steps_f32(keys, vals, block.clone());
                     }
                 }
@@ -275,28 +283,82 @@ impl Query {
         let n = hi - lo;
         let mut scores = [0f32; KEY_BLOCK];
         dots(&keys[lo * d..hi * d], &self.q, &mut scores[..n]);
-        let block_max = scores[..n]
-            .iter()
-            .copied()
-            .fold(f32::NEG_INFINITY, f32::max);
+        let mut weights = [0f32; KEY_BLOCK];
+        let ms = self.weigh_block(&mut scores[..n], &mut weights[..n]);
+        accumulate(&mut self.acc, &vals[lo * d..hi * d], ms, &weights[..n]);
+    }
+
+    /// The softmax step of `steps_f32` for a block's `scores`: moves the running max and sum,
+    /// writes the keys' weights, returns the factor the value sums are first scaled by.
+    fn weigh_block(&mut self, scores: &mut [f32], weights: &mut [f32]) -> f32 {
+        let block_max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let mut ms = 1.0;
         if block_max > self.max {
             ms = (self.max - block_max).exp();
             self.max = block_max;
         }
-        for s in &mut scores[..n] {
+        for s in scores.iter_mut() {
             *s -= self.max;
         }
-        let mut weights = [0f32; KEY_BLOCK];
-        crate::cpu::simd::exp_f32(&scores[..n], &mut weights[..n]);
-        self.sum = self.sum * ms + weights[..n].iter().sum::<f32>();
-        accumulate(&mut self.acc, &vals[lo * d..hi * d], ms, &weights[..n]);
+        crate::cpu::simd::exp_f32(scores, weights);
+        self.sum = self.sum * ms + weights.iter().sum::<f32>();
+        ms
     }
 
     fn finish(&self, out: &mut [f32]) {
         let inv = 1.0 / self.sum;
         for (o, a) in out.iter_mut().zip(&self.acc) {
             *o = a * inv;
+        }
+    }
+}
+
+/// `Query::steps_f32` for queries that all see every key of a block, with the same floats
+/// as each one's own: on AVX-512 their scores and value sums are computed together (see
+/// `x86::scores_avx512`); the buffers are reused from block to block.
+#[derive(Default)]
+struct Blocked {
+    scores: Vec<[f32; KEY_BLOCK]>,
+    weights: Vec<[f32; KEY_BLOCK]>,
+    ms: Vec<f32>,
+}
+
+impl Blocked {
+    fn steps_f32(
+        &mut self,
+        mut qs: Vec<&mut Query>,
+        keys: &[f32],
+        vals: &[f32],
+        block: std::ops::Range<usize>,
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if qs.len() > 1 && has_avx512() && qs[0].q.len().is_multiple_of(32) {
+            let (d, n) = (qs[0].q.len(), block.len());
+            let count = qs.len();
+            self.scores.resize(count, [0.0; KEY_BLOCK]);
+            self.weights.resize(count, [0.0; KEY_BLOCK]);
+            self.ms.resize(count, 1.0);
+            let rows = block.start * d..block.end * d;
+            {
+                let q: Vec<&[f32]> = qs.iter().map(|q| q.q.as_slice()).collect();
+                // SAFETY: AVX-512F checked above; every query has d floats (d a multiple of
+                // 32), the block at most KEY_BLOCK rows of d, as the kernel asserts.
+                unsafe { x86::scores_avx512(&keys[rows.clone()], &q, &mut self.scores) };
+            }
+            for (i, q) in qs.iter_mut().enumerate() {
+                let (s, w) = (&mut self.scores[i][..n], &mut self.weights[i][..n]);
+                self.ms[i] = q.weigh_block(s, w);
+            }
+            let mut accs: Vec<&mut [f32]> = qs.iter_mut().map(|q| q.acc.as_mut_slice()).collect();
+            // SAFETY: AVX-512F checked above; each sum has d floats, `vals` the block's n
+            // rows, as the kernel asserts.
+            unsafe {
+                x86::accumulate_many_avx512(&mut accs, &vals[rows], &self.ms, &self.weights, n)
+            };
+            return;
+        }
+        for q in qs {
+            q.steps_f32(keys, vals, block.clone());
         }
     }
 }

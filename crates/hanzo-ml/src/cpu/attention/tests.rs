@@ -134,6 +134,59 @@ fn four_key_scores_equal_one_key_scores() {
     }
 }
 
+/// The AVX-512 tiles of many queries' scores and value sums equal each query's own `dot` and
+/// `accumulate`, bit for bit, at every count of queries and keys around the tiles' sizes.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn query_tiles_equal_one_query_at_a_time() {
+    use crate::cpu::features::{test_kernels_at, Isa};
+    if !test_kernels_at(Isa::Avx512, "attention tiles of queries") {
+        return;
+    }
+    for d in [32, 96, 256] {
+        let keys: Vec<f32> = values(KEY_BLOCK * d, 21)
+            .iter()
+            .enumerate()
+            .map(|(i, x)| x * (1.0 + (i / d) as f32 * 0.37))
+            .collect();
+        let vals = values(KEY_BLOCK * d, 22);
+        for count in [1, 2, 3, 4, 5, 7, 8, 9, 16] {
+            let qs: Vec<Vec<f32>> = (0..count).map(|i| values(d, 30 + i as u64)).collect();
+            let q: Vec<&[f32]> = qs.iter().map(|q| q.as_slice()).collect();
+            for n in [1, 2, 3, 4, 7, 15, KEY_BLOCK] {
+                let mut got = vec![[0f32; KEY_BLOCK]; count];
+                // SAFETY: AVX-512F checked above; n rows of d keys, count queries of d.
+                unsafe { x86::scores_avx512(&keys[..n * d], &q, &mut got) };
+                for (i, row) in got.iter().enumerate() {
+                    for j in 0..n {
+                        // SAFETY: as above.
+                        let want = unsafe { x86::dot_avx512(&keys[j * d..][..d], q[i]) };
+                        assert_eq!(
+                            row[j].to_bits(),
+                            want.to_bits(),
+                            "d {d} q {i}/{count} key {j}/{n}"
+                        );
+                    }
+                }
+                let weights: Vec<[f32; KEY_BLOCK]> = (0..count)
+                    .map(|i| std::array::from_fn(|j| 0.05 + ((i * 7 + j * 3) % 11) as f32 * 0.09))
+                    .collect();
+                let ms: Vec<f32> = (0..count).map(|i| [1.0, 0.625, 0.3][i % 3]).collect();
+                let acc0: Vec<Vec<f32>> = (0..count).map(|i| values(d, 50 + i as u64)).collect();
+                let mut accs = acc0.clone();
+                let mut refs: Vec<&mut [f32]> = accs.iter_mut().map(|a| a.as_mut_slice()).collect();
+                // SAFETY: AVX-512F checked above; count sums of d, n value rows of d.
+                unsafe { x86::accumulate_many_avx512(&mut refs, &vals[..n * d], &ms, &weights, n) };
+                for i in 0..count {
+                    let mut want = acc0[i].clone();
+                    accumulate(&mut want, &vals[..n * d], ms[i], &weights[i][..n]);
+                    assert_eq!(accs[i], want, "d {d} q {i}/{count} n {n}");
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn blocked_softmax_matches_f64_softmax() {
     // head_dim 64 takes 64-column register chunks on x86, 72 adds an 8-column one, 96

@@ -100,15 +100,190 @@ pub unsafe fn dot_avx512<K: Elem>(a: &[K], b: &[f32]) -> f32 {
             hi = _mm512_fmadd_ps(x1, y1, hi);
         }
     }
-    // [s0 + s2 | s1 + s3], then (s0 + s2) + (s1 + s3).
-    let pair = _mm512_add_ps(lo, hi);
-    let x0 = _mm256_add_ps(
-        _mm512_castps512_ps256(pair),
-        _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(pair))),
-    );
-    let t0 = _mm_add_ps(_mm256_castps256_ps128(x0), _mm256_extractf128_ps::<1>(x0));
-    let t1 = _mm_hadd_ps(t0, t0);
-    _mm_cvtss_f32(_mm_hadd_ps(t1, t1))
+    // SAFETY: the features are enabled here.
+    unsafe { reduce_pair(lo, hi) }
+}
+
+/// The end of `dot_avx512`: `[s0 + s2 | s1 + s3]`, then `(s0 + s2) + (s1 + s3)` and `dot`'s
+/// last four additions.
+///
+/// # Safety
+/// AVX-512F is enabled in the caller.
+#[inline(always)]
+unsafe fn reduce_pair(lo: __m512, hi: __m512) -> f32 {
+    // SAFETY: the caller enables the features.
+    unsafe {
+        let pair = _mm512_add_ps(lo, hi);
+        let x0 = _mm256_add_ps(
+            _mm512_castps512_ps256(pair),
+            _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(pair))),
+        );
+        let t0 = _mm_add_ps(_mm256_castps256_ps128(x0), _mm256_extractf128_ps::<1>(x0));
+        let t1 = _mm_hadd_ps(t0, t0);
+        _mm_cvtss_f32(_mm_hadd_ps(t1, t1))
+    }
+}
+
+/// `out[i][j] = dot_avx512(keys[j·d..(j + 1)·d], qs[i])` for every query `i` and key `j`,
+/// bit for bit, in tiles of 4 queries by 3 keys: each pair keeps its own two accumulators
+/// and the same products in the same order, but a key's vectors are loaded once for four
+/// queries and a query's once for three keys (two loads per multiply-add become 7 per 12).
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub unsafe fn scores_avx512(keys: &[f32], qs: &[&[f32]], out: &mut [[f32; super::KEY_BLOCK]]) {
+    let d = qs.first().map_or(0, |q| q.len());
+    let n = keys.len().checked_div(d).unwrap_or(0);
+    assert!(d.is_multiple_of(32) && keys.len() == n * d && n <= super::KEY_BLOCK);
+    assert!(out.len() == qs.len() && qs.iter().all(|q| q.len() == d));
+    let key = |j: usize| keys[j * d..].as_ptr();
+    let mut i = 0;
+    while i < qs.len() {
+        let four = qs.len() - i >= 4;
+        let mut j = 0;
+        while j < n {
+            let three = n - j >= 3;
+            // SAFETY: rows j.. of `keys` and queries i.. exist for the tile's counts, each
+            // of d floats (asserted above); the features are enabled here.
+            unsafe {
+                match (four, three) {
+                    (true, true) => score_tile::<4, 3>(&qs[i..], key(j), d, &mut out[i..], j),
+                    (true, false) => score_tile::<4, 1>(&qs[i..], key(j), d, &mut out[i..], j),
+                    (false, true) => score_tile::<1, 3>(&qs[i..], key(j), d, &mut out[i..], j),
+                    (false, false) => score_tile::<1, 1>(&qs[i..], key(j), d, &mut out[i..], j),
+                }
+            }
+            j += if three { 3 } else { 1 };
+        }
+        i += if four { 4 } else { 1 };
+    }
+}
+
+/// Queries `qs[..Q]` times the `K` key rows from `keys` (`d` apart): `out[i][j0 + j]`.
+///
+/// # Safety
+/// `qs` has `Q` rows and `keys` `K` rows of `d` floats, `d` a multiple of 32; AVX-512F is
+/// enabled in the caller.
+#[inline(always)]
+unsafe fn score_tile<const Q: usize, const K: usize>(
+    qs: &[&[f32]],
+    keys: *const f32,
+    d: usize,
+    out: &mut [[f32; super::KEY_BLOCK]],
+    j0: usize,
+) {
+    let q: [*const f32; Q] = std::array::from_fn(|i| qs[i].as_ptr());
+    // SAFETY: every offset is below d within a row the caller guarantees; the caller
+    // enables the features.
+    unsafe {
+        let mut lo = [[_mm512_setzero_ps(); K]; Q];
+        let mut hi = [[_mm512_setzero_ps(); K]; Q];
+        for c in (0..d).step_by(32) {
+            let x: [__m512; K] = std::array::from_fn(|j| _mm512_loadu_ps(keys.add(j * d + c)));
+            for i in 0..Q {
+                let y = _mm512_loadu_ps(q[i].add(c));
+                for j in 0..K {
+                    lo[i][j] = _mm512_fmadd_ps(x[j], y, lo[i][j]);
+                }
+            }
+            let x: [__m512; K] = std::array::from_fn(|j| _mm512_loadu_ps(keys.add(j * d + c + 16)));
+            for i in 0..Q {
+                let y = _mm512_loadu_ps(q[i].add(c + 16));
+                for j in 0..K {
+                    hi[i][j] = _mm512_fmadd_ps(x[j], y, hi[i][j]);
+                }
+            }
+        }
+        for i in 0..Q {
+            for j in 0..K {
+                out[i][j0 + j] = reduce_pair(lo[i][j], hi[i][j]);
+            }
+        }
+    }
+}
+
+/// `super::accumulate` for several queries over the same value rows, `accs[i] = accs[i] ·
+/// ms[i] + Σ_j weights[i][j] · vals[j]` (the first `n` rows of `d = accs[i].len()`), every
+/// lane through the same operations in the same order (bit-identical), with four queries'
+/// 64-column chunks in registers while each value vector is loaded once.
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub unsafe fn accumulate_many_avx512(
+    accs: &mut [&mut [f32]],
+    vals: &[f32],
+    ms: &[f32],
+    weights: &[[f32; super::KEY_BLOCK]],
+    n: usize,
+) {
+    let d = accs.first().map_or(0, |a| a.len());
+    assert!(d.is_multiple_of(16) && n <= super::KEY_BLOCK && vals.len() >= n * d);
+    assert!(accs.iter().all(|a| a.len() == d) && ms.len() == accs.len());
+    assert!(weights.len() == accs.len());
+    let mut i = 0;
+    while i < accs.len() {
+        let q = if accs.len() - i >= 4 { 4 } else { 1 };
+        let mut c = 0;
+        while c < d {
+            let wide = d - c >= 64;
+            let (a, m, w) = (&mut accs[i..], &ms[i..], &weights[i..]);
+            // SAFETY: columns c..c + 64 (or + 16) are within d for every row (d is a
+            // multiple of 16), queries i..i + q exist; the features are enabled here.
+            unsafe {
+                match (q, wide) {
+                    (4, true) => value_tile::<4, 4>(a, vals, d, c, m, w, n),
+                    (4, false) => value_tile::<4, 1>(a, vals, d, c, m, w, n),
+                    (_, true) => value_tile::<1, 4>(a, vals, d, c, m, w, n),
+                    (_, false) => value_tile::<1, 1>(a, vals, d, c, m, w, n),
+                }
+            }
+            c += if wide { 64 } else { 16 };
+        }
+        i += q;
+    }
+}
+
+/// Columns `c..c + 16 · C` of `accumulate_many_avx512` for queries `accs[..Q]`.
+///
+/// # Safety
+/// As `accumulate_many_avx512` guarantees for its tiles.
+// Register tiles: the indices name queries, keys and column vectors.
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+unsafe fn value_tile<const Q: usize, const C: usize>(
+    accs: &mut [&mut [f32]],
+    vals: &[f32],
+    d: usize,
+    c: usize,
+    ms: &[f32],
+    weights: &[[f32; super::KEY_BLOCK]],
+    n: usize,
+) {
+    // SAFETY: c + 16C <= d for every row; the caller enables the features.
+    unsafe {
+        let a: [*mut f32; Q] = std::array::from_fn(|i| accs[i].as_mut_ptr().add(c));
+        let mut r: [[__m512; C]; Q] =
+            std::array::from_fn(|i| std::array::from_fn(|k| _mm512_loadu_ps(a[i].add(16 * k))));
+        for i in 0..Q {
+            if ms[i] != 1.0 {
+                let m = _mm512_set1_ps(ms[i]);
+                for x in r[i].iter_mut() {
+                    *x = _mm512_mul_ps(*x, m);
+                }
+            }
+        }
+        for j in 0..n {
+            let v = vals.as_ptr().add(j * d + c);
+            let w: [__m512; Q] = std::array::from_fn(|i| _mm512_set1_ps(weights[i][j]));
+            for k in 0..C {
+                let x = _mm512_loadu_ps(v.add(16 * k));
+                for i in 0..Q {
+                    r[i][k] = _mm512_fmadd_ps(x, w[i], r[i][k]);
+                }
+            }
+        }
+        for i in 0..Q {
+            for k in 0..C {
+                _mm512_storeu_ps(a[i].add(16 * k), r[i][k]);
+            }
+        }
+    }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]

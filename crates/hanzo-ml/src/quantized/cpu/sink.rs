@@ -20,6 +20,7 @@ unsafe impl Sync for Sink {}
 /// `fill` writes every element of `0..len` before returning.
 pub(super) unsafe fn filled(len: usize, fill: impl FnOnce(&Sink)) -> Vec<f32> {
     let mut out = Vec::with_capacity(len);
+    crate::cpu::alloc::advise_huge(out.as_ptr(), len);
     fill(&Sink {
         ptr: out.as_mut_ptr(),
         len,
@@ -44,6 +45,8 @@ impl Sink {
         unsafe {
             let dst = self.ptr.add(at);
             match v.len() {
+                64 => (dst as *mut [f32; 64]).write_unaligned(*(v.as_ptr() as *const [f32; 64])),
+                32 => (dst as *mut [f32; 32]).write_unaligned(*(v.as_ptr() as *const [f32; 32])),
                 16 => (dst as *mut [f32; 16]).write_unaligned(*(v.as_ptr() as *const [f32; 16])),
                 8 => (dst as *mut [f32; 8]).write_unaligned(*(v.as_ptr() as *const [f32; 8])),
                 _ => std::ptr::copy_nonoverlapping(v.as_ptr(), dst, v.len()),

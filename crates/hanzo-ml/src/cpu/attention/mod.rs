@@ -317,6 +317,8 @@ impl Query {
 /// as each one's own: on AVX-512 their scores and value sums are computed together (see
 /// `x86::scores_avx512`); the buffers are reused from block to block.
 #[derive(Default)]
+// Only the x86 kernels take the buffers.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 struct Blocked {
     scores: Vec<[f32; KEY_BLOCK]>,
     weights: Vec<[f32; KEY_BLOCK]>,
@@ -326,40 +328,47 @@ struct Blocked {
 impl Blocked {
     fn steps_f32(
         &mut self,
-        mut qs: Vec<&mut Query>,
+        qs: Vec<&mut Query>,
         keys: &[f32],
         vals: &[f32],
         block: std::ops::Range<usize>,
     ) {
         #[cfg(target_arch = "x86_64")]
         if qs.len() > 1 && has_avx512() && qs[0].q.len().is_multiple_of(32) {
-            let (d, n) = (qs[0].q.len(), block.len());
-            let count = qs.len();
-            self.scores.resize(count, [0.0; KEY_BLOCK]);
-            self.weights.resize(count, [0.0; KEY_BLOCK]);
-            self.ms.resize(count, 1.0);
-            let rows = block.start * d..block.end * d;
-            {
-                let q: Vec<&[f32]> = qs.iter().map(|q| q.q.as_slice()).collect();
-                // SAFETY: AVX-512F checked above; every query has d floats (d a multiple of
-                // 32), the block at most KEY_BLOCK rows of d, as the kernel asserts.
-                unsafe { x86::scores_avx512(&keys[rows.clone()], &q, &mut self.scores) };
-            }
-            for (i, q) in qs.iter_mut().enumerate() {
-                let (s, w) = (&mut self.scores[i][..n], &mut self.weights[i][..n]);
-                self.ms[i] = q.weigh_block(s, w);
-            }
-            let mut accs: Vec<&mut [f32]> = qs.iter_mut().map(|q| q.acc.as_mut_slice()).collect();
-            // SAFETY: AVX-512F checked above; each sum has d floats, `vals` the block's n
-            // rows, as the kernel asserts.
-            unsafe {
-                x86::accumulate_many_avx512(&mut accs, &vals[rows], &self.ms, &self.weights, n)
-            };
-            return;
+            return self.steps_avx512(qs, keys, vals, block);
         }
         for q in qs {
             q.steps_f32(keys, vals, block.clone());
         }
+    }
+
+    /// `steps_f32` through the AVX-512 tiles, which the caller checked this CPU has, for
+    /// more than one query of a head size that is a multiple of 32.
+    #[cfg(target_arch = "x86_64")]
+    fn steps_avx512(
+        &mut self,
+        mut qs: Vec<&mut Query>,
+        keys: &[f32],
+        vals: &[f32],
+        block: std::ops::Range<usize>,
+    ) {
+        let (d, n, count) = (qs[0].q.len(), block.len(), qs.len());
+        self.scores.resize(count, [0.0; KEY_BLOCK]);
+        self.weights.resize(count, [0.0; KEY_BLOCK]);
+        self.ms.resize(count, 1.0);
+        let rows = block.start * d..block.end * d;
+        let q: Vec<&[f32]> = qs.iter().map(|q| q.q.as_slice()).collect();
+        // SAFETY: AVX-512F per the caller; every query has d floats (d a multiple of 32), the
+        // block at most KEY_BLOCK rows of d, as the kernel asserts.
+        unsafe { x86::scores_avx512(&keys[rows.clone()], &q, &mut self.scores) };
+        for (i, q) in qs.iter_mut().enumerate() {
+            let (s, w) = (&mut self.scores[i][..n], &mut self.weights[i][..n]);
+            self.ms[i] = q.weigh_block(s, w);
+        }
+        let mut accs: Vec<&mut [f32]> = qs.iter_mut().map(|q| q.acc.as_mut_slice()).collect();
+        // SAFETY: AVX-512F per the caller; each sum has d floats, `vals` the block's n rows,
+        // as the kernel asserts.
+        unsafe { x86::accumulate_many_avx512(&mut accs, &vals[rows], &self.ms, &self.weights, n) };
     }
 }
 

@@ -2,8 +2,9 @@
 //!
 //! Each task unpacks panels of weight rows (16 on AVX-512, 8 on AVX2; up to four panels a
 //! task) into bytes with per-group scales and mins (`GgmlBlock::unpacking`), interleaved for
-//! the kernels in `kernels::panel`, and passes every activation row over each. Unpacking a row costs about as much
-//! as a few activation rows, so small batches keep the tile path in `qmatmul`.
+//! the kernels in `kernels::panel`, and passes every activation row over each. Unpacking a
+//! row costs about as much as a few activation rows, so small batches keep the tile path in
+//! `qmatmul`.
 
 use super::sink::{filled, Sink};
 use crate::cpu::par::{for_each_chunk, par_for_with};
@@ -11,6 +12,7 @@ use crate::quantized::format::{BlockQ8_0, GgmlBlock, Unpacking};
 use crate::quantized::kernels::panel::{pick_panel, Panel, PanelFn, PanelRow};
 use crate::quantized::kernels::QuantizeRow;
 use crate::quantized::GgmlDType;
+use std::rc::Rc;
 
 /// Fewest activation rows for the panels of any type (and of the float weights): below it
 /// every type takes the tile path, which unpacks each weight block per call rather than
@@ -186,8 +188,6 @@ pub fn share_activations<R>(f: impl FnOnce() -> R) -> R {
     let _close = Close;
     f()
 }
-
-use std::rc::Rc;
 
 /// Activation rows quantized to Q8_0, with each weight group's `d` and `d · Σ q`.
 struct Activations {

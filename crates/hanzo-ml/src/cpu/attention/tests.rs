@@ -8,6 +8,17 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
     (0..n).map(|_| rng.gen_range(-1.0..1.0)).collect()
 }
 
+/// `n` key rows of `d` values, each row scaled apart from the others so that every key's
+/// sums round differently.
+#[cfg(target_arch = "x86_64")]
+fn spread_keys(n: usize, d: usize, seed: u64) -> Vec<f32> {
+    values(n * d, seed)
+        .iter()
+        .enumerate()
+        .map(|(i, x)| x * (1.0 + (i / d) as f32 * 0.37))
+        .collect()
+}
+
 /// A one-layer store holding `n` positions of keys `k` and values `v` (`[n][row]`), its
 /// blocks interleaved with another sequence's so the block table is not the identity.
 fn store(k: &[f32], v: &[f32], row: usize, n: usize) -> (PagedKv, SeqId) {
@@ -103,12 +114,7 @@ fn four_key_scores_equal_one_key_scores() {
     }
     for d in [64, 96, 256] {
         let q = values(d, 11);
-        // Scaled apart so that every key's sums round differently.
-        let keys: Vec<f32> = values(11 * d, 12)
-            .iter()
-            .enumerate()
-            .map(|(i, x)| x * (1.0 + (i / d) as f32 * 0.37))
-            .collect();
+        let keys = spread_keys(11, d, 12);
         let keys16: Vec<f16> = keys.iter().map(|&x| f16::from_f32(x)).collect();
         for n in 1..=11 {
             let mut got = vec![0f32; n];
@@ -144,11 +150,7 @@ fn query_tiles_equal_one_query_at_a_time() {
         return;
     }
     for d in [32, 96, 256] {
-        let keys: Vec<f32> = values(KEY_BLOCK * d, 21)
-            .iter()
-            .enumerate()
-            .map(|(i, x)| x * (1.0 + (i / d) as f32 * 0.37))
-            .collect();
+        let keys = spread_keys(KEY_BLOCK, d, 21);
         let vals = values(KEY_BLOCK * d, 22);
         for count in [1, 2, 3, 4, 5, 7, 8, 9, 16] {
             let qs: Vec<Vec<f32>> = (0..count).map(|i| values(d, 30 + i as u64)).collect();

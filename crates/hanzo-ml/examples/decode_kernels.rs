@@ -1,5 +1,5 @@
 //! Decode's quantized matrix-vector products, one thread, for the weight types of the
-//! WebAssembly fixtures (and Q4_0 and IQ4_NL repacked, F16 and BF16): GB/s of weights read,
+//! WebAssembly fixtures (and Q4_0, IQ4_NL and IQ4_XS repacked, F16 and BF16): GB/s of weights read,
 //! from cache (4,096 rows) and from memory (262,144 rows, Gemma 3's output head), the 10th
 //! percentile of many runs (the least disturbed by a noisy machine); the `x8` rows over the
 //! weight repacked eight rows at a time (`cpu::interleaved`). Built for `wasm32-wasip1` it
@@ -13,10 +13,12 @@
 //! Arguments, if any, replace the row counts.
 
 use hanzo_ml::quantized::cpu::interleaved::Interleaved;
+use hanzo_ml::quantized::cpu::interleaved_iq4xs::InterleavedIQ4XS;
 use hanzo_ml::quantized::cpu::matvec::matmul;
 use hanzo_ml::quantized::cpu::Route;
 use hanzo_ml::quantized::format::{
-    BlockIQ4NL, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ6K, BlockQ8_0, HalfBF16, HalfF16,
+    BlockIQ4NL, BlockIQ4XS, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ6K, BlockQ8_0,
+    HalfBF16, HalfF16,
 };
 use hanzo_ml::quantized::kernels::interleaved::InterleavedKernels;
 use hanzo_ml::quantized::kernels::Kernels;
@@ -67,6 +69,18 @@ fn time_interleaved<B: Kernels + InterleavedKernels>(dtype: GgmlDType, rows: usi
     });
 }
 
+/// IQ4_XS the same way (`cpu::interleaved_iq4xs`).
+fn time_iq4xs_interleaved(rows: usize, k: usize) {
+    let q =
+        QTensor::quantize_f32(&weights(rows, k), (rows, k), GgmlDType::IQ4XS).expect("quantize");
+    let blocks = q.blocks::<BlockIQ4XS>().expect("blocks");
+    let packed = InterleavedIQ4XS::new(blocks, rows, k).expect("repack");
+    let x = weights(1, k);
+    report("IQ4XSx8", rows, k, q.data().len(), || {
+        packed.matmul(&x, 1, Route::Alone)
+    });
+}
+
 fn main() {
     let args: Vec<usize> = std::env::args()
         .skip(1)
@@ -86,6 +100,8 @@ fn main() {
         time_interleaved::<BlockQ4_1>(GgmlDType::Q4_1, n, 576);
         time_interleaved::<BlockQ4_0>(GgmlDType::Q4_0, n, 640);
         time_interleaved::<BlockIQ4NL>(GgmlDType::IQ4NL, n, 640);
+        time::<BlockIQ4XS>(GgmlDType::IQ4XS, n / 4, 2048);
+        time_iq4xs_interleaved(n / 4, 2048);
         time::<BlockQ4K>(GgmlDType::Q4K, n / 2, 1024);
         time::<BlockQ6K>(GgmlDType::Q6K, n / 2, 1024);
         time::<HalfF16>(GgmlDType::F16, n / 2, 640);

@@ -173,6 +173,40 @@ fn interleaved_types_match_dequantized_matmul() {
     }
 }
 
+/// IQ4_XS repacked eight rows at a time (its own layout, against Q8_K below the panels'
+/// rows, through the panels from 16 rows on), against the same references; its repacked rows
+/// read back exactly as stored.
+#[test]
+fn interleaved_iq4xs_matches_dequantized_matmul() {
+    let dt = GgmlDType::IQ4XS;
+    for (n, k) in [(8, 256), (40, 512), (16, 768)] {
+        for m in [1, 3, 4, 9, 15, 16, 17, 40] {
+            check_with(dt, n, k, m, |q| {
+                let w = QMatMul::interleave(&q).unwrap();
+                assert!(w.is_repacked());
+                w
+            });
+        }
+    }
+    let (n, k) = (24, 512);
+    let q = QTensor::quantize_f32(&common::synthetic_weights(n, k, 5), (n, k), dt).unwrap();
+    let ids = [0u32, 23, 7, 8, 7];
+    let want = q
+        .dequantize_rows(&ids)
+        .unwrap()
+        .to_vec_flat::<f32>()
+        .unwrap();
+    let got = QMatMul::interleave(&q)
+        .unwrap()
+        .dequantize_rows(&ids)
+        .unwrap();
+    assert_eq!(got.to_vec_flat::<f32>().unwrap(), want);
+    // A width that is not whole groups of eight rows is not repacked.
+    let q = QTensor::quantize_f32(&common::synthetic_weights(12, k, 5), (12, k), dt).unwrap();
+    let err = QMatMul::interleave(&q).unwrap_err().to_string();
+    assert!(err.contains("groups of 8 rows"), "{err}");
+}
+
 /// Activations `[52, 512]` (more rows than any type's GEMM panel threshold) and, for every
 /// quantized type, a `[40, 512]` weight as stored and as `from_arc` chooses (maybe to repack).
 fn rows_and_weights() -> (Tensor, Vec<(GgmlDType, [QMatMul; 2])>) {

@@ -3,10 +3,11 @@
 //!
 //! It picks the path for each product (`cpu::matvec` for decode and small batches as the
 //! blocks are stored, `cpu::gemm` panels for prefill, `cpu::interleaved` for the types it
-//! `fits` (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4) repacked eight rows at a time where the
-//! CPU has AVX2, or loaded that way) and owns the repacking.
+//! `repacks` (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, IQ4_XS) repacked eight rows at a time
+//! where the CPU has AVX2, or loaded that way) and owns the repacking.
 
 use super::cpu::interleaved::{self, Interleaved, RowGroups};
+use super::cpu::interleaved_iq4xs::InterleavedIQ4XS;
 use super::cpu::matvec::{self, matvec_many, Matvec, MatvecJob};
 use super::cpu::Route;
 use super::format::interleaved::with_interleave_type;
@@ -20,7 +21,7 @@ use std::sync::{Arc, OnceLock};
 pub enum QMatMul {
     /// Blocks multiplied as they are stored.
     Quantized(Arc<QTensor>),
-    /// Blocks of the types `interleaved::fits`, repacked eight rows at a time (see
+    /// Blocks of the types `interleaved::repacks`, repacked eight rows at a time (see
     /// `interleaved`) on their first decode product, or loaded that way.
     Interleaved(Arc<Repacking>),
     /// F32 weights go through the dense matmul. (F16/BF16 ones are `Quantized`: read in
@@ -28,7 +29,7 @@ pub enum QMatMul {
     Dense(Tensor),
 }
 
-/// A weight of a type `interleaved::fits` that it repacks on its first decode product (one
+/// A weight of a type `interleaved::repacks` that it repacks on its first decode product (one
 /// activation row; a prompt's logits do not count, see `QMatMul::forward_prompt`). Until then,
 /// which covers loading and the first prompt, it is multiplied as stored, so the first token
 /// does not wait for the copy (tens of milliseconds for Gemma 3 270M's 44 MB of Q5_0 and
@@ -44,11 +45,11 @@ impl Repacking {
     /// Checks everything repacking needs, so that it cannot fail later.
     fn new(stored: Arc<QTensor>) -> Result<Self> {
         let (n, k) = QMatMul::dims_of(&stored)?;
-        if !interleaved::fits(stored.dtype(), n, k) {
+        if !interleaved::repacks(stored.dtype(), n, k) {
             return Err(Error::invalid(
                 "QMatMul::interleave",
                 format!(
-                    "{} weight [{n}, {k}]: only Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL and MXFP4 weights of whole groups of {} rows are repacked",
+                    "{} weight [{n}, {k}]: only Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4 and IQ4_XS weights of whole groups of {} rows are repacked",
                     stored.dtype(),
                     super::format::interleaved::ROWS
                 ),
@@ -75,6 +76,14 @@ impl Repacking {
             .get_or_init(|| {
                 let w = &self.stored;
                 let (n, k) = (w.shape().dims()[0], w.shape().dims()[1]);
+                if w.dtype() == GgmlDType::IQ4XS {
+                    let blocks = w.blocks().expect("dtype checked in Repacking::new");
+                    let release = |bytes| w.release_bytes(bytes);
+                    return Box::new(
+                        InterleavedIQ4XS::new_releasing(blocks, n, k, &release)
+                            .expect("shape checked in Repacking::new"),
+                    );
+                }
                 with_interleave_type!(w.dtype(), B => {
                     Box::new(Self::pack::<B>(w, n, k)) as Box<dyn RowGroups>
                 }, _ => unreachable!("dtype checked in Repacking::new"))
@@ -98,7 +107,7 @@ impl QMatMul {
         Self::from_arc(Arc::new(w))
     }
 
-    /// F32 weights go to the dense matmul; the types `interleaved::fits` are repacked where
+    /// F32 weights go to the dense matmul; the types `interleaved::repacks` are repacked where
     /// that pays (`interleaved::pays`); the rest stay as stored.
     pub fn from_arc(w: Arc<QTensor>) -> Result<Self> {
         let (n, k) = Self::dims_of(&w)?;
@@ -122,7 +131,7 @@ impl QMatMul {
         })
     }
 
-    /// Repacks a weight of a type `interleaved::fits` eight rows at a time now, whatever the
+    /// Repacks a weight of a type `interleaved::repacks` eight rows at a time now, whatever the
     /// CPU (the kernels fall back to portable code); an error for other types or a row count
     /// not a multiple of 8.
     pub fn interleave(w: &QTensor) -> Result<Self> {
@@ -190,6 +199,12 @@ impl QMatMul {
     pub fn activation_dtype(&self, rows: usize) -> Option<GgmlDType> {
         let w = match self {
             QMatMul::Quantized(w) => w,
+            // IQ4_XS decodes against Q8_K, below the panels' rows.
+            QMatMul::Interleaved(r)
+                if r.stored.dtype() == GgmlDType::IQ4XS && rows < super::cpu::gemm::MIN_ROWS =>
+            {
+                return Some(GgmlDType::Q8K)
+            }
             QMatMul::Interleaved(_) => return Some(GgmlDType::Q8_0),
             QMatMul::Dense(_) => return None,
         };

@@ -14,7 +14,7 @@ use super::Route;
 use crate::cpu::par::{for_each_chunk, par_for};
 use crate::quantized::format::interleaved::{dequantize_group_row, XRow, ROWS};
 use crate::quantized::format::{BlockQ8_0, GgmlDType};
-use crate::quantized::kernels::interleaved::{Ahead, DotFn, InterleavedKernels};
+use crate::quantized::kernels::interleaved::{Ahead, InterleavedKernels};
 use crate::quantized::kernels::{isa, Isa, QuantizeRow};
 use crate::quantized::QTensor;
 use crate::{Error, Result};
@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// `m` activation rows of width `k`, quantized once for every group of weight rows.
-struct Activations {
+pub(crate) struct Activations {
     q: Vec<BlockQ8_0>,
     d: Vec<f32>,
     sum: Vec<i32>,
@@ -109,25 +109,7 @@ impl<B: InterleavedKernels> Interleaved<B> {
                 ),
             ));
         }
-        /// Source bytes copied (in parallel) between two releases.
-        const CHUNK_BYTES: usize = 4 << 20;
-        let group_bytes = (ROWS * per_row * std::mem::size_of::<B>()).max(1);
-        let chunk_groups = (CHUNK_BYTES / group_bytes).max(1);
-        // On 2 MiB pages where the kernel allows: decode streams the copy once per token.
-        let mut blocks = crate::cpu::alloc::zeroed_vec::<B::X8>(w.len() / ROWS);
-        let mut done = 0;
-        for chunk in blocks.chunks_mut((chunk_groups * per_row).max(1)) {
-            for_each_chunk(chunk, per_row, &|g, out| {
-                let g = done + g;
-                let rows: [&[B]; ROWS] =
-                    std::array::from_fn(|r| &w[(ROWS * g + r) * per_row..][..per_row]);
-                for (i, o) in out.iter_mut().enumerate() {
-                    *o = B::pack(rows.map(|row| &row[i]));
-                }
-            });
-            done += chunk.len() / per_row.max(1);
-            release(0..done * group_bytes);
-        }
+        let blocks = repack(w, per_row, B::pack, release);
         count_repacked(std::mem::size_of_val(w));
         Ok(Self {
             store: Store::Copy(blocks),
@@ -160,82 +142,34 @@ impl<B: InterleavedKernels> Interleaved<B> {
         &self.blocks()[g * per_row..][..per_row]
     }
 
-    /// Larger than the last-level cache: decode streams it past the caches.
+    /// `x [m, k]` times the weight transposed → `[m, n]` (see `matmul`).
+    pub fn matmul(&self, x: &[f32], m: usize, route: Route) -> Vec<f32> {
+        matmul(self, x, m, route)
+    }
+}
+
+impl<B: InterleavedKernels> GroupKernels for Interleaved<B> {
+    type Acts = Activations;
+    type Row<'a> = XRow<'a>;
+    const MAX_LEVEL: u8 = B::MAX_LEVEL;
+
+    fn dims(&self) -> (usize, usize) {
+        (self.n, self.k)
+    }
     fn streamed(&self) -> bool {
         crate::quantized::kernels::prefetch::streamed(std::mem::size_of_val(self.blocks()))
     }
-
-    /// Row `r` as f32 (`out` holds `k` values): an embedding lookup in a tied output head.
+    fn quantize(&self, x: &[f32], m: usize) -> Activations {
+        Activations::new(x, m, self.k)
+    }
+    fn row<'a>(&self, acts: &'a Activations, j: usize) -> XRow<'a> {
+        acts.row(j)
+    }
+    fn dot<const C: usize>(&self, g: usize, x: &[XRow; C], ahead: Ahead) -> [[f32; ROWS]; C] {
+        B::dot::<C>()(self.group(g), x, ahead)
+    }
     fn dequantize_row(&self, r: usize, out: &mut [f32]) {
         dequantize_group_row::<B>(self.group(r / ROWS), r % ROWS, out)
-    }
-
-    /// `x [m, k]` times the weight transposed → `[m, n]`: the GEMM panels where `route`
-    /// takes them (from `gemm::MIN_ROWS` rows for `ByRows`), otherwise every row as the
-    /// matvec computes it.
-    pub fn matmul(&self, x: &[f32], m: usize, route: Route) -> Vec<f32> {
-        let (n, k) = (self.n, self.k);
-        let panels = match route {
-            Route::Alone => false,
-            Route::ByRows => m >= gemm::MIN_ROWS,
-            Route::Panels => true,
-        };
-        if let Some(plan) = gemm::plan_prepacked(k, 32, B::MAX_LEVEL, ROWS).filter(|_| panels) {
-            let fill =
-                |s: &mut gemm::Scratch, r0: usize, live: usize| self.unpack_panel(s, r0, live);
-            if let Some(out) = gemm::over_panels(n, k, x, m, 32, plan, &fill) {
-                return out;
-            }
-        }
-        let acts = Activations::new(x, m, k);
-        let rows: Vec<XRow> = (0..m).map(|j| acts.row(j)).collect();
-        // Tasks of whole groups, each writing its rows' outputs straight into `[m, n]`.
-        let groups = n / ROWS;
-        let per_task = super::matvec::chunk_rows(n, crate::cpu::team::global().threads()) / ROWS;
-        // SAFETY: the tasks cover groups 0..n / 8, so every row of the weight, and each writes
-        // its rows' outputs for all m activation rows: all m · n elements.
-        unsafe {
-            filled(m * n, |sink| {
-                par_for(groups.div_ceil(per_task), &|t| {
-                    for g in t * per_task..groups.min((t + 1) * per_task) {
-                        self.group_times(g, &rows, sink)
-                    }
-                })
-            })
-        }
-    }
-
-    /// Rows `8g..8g + 8` times every activation row `j`, eight activation rows at a time,
-    /// into `out[j * n + 8g..]`. Only the first call over the group asks for the blocks
-    /// ahead: the later ones find the group in L1.
-    fn group_times(&self, g: usize, x: &[XRow], out: &Sink) {
-        let (w, at) = (self.group(g), |j: usize| j * self.n + ROWS * g);
-        let mut ahead = Ahead::for_weight(self.streamed());
-        let mut j = 0;
-        while j < x.len() {
-            let put = |y: &[[f32; ROWS]]| {
-                for (c, y) in y.iter().enumerate() {
-                    // SAFETY: only group g's task writes its rows' outputs.
-                    unsafe { out.write(at(j + c), y) };
-                }
-                y.len()
-            };
-            let rows = &x[j..];
-            j += match rows.len() {
-                8.. => put(&B::dot::<8>()(
-                    w,
-                    rows[..8].try_into().expect("eight"),
-                    ahead,
-                )),
-                4..=7 => put(&B::dot::<4>()(
-                    w,
-                    rows[..4].try_into().expect("four"),
-                    ahead,
-                )),
-                _ => put(&B::dot::<1>()(w, rows[..1].try_into().expect("one"), ahead)),
-            };
-            ahead = Ahead::Nothing;
-        }
     }
 
     /// Writes rows `r0..r0 + live` (whole groups) unpacked into a GEMM panel (of 8 rows on
@@ -271,10 +205,134 @@ impl<B: InterleavedKernels> Interleaved<B> {
 /// panel of `block.len() / 32` rows, as rows `8 half..8 half + 8`: a panel of 8 rows lays
 /// them out as they are; a wider one takes them 32 bytes per step. One copy for every type.
 #[inline(never)]
-fn place_steps(levels: &[u8; 256], block: &mut [u8], half: usize) {
+pub(super) fn place_steps(levels: &[u8; 256], block: &mut [u8], half: usize) {
     let rows = block.len() / 32;
     for (t, step) in levels.chunks_exact(32).enumerate() {
         block[(t * rows + half * ROWS) * 4..][..32].copy_from_slice(step);
+    }
+}
+
+/// A weight held in groups of eight interleaved rows, whatever its block layout: what the
+/// decode, small-batch and prefill drivers below need of it.
+pub(crate) trait GroupKernels: Send + Sync + std::fmt::Debug {
+    /// Activation rows quantized for the dot kernels.
+    type Acts: Sync;
+    /// One of those rows.
+    type Row<'a>: Copy + Sync
+    where
+        Self: 'a;
+    /// The largest unsigned level of the GEMM panels' form.
+    const MAX_LEVEL: u8;
+
+    /// `[n, k]`.
+    fn dims(&self) -> (usize, usize);
+    /// Larger than the last-level cache: decode streams it past the caches.
+    fn streamed(&self) -> bool;
+    /// `m` activation rows of width `k`, quantized once for every group.
+    fn quantize(&self, x: &[f32], m: usize) -> Self::Acts;
+    fn row<'a>(&self, acts: &'a Self::Acts, j: usize) -> Self::Row<'a>;
+    /// `[c][r]` = row `8g + r` times activation row `c`.
+    fn dot<const C: usize>(
+        &self,
+        g: usize,
+        x: &[Self::Row<'_>; C],
+        ahead: Ahead,
+    ) -> [[f32; ROWS]; C];
+    /// Row `r` as f32 (`out` holds `k` values): an embedding lookup in a tied output head.
+    fn dequantize_row(&self, r: usize, out: &mut [f32]);
+    /// Writes rows `r0..r0 + live` (whole groups) into a GEMM panel, levels in groups of 32;
+    /// the rows past them are zero.
+    fn unpack_panel(&self, s: &mut gemm::Scratch, r0: usize, live: usize);
+}
+
+/// Copies `w` (rows of `per_row` blocks, a multiple of eight of them) into groups of eight
+/// rows, block `i` of each group's rows packed into one by `pack`, in parallel, handing
+/// `release` the bytes of `w` copied so far (see `Interleaved::new_releasing`).
+pub(super) fn repack<B: Sync, X: bytemuck::Pod + Send>(
+    w: &[B],
+    per_row: usize,
+    pack: fn([&B; ROWS]) -> X,
+    release: &(dyn Fn(std::ops::Range<usize>) + Sync),
+) -> Vec<X> {
+    /// Source bytes copied (in parallel) between two releases.
+    const CHUNK_BYTES: usize = 4 << 20;
+    let group_bytes = (ROWS * per_row * std::mem::size_of::<B>()).max(1);
+    let chunk_groups = (CHUNK_BYTES / group_bytes).max(1);
+    // On 2 MiB pages where the kernel allows: decode streams the copy once per token.
+    let mut blocks = crate::cpu::alloc::zeroed_vec::<X>(w.len() / ROWS);
+    let mut done = 0;
+    for chunk in blocks.chunks_mut((chunk_groups * per_row).max(1)) {
+        for_each_chunk(chunk, per_row, &|g, out| {
+            let g = done + g;
+            let rows: [&[B]; ROWS] =
+                std::array::from_fn(|r| &w[(ROWS * g + r) * per_row..][..per_row]);
+            for (i, o) in out.iter_mut().enumerate() {
+                *o = pack(rows.map(|row| &row[i]));
+            }
+        });
+        done += chunk.len() / per_row.max(1);
+        release(0..done * group_bytes);
+    }
+    blocks
+}
+
+/// `x [m, k]` times the weight transposed → `[m, n]`: the GEMM panels where `route` takes
+/// them (from `gemm::MIN_ROWS` rows for `ByRows`), otherwise every row as the decode kernel
+/// computes it.
+pub(super) fn matmul<G: GroupKernels>(w: &G, x: &[f32], m: usize, route: Route) -> Vec<f32> {
+    let (n, k) = w.dims();
+    let panels = match route {
+        Route::Alone => false,
+        Route::ByRows => m >= gemm::MIN_ROWS,
+        Route::Panels => true,
+    };
+    if let Some(plan) = gemm::plan_prepacked(k, 32, G::MAX_LEVEL, ROWS).filter(|_| panels) {
+        let fill = |s: &mut gemm::Scratch, r0: usize, live: usize| w.unpack_panel(s, r0, live);
+        if let Some(out) = gemm::over_panels(n, k, x, m, 32, plan, &fill) {
+            return out;
+        }
+    }
+    let acts = w.quantize(x, m);
+    let rows: Vec<G::Row<'_>> = (0..m).map(|j| w.row(&acts, j)).collect();
+    // Tasks of whole groups, each writing its rows' outputs straight into `[m, n]`.
+    let groups = n / ROWS;
+    let per_task = super::matvec::chunk_rows(n, crate::cpu::team::global().threads()) / ROWS;
+    // SAFETY: the tasks cover groups 0..n / 8, so every row of the weight, and each writes
+    // its rows' outputs for all m activation rows: all m · n elements.
+    unsafe {
+        filled(m * n, |sink| {
+            par_for(groups.div_ceil(per_task), &|t| {
+                for g in t * per_task..groups.min((t + 1) * per_task) {
+                    group_times(w, g, &rows, sink)
+                }
+            })
+        })
+    }
+}
+
+/// Rows `8g..8g + 8` times every activation row `j`, eight activation rows at a time, into
+/// `out[j * n + 8g..]`. Only the first call over the group asks for the blocks ahead: the
+/// later ones find the group in L1.
+fn group_times<G: GroupKernels>(w: &G, g: usize, x: &[G::Row<'_>], out: &Sink) {
+    let n = w.dims().0;
+    let at = |j: usize| j * n + ROWS * g;
+    let mut ahead = Ahead::for_weight(w.streamed());
+    let mut j = 0;
+    while j < x.len() {
+        let put = |y: &[[f32; ROWS]]| {
+            for (c, y) in y.iter().enumerate() {
+                // SAFETY: only group g's task writes its rows' outputs.
+                unsafe { out.write(at(j + c), y) };
+            }
+            y.len()
+        };
+        let rows = &x[j..];
+        j += match rows.len() {
+            8.. => put(&w.dot::<8>(g, rows[..8].try_into().expect("eight"), ahead)),
+            4..=7 => put(&w.dot::<4>(g, rows[..4].try_into().expect("four"), ahead)),
+            _ => put(&w.dot::<1>(g, rows[..1].try_into().expect("one"), ahead)),
+        };
+        ahead = Ahead::Nothing;
     }
 }
 
@@ -289,40 +347,38 @@ pub(crate) trait RowGroups: Send + Sync + std::fmt::Debug {
     fn dequantize_row(&self, r: usize, out: &mut [f32]);
 }
 
-impl<B: InterleavedKernels> RowGroups for Interleaved<B> {
+impl<G: GroupKernels> RowGroups for G {
     fn job<'a>(&'a self, x: &[f32]) -> Box<dyn MatvecJob + 'a> {
         Box::new(Job {
             w: self,
-            x: Activations::new(x, 1, self.k),
-            dot: B::dot::<1>(),
+            x: self.quantize(x, 1),
             ahead: Ahead::for_weight(self.streamed()),
         })
     }
     fn matmul(&self, x: &[f32], m: usize, route: Route) -> Vec<f32> {
-        Interleaved::matmul(self, x, m, route)
+        matmul(self, x, m, route)
     }
     fn dequantize_row(&self, r: usize, out: &mut [f32]) {
-        Interleaved::dequantize_row(self, r, out)
+        GroupKernels::dequantize_row(self, r, out)
     }
 }
 
-struct Job<'a, B: InterleavedKernels> {
-    w: &'a Interleaved<B>,
-    x: Activations,
-    dot: DotFn<B, 1>,
+struct Job<'a, G: GroupKernels> {
+    w: &'a G,
+    x: G::Acts,
     ahead: Ahead,
 }
 
-impl<B: InterleavedKernels> MatvecJob for Job<'_, B> {
+impl<G: GroupKernels> MatvecJob for Job<'_, G> {
     fn rows(&self) -> usize {
-        self.w.n
+        self.w.dims().0
     }
 
     fn run(&self, r0: usize, out: &mut [f32]) {
         debug_assert!(r0.is_multiple_of(ROWS) && out.len().is_multiple_of(ROWS));
+        let x = [self.w.row(&self.x, 0)];
         for (g, y) in out.chunks_exact_mut(ROWS).enumerate() {
-            let w = self.w.group(r0 / ROWS + g);
-            y.copy_from_slice(&(self.dot)(w, &[self.x.row(0)], self.ahead)[0]);
+            y.copy_from_slice(&self.w.dot::<1>(r0 / ROWS + g, &x, self.ahead)[0]);
         }
     }
 }
@@ -363,13 +419,20 @@ pub(crate) fn fits(dtype: GgmlDType, n: usize, k: usize) -> bool {
         && k.is_multiple_of(32)
 }
 
+/// Whether `QMatMul` can repack a `dtype` weight of `n` rows by `k` into a copy: the types
+/// that `fit`, and IQ4_XS in whole groups of eight rows (`interleaved_iq4xs`, never in place:
+/// the SIMD128 builds have no kernels for it).
+pub(crate) fn repacks(dtype: GgmlDType, n: usize, k: usize) -> bool {
+    fits(dtype, n, k) || dtype == GgmlDType::IQ4XS && super::interleaved_iq4xs::fits(n, k)
+}
+
 /// Whether `QMatMul` repacks a `dtype` weight of `n` rows by `k` into a copy: where it
-/// `fits` and the CPU has AVX2 (with AVX-512 too: on Zen 4 the 256-bit interleaved kernels
+/// `repacks` and the CPU has AVX2 (with AVX-512 too: on Zen 4 the 256-bit interleaved kernels
 /// decode Q4_1 and Q5_0 at 2–4x, Q8_0 at 1.1–1.5x, its row kernels' rate, `decode_kernels`),
 /// unless `HANZO_INTERLEAVE=0`. (In WebAssembly, where memory never shrinks, a copy would
 /// hold the weight twice; the SIMD128 builds load files interleaved in place instead.)
 pub(crate) fn pays(dtype: GgmlDType, n: usize, k: usize) -> bool {
-    fits(dtype, n, k)
+    repacks(dtype, n, k)
         && matches!(isa(), Isa::Avx2 | Isa::AvxVnni | Isa::Avx512)
         && crate::env::interleave()
 }

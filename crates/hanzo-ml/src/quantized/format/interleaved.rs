@@ -140,7 +140,7 @@ pub trait Interleave: GgmlBlock {
 /// The interleaved nibble planes are the rows' own `qs` bytes, four at a time: byte `j < 16`
 /// of a row holds elements `j` and `j + 16`, which are steps `j / 4` and `j / 4 + 4` at the same
 /// byte `4r + j % 4`.
-fn interleave_qs(rows: [&[u8; 16]; ROWS]) -> [u8; 128] {
+pub(super) fn interleave_qs(rows: [&[u8; 16]; ROWS]) -> [u8; 128] {
     bytemuck::cast(interleave_words::<4, 32>(rows.map(|q| bytemuck::cast(*q))))
 }
 
@@ -171,7 +171,7 @@ fn nibble_of(qs: &[u8; 128], t: usize, p: usize) -> u8 {
 }
 
 /// Every step's nibbles of interleaved nibble planes (Q4_0, Q4_1, IQ4_NL).
-fn nibble_steps(qs: &[u8; 128]) -> Steps {
+pub(super) fn nibble_steps(qs: &[u8; 128]) -> Steps {
     std::array::from_fn(|t| std::array::from_fn(|p| nibble_of(qs, t, p)))
 }
 

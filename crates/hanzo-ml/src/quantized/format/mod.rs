@@ -15,6 +15,7 @@ mod dtype;
 mod float;
 mod importance;
 pub mod interleaved;
+pub mod interleaved_iq4xs;
 mod iq1;
 mod iq1_quant;
 mod iq2;

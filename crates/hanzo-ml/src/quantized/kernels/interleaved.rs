@@ -5,8 +5,9 @@
 
 use super::{isa, Isa};
 use crate::quantized::format::interleaved::{dot_scalar, Interleave, XRow, ROWS};
+use crate::quantized::format::interleaved_iq4xs::{self as iq4xs, BlockIQ4XSx8};
 use crate::quantized::format::{
-    BlockIQ4NL, BlockMXFP4, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0,
+    BlockIQ4NL, BlockMXFP4, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8K, BlockQ8_0,
 };
 
 /// `[c][r]` = row `r` of a group (`w`, one block per 32 elements) times activation row `c`,
@@ -126,3 +127,49 @@ interleaved_kernels!(BlockQ5_1, interleaved_simd128);
 interleaved_kernels!(BlockQ8_0, interleaved_simd128);
 interleaved_kernels!(BlockIQ4NL);
 interleaved_kernels!(BlockMXFP4);
+
+/// IQ4_XS's dot kernel over a group of eight interleaved rows (`format::interleaved_iq4xs`):
+/// `[c][r]` = row `r` times activation row `c` (Q8_K), bit for bit `dot_scalar`'s.
+pub type IQ4XSDotFn<const C: usize> =
+    fn(&[BlockIQ4XSx8], &[&[BlockQ8K]; C], Ahead) -> [[f32; ROWS]; C];
+
+/// The IQ4_XS kernel for `C` activation rows at this process's instruction set.
+pub fn iq4xs_dot<const C: usize>() -> IQ4XSDotFn<C> {
+    iq4xs_dot_for::<C>(isa())
+}
+
+/// The IQ4_XS kernel for `C` activation rows at the best level up to `isa` (supported).
+pub fn iq4xs_dot_for<const C: usize>(isa: Isa) -> IQ4XSDotFn<C> {
+    assert!(isa.supported(), "{isa:?} kernels on a CPU without them");
+    #[cfg(target_arch = "x86_64")]
+    {
+        use super::interleaved_iq4xs_x86 as x86;
+        // SAFETY (each): handed out only for a supported level whose features include the
+        // kernel's; the kernel asserts that every activation row has `w.len()` blocks.
+        if isa >= Isa::Avx512 {
+            return |w, x, ahead| unsafe { x86::dot_avx512vnni::<C>(w, x, ahead) };
+        }
+        if isa >= Isa::AvxVnni {
+            return |w, x, ahead| unsafe { x86::dot_avxvnni::<C>(w, x, ahead) };
+        }
+        if isa >= Isa::Avx2 {
+            return |w, x, ahead| unsafe { x86::dot::<C>(w, x, ahead) };
+        }
+    }
+    |w, x, _| iq4xs::dot_scalar::<C>(w, x)
+}
+
+/// One IQ4_XS group's unsigned levels (`BlockIQ4XSx8::unsigned_levels`) as a GEMM panel
+/// block's bytes.
+pub fn iq4xs_expand() -> fn(&[u8; 128], &mut [u8; 256]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::has_avx2() {
+        // SAFETY: `has_avx2()` checked AVX2.
+        return |qs, out| unsafe { super::interleaved_iq4xs_x86::expand_group(qs, out) };
+    }
+    |qs, out| {
+        let mut b = <BlockIQ4XSx8 as bytemuck::Zeroable>::zeroed();
+        b.qs[..128].copy_from_slice(qs);
+        out.copy_from_slice(b.unsigned_levels(0).as_flattened());
+    }
+}

@@ -41,15 +41,18 @@ pub(super) trait Expand: bytemuck::Pod {
 /// # Safety
 /// F16C must be enabled in the caller.
 #[inline(always)]
-unsafe fn halves(h: &[half::f16; ROWS]) -> __m256 {
+pub(super) unsafe fn halves(h: &[half::f16; ROWS]) -> __m256 {
     // SAFETY: the caller enables F16C; the load reads the 16 bytes of `h`.
     unsafe { _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr() as *const __m128i)) }
 }
 
 /// The low four bits of all eight steps: step `p` in the low nibbles of `qs[32p..]`, step
 /// `p + 4` in the high ones.
+///
+/// # Safety
+/// AVX2 must be enabled in the caller.
 #[inline(always)]
-unsafe fn nibble_steps(qs: &[u8; 128]) -> [__m256i; 8] {
+pub(super) unsafe fn nibble_steps(qs: &[u8; 128]) -> [__m256i; 8] {
     // SAFETY: the caller enables AVX2; each load reads 32 of the 128 bytes.
     unsafe {
         let m15 = _mm256_set1_epi8(15);
@@ -161,7 +164,7 @@ impl Expand for BlockQ8_0x8 {
 /// # Safety
 /// AVX2 must be enabled in the caller.
 #[inline(always)]
-unsafe fn lane_table(table: &[u8; 16]) -> __m256i {
+pub(super) unsafe fn lane_table(table: &[u8; 16]) -> __m256i {
     // SAFETY: the load reads the table's 16 bytes; the caller enables AVX2.
     unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(table.as_ptr() as *const __m128i)) }
 }
@@ -171,13 +174,13 @@ unsafe fn lane_table(table: &[u8; 16]) -> __m256i {
 /// # Safety
 /// AVX2 must be enabled in the caller.
 #[inline(always)]
-unsafe fn iq4nl_table() -> __m256i {
+pub(super) unsafe fn iq4nl_table() -> __m256i {
     // SAFETY: forwarded from the caller.
     unsafe { lane_table(bytemuck::cast_ref(&IQ4NL_VALUES)) }
 }
 
 /// IQ4_NL's levels `+ 128`, unsigned.
-const IQ4NL_UNSIGNED: [u8; 16] = {
+pub(super) const IQ4NL_UNSIGNED: [u8; 16] = {
     let mut u = [0u8; 16];
     let mut i = 0;
     while i < 16 {
@@ -295,7 +298,7 @@ pub(super) trait BlockDot: Expand {
 /// # Safety
 /// AVX2 must be enabled in the caller; `x` is readable for `4t + 4` bytes.
 #[inline(always)]
-unsafe fn x4(x: *const i8, t: usize) -> __m256i {
+pub(super) unsafe fn x4(x: *const i8, t: usize) -> __m256i {
     // SAFETY: forwarded from the caller; the read is unaligned.
     unsafe { _mm256_set1_epi32((x.add(4 * t) as *const i32).read_unaligned()) }
 }
@@ -364,19 +367,29 @@ impl SignedSteps for BlockQ8_0x8 {
 impl SignedSteps for BlockIQ4NLx8 {
     #[inline(always)]
     unsafe fn step(&self, t: usize) -> __m256i {
-        // SAFETY: the caller enables AVX2; the load reads bytes `32 (t % 4)..` + 32 of the 128.
-        unsafe {
-            let raw = _mm256_loadu_si256(self.qs.as_ptr().add(32 * (t % 4)) as *const __m256i);
-            let nibble = if t < 4 {
-                raw
-            } else {
-                _mm256_srli_epi16::<4>(raw)
-            };
-            _mm256_shuffle_epi8(
-                iq4nl_table(),
-                _mm256_and_si256(nibble, _mm256_set1_epi8(15)),
-            )
-        }
+        // SAFETY: forwarded from the caller.
+        unsafe { iq4nl_step(&self.qs, t) }
+    }
+}
+
+/// Step `t`'s signed IQ4_NL levels of nibble planes laid out as `BlockIQ4NLx8`'s.
+///
+/// # Safety
+/// AVX2 must be enabled in the caller; `t < 8`.
+#[inline(always)]
+pub(super) unsafe fn iq4nl_step(qs: &[u8; 128], t: usize) -> __m256i {
+    // SAFETY: the caller enables AVX2; the load reads bytes `32 (t % 4)..` + 32 of the 128.
+    unsafe {
+        let raw = _mm256_loadu_si256(qs.as_ptr().add(32 * (t % 4)) as *const __m256i);
+        let nibble = if t < 4 {
+            raw
+        } else {
+            _mm256_srli_epi16::<4>(raw)
+        };
+        _mm256_shuffle_epi8(
+            iq4nl_table(),
+            _mm256_and_si256(nibble, _mm256_set1_epi8(15)),
+        )
     }
 }
 

@@ -34,6 +34,8 @@ mod float_panel_x86;
 #[cfg(target_arch = "x86_64")]
 mod float_x86;
 pub mod interleaved;
+#[cfg(target_arch = "x86_64")]
+mod interleaved_iq4xs_x86;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 mod interleaved_simd128;
 #[cfg(target_arch = "x86_64")]

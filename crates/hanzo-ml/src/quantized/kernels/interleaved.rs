@@ -45,12 +45,23 @@ impl Ahead {
 
 /// The kernels of one interleaved type at this process's instruction set.
 pub trait InterleavedKernels: Interleave {
-    /// The dot kernel for `C` activation rows.
+    /// The dot kernel for `C` activation rows. (`isa()` is supported: no check, which a
+    /// caller asking once per group of rows would pay every time.)
     fn dot<const C: usize>() -> DotFn<Self, C> {
-        Self::dot_for::<C>(isa())
+        // SAFETY: `isa()` is a supported level (`Isa::detect` picks among those).
+        unsafe { Self::pick::<C>(isa()) }
     }
     /// The dot kernel for `C` activation rows at the best level up to `isa` (supported).
-    fn dot_for<const C: usize>(isa: Isa) -> DotFn<Self, C>;
+    fn dot_for<const C: usize>(isa: Isa) -> DotFn<Self, C> {
+        assert!(isa.supported(), "{isa:?} kernels on a CPU without them");
+        // SAFETY: checked just above.
+        unsafe { Self::pick::<C>(isa) }
+    }
+    /// `dot_for` unchecked.
+    ///
+    /// # Safety
+    /// `isa` must be supported: the kernel handed out runs its instructions.
+    unsafe fn pick<const C: usize>(isa: Isa) -> DotFn<Self, C>;
     /// The expansion of a block into its unsigned levels.
     fn expand() -> ExpandFn<Self>;
 }
@@ -82,8 +93,7 @@ macro_rules! interleaved_kernels {
     ($block:ty $(, $simd128:ident)?) => {
         impl InterleavedKernels for $block {
             #[allow(unreachable_code)]
-            fn dot_for<const C: usize>(isa: Isa) -> DotFn<Self, C> {
-                assert!(isa.supported(), "{isa:?} kernels on a CPU without them");
+            unsafe fn pick<const C: usize>(isa: Isa) -> DotFn<Self, C> {
                 $(
                     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
                     if isa >= Isa::Simd128 {
@@ -133,14 +143,25 @@ interleaved_kernels!(BlockMXFP4);
 pub type IQ4XSDotFn<const C: usize> =
     fn(&[BlockIQ4XSx8], &[&[BlockQ8K]; C], Ahead) -> [[f32; ROWS]; C];
 
-/// The IQ4_XS kernel for `C` activation rows at this process's instruction set.
+/// The IQ4_XS kernel for `C` activation rows at this process's instruction set (supported:
+/// unchecked, as `InterleavedKernels::dot`).
 pub fn iq4xs_dot<const C: usize>() -> IQ4XSDotFn<C> {
-    iq4xs_dot_for::<C>(isa())
+    // SAFETY: `isa()` is a supported level (`Isa::detect` picks among those).
+    unsafe { iq4xs_pick::<C>(isa()) }
 }
 
 /// The IQ4_XS kernel for `C` activation rows at the best level up to `isa` (supported).
 pub fn iq4xs_dot_for<const C: usize>(isa: Isa) -> IQ4XSDotFn<C> {
     assert!(isa.supported(), "{isa:?} kernels on a CPU without them");
+    // SAFETY: checked just above.
+    unsafe { iq4xs_pick::<C>(isa) }
+}
+
+/// `iq4xs_dot_for` unchecked.
+///
+/// # Safety
+/// `isa` must be supported: the kernel handed out runs its instructions.
+unsafe fn iq4xs_pick<const C: usize>(isa: Isa) -> IQ4XSDotFn<C> {
     #[cfg(target_arch = "x86_64")]
     {
         use super::interleaved_iq4xs_x86 as x86;

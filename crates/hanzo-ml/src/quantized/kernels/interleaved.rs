@@ -93,6 +93,8 @@ macro_rules! interleaved_kernels {
     ($block:ty $(, $simd128:ident)?) => {
         impl InterleavedKernels for $block {
             #[allow(unreachable_code)]
+            // (`isa` goes unread where only the portable kernel exists.)
+            #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
             unsafe fn pick<const C: usize>(isa: Isa) -> DotFn<Self, C> {
                 $(
                     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
@@ -161,6 +163,7 @@ pub fn iq4xs_dot_for<const C: usize>(isa: Isa) -> IQ4XSDotFn<C> {
 ///
 /// # Safety
 /// `isa` must be supported: the kernel handed out runs its instructions.
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
 unsafe fn iq4xs_pick<const C: usize>(isa: Isa) -> IQ4XSDotFn<C> {
     #[cfg(target_arch = "x86_64")]
     {

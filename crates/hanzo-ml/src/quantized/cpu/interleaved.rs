@@ -6,6 +6,8 @@
 //!
 //! Decode runs the interleaved dot kernel over groups of eight rows; prefill reads the same
 //! copy as GEMM panels (`gemm`), whose eight-row interleaving is the same, unpacked.
+//! Those drivers (`matmul`, the decode `Job`) are written once over `GroupKernels`, what
+//! they need of any eight-row layout; IQ4_XS's (`interleaved_iq4xs`) takes them too.
 
 use super::gemm;
 use super::matvec::MatvecJob;

@@ -1,5 +1,5 @@
 //! Decode's quantized matrix-vector products, one thread, for the weight types of the
-//! WebAssembly fixtures (and Q4_0, IQ4_NL and IQ4_XS repacked, F16 and BF16): GB/s of weights read,
+//! WebAssembly fixtures (and Q4_0, IQ4_NL and IQ4_XS repacked, IQ3_S, F16 and BF16): GB/s of weights read,
 //! from cache (4,096 rows) and from memory (262,144 rows, Gemma 3's output head), the 10th
 //! percentile of many runs (the least disturbed by a noisy machine); the `x8` rows over the
 //! weight repacked eight rows at a time (`cpu::interleaved`). Built for `wasm32-wasip1` it
@@ -17,8 +17,8 @@ use hanzo_ml::quantized::cpu::interleaved_iq4xs::InterleavedIQ4XS;
 use hanzo_ml::quantized::cpu::matvec::matmul;
 use hanzo_ml::quantized::cpu::Route;
 use hanzo_ml::quantized::format::{
-    BlockIQ4NL, BlockIQ4XS, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ6K, BlockQ8_0,
-    HalfBF16, HalfF16,
+    BlockIQ3S, BlockIQ4NL, BlockIQ4XS, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ6K,
+    BlockQ8_0, HalfBF16, HalfF16,
 };
 use hanzo_ml::quantized::kernels::interleaved::InterleavedKernels;
 use hanzo_ml::quantized::kernels::Kernels;
@@ -102,6 +102,7 @@ fn main() {
         time_interleaved::<BlockIQ4NL>(GgmlDType::IQ4NL, n, 640);
         time::<BlockIQ4XS>(GgmlDType::IQ4XS, n / 4, 2048);
         time_iq4xs_interleaved(n / 4, 2048);
+        time::<BlockIQ3S>(GgmlDType::IQ3S, n / 4, 2048);
         time::<BlockQ4K>(GgmlDType::Q4K, n / 2, 1024);
         time::<BlockQ6K>(GgmlDType::Q6K, n / 2, 1024);
         time::<HalfF16>(GgmlDType::F16, n / 2, 640);

@@ -290,8 +290,15 @@ impl Scratch {
         }
     }
 
-    /// The panel's rows, and its levels, scales and mins, laid out as `Panel` describes.
-    pub(crate) fn panel_mut(&mut self) -> (usize, &mut [u8], &mut [f32], &mut [f32]) {
+    /// The panel's rows, and its levels, scales and mins, laid out as `Panel` describes, for
+    /// `live` rows of weights: zeroed where that is fewer than the panel holds, so the rows
+    /// past the end of the matrix are zero.
+    pub(crate) fn panel_for(&mut self, live: usize) -> (usize, &mut [u8], &mut [f32], &mut [f32]) {
+        if live < self.rows {
+            self.u.fill(0);
+            self.scale.fill(0.0);
+            self.min.fill(0.0);
+        }
         (self.rows, &mut self.u, &mut self.scale, &mut self.min)
     }
 
@@ -299,12 +306,7 @@ impl Scratch {
     /// past the end of the matrix are zero.
     fn unpack<B: GgmlBlock>(&mut self, un: &Unpacking<B>, w: &[B], per_row: usize) {
         let rows = self.rows;
-        let live = w.len() / per_row;
-        if live < rows {
-            self.u.fill(0);
-            self.scale.fill(0.0);
-            self.min.fill(0.0);
-        }
+        self.panel_for(w.len() / per_row);
         let per_block = B::BLOCK_SIZE / un.group;
         for (r, row) in w.chunks_exact(per_row).enumerate() {
             for (i, b) in row.iter().enumerate() {

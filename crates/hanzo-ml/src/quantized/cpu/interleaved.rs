@@ -177,12 +177,7 @@ impl<B: InterleavedKernels> GroupKernels for Interleaved<B> {
     /// Writes rows `r0..r0 + live` (whole groups) unpacked into a GEMM panel (of 8 rows on
     /// AVX2, 16 on AVX-512); the rows past them are zero.
     fn unpack_panel(&self, s: &mut gemm::Scratch, r0: usize, live: usize) {
-        let (rows, u, scale, min) = s.panel_mut();
-        if live < rows {
-            u.fill(0);
-            scale.fill(0.0);
-            min.fill(0.0);
-        }
+        let (rows, u, scale, min) = s.panel_for(live);
         let expand = B::expand();
         let mut levels = [0u8; 256];
         for half in 0..live / ROWS {

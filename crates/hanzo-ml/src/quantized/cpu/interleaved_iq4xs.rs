@@ -120,12 +120,7 @@ impl GroupKernels for InterleavedIQ4XS {
     /// Each group of 32 as a panel block: the levels plus 128, the scale `d · mult` (as the
     /// stored weight's panels have it) and the min `128 · scale`.
     fn unpack_panel(&self, s: &mut gemm::Scratch, r0: usize, live: usize) {
-        let (rows, u, scale, min) = s.panel_mut();
-        if live < rows {
-            u.fill(0);
-            scale.fill(0.0);
-            min.fill(0.0);
-        }
+        let (rows, u, scale, min) = s.panel_for(live);
         let expand = iq4xs_expand();
         let mut levels = [0u8; 256];
         for half in 0..live / ROWS {
@@ -185,6 +180,18 @@ mod tests {
         w[2] = uniform_block(0, 31);
         w[5 * 4] = uniform_block(15, -32);
         let packed = InterleavedIQ4XS::new(&w, n, k).unwrap();
+        // The panels' expansion gives every group's levels as the portable code does.
+        let mut expanded = [0u8; 256];
+        for b in &packed.blocks {
+            for g in 0..GROUPS {
+                iq4xs_expand()(b.group(g), &mut expanded);
+                assert_eq!(
+                    &expanded[..],
+                    b.unsigned_levels(g).as_flattened(),
+                    "group {g}"
+                );
+            }
+        }
         // Activation rows 0 and 1 start with blocks of all +1 and all -1 (levels ±127).
         let x: Vec<f32> = (0..8 * k)
             .map(|i| match (i / k, i % k < 3 * QK_K) {

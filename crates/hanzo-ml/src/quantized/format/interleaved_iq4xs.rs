@@ -63,8 +63,13 @@ impl BlockIQ4XSx8 {
 
     /// Group `g`'s table levels plus 128 (unsigned), step by step.
     pub fn unsigned_levels(&self, g: usize) -> Steps {
-        nibble_steps(self.group(g)).map(|s| s.map(|i| IQ4NL_VALUES[i as usize] as u8 ^ 0x80))
+        unsigned_levels(self.group(g))
     }
+}
+
+/// The table levels plus 128 (unsigned) of a group's nibble planes, step by step.
+pub fn unsigned_levels(qs: &[u8; 128]) -> Steps {
+    nibble_steps(qs).map(|s| s.map(|i| IQ4NL_VALUES[i as usize] as u8 ^ 0x80))
 }
 
 /// Row `r` of a group of eight interleaved rows (`group`: its `k / 256` blocks) as f32 into

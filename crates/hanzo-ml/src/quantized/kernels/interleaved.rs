@@ -33,6 +33,18 @@ pub enum Ahead {
 }
 
 impl Ahead {
+    /// Asks for what lies ahead of `block` (the one a kernel is about to read) as this says.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    pub(super) fn prefetch<T>(self, block: &T) {
+        let (at, bytes) = (block as *const T as *const u8, std::mem::size_of::<T>());
+        match self {
+            Ahead::Nothing => {}
+            Ahead::Cached => super::prefetch::prefetch_ahead::<false>(at, bytes),
+            Ahead::Streamed => super::prefetch::prefetch_ahead::<true>(at, bytes),
+        }
+    }
+
     /// `Cached`, or `Streamed` for a weight larger than the last-level cache.
     pub fn for_weight(streamed: bool) -> Self {
         if streamed {
@@ -183,7 +195,7 @@ unsafe fn iq4xs_pick<const C: usize>(isa: Isa) -> IQ4XSDotFn<C> {
     |w, x, _| iq4xs::dot_scalar::<C>(w, x)
 }
 
-/// One IQ4_XS group's unsigned levels (`BlockIQ4XSx8::unsigned_levels`) as a GEMM panel
+/// One IQ4_XS group's unsigned levels (`interleaved_iq4xs::unsigned_levels`) as a GEMM panel
 /// block's bytes.
 pub fn iq4xs_expand() -> fn(&[u8; 128], &mut [u8; 256]) {
     #[cfg(target_arch = "x86_64")]
@@ -191,9 +203,5 @@ pub fn iq4xs_expand() -> fn(&[u8; 128], &mut [u8; 256]) {
         // SAFETY: `has_avx2()` checked AVX2.
         return |qs, out| unsafe { super::interleaved_iq4xs_x86::expand_group(qs, out) };
     }
-    |qs, out| {
-        let mut b = <BlockIQ4XSx8 as bytemuck::Zeroable>::zeroed();
-        b.qs[..128].copy_from_slice(qs);
-        out.copy_from_slice(b.unsigned_levels(0).as_flattened());
-    }
+    |qs, out| out.copy_from_slice(iq4xs::unsigned_levels(qs).as_flattened())
 }

@@ -7,7 +7,6 @@
 use super::avx2::ByteDot;
 use super::interleaved::Ahead;
 use super::interleaved_x86::{halves, iq4nl_step, lane_table, nibble_steps, x4, IQ4NL_UNSIGNED};
-use super::prefetch::prefetch_ahead;
 use crate::quantized::format::interleaved::ROWS;
 use crate::quantized::format::interleaved_iq4xs::{BlockIQ4XSx8, GROUPS};
 use crate::quantized::format::BlockQ8K;
@@ -138,12 +137,7 @@ unsafe fn dot_with<S: GroupSums, const C: usize>(
     unsafe {
         let mut acc = [_mm256_setzero_ps(); C];
         for (i, b) in w.iter().enumerate() {
-            let at = b as *const BlockIQ4XSx8 as *const u8;
-            match ahead {
-                Ahead::Nothing => {}
-                Ahead::Cached => prefetch_ahead::<false>(at, std::mem::size_of::<BlockIQ4XSx8>()),
-                Ahead::Streamed => prefetch_ahead::<true>(at, std::mem::size_of::<BlockIQ4XSx8>()),
-            }
+            ahead.prefetch(b);
             let xb: [&BlockQ8K; C] = std::array::from_fn(|c| x[c].get_unchecked(i));
             let high =
                 _mm256_cvtepu16_epi32(_mm_loadu_si128(b.scales_h.as_ptr() as *const __m128i));

@@ -10,7 +10,6 @@
 
 use super::avx2::ByteDot;
 use super::interleaved::Ahead;
-use super::prefetch::prefetch_ahead;
 use crate::quantized::format::interleaved::Interleave;
 use crate::quantized::format::interleaved::{
     BlockIQ4NLx8, BlockMXFP4x8, BlockQ4_0x8, BlockQ4_1x8, BlockQ5_0x8, BlockQ5_1x8, BlockQ8_0x8,
@@ -575,12 +574,7 @@ unsafe fn dot_with<S: RowSums<B>, B: Expand, const C: usize>(
     unsafe {
         let mut acc = [_mm256_setzero_ps(); C];
         for (i, b) in w.iter().enumerate() {
-            let at = b as *const B as *const u8;
-            match ahead {
-                Ahead::Nothing => {}
-                Ahead::Cached => prefetch_ahead::<false>(at, std::mem::size_of::<B>()),
-                Ahead::Streamed => prefetch_ahead::<true>(at, std::mem::size_of::<B>()),
-            }
+            ahead.prefetch(b);
             let d = b.scales();
             let s = S::sums::<C>(
                 b,

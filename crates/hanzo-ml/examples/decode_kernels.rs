@@ -1,5 +1,6 @@
 //! Decode's quantized matrix-vector products, one thread, for the weight types of the
-//! WebAssembly fixtures (and Q4_0, IQ4_NL and IQ4_XS repacked, IQ3_S, F16 and BF16): GB/s of weights read,
+//! WebAssembly fixtures (and Q4_0, IQ4_NL and IQ4_XS repacked, IQ3_S and IQ3_XXS as stored and
+//! transcoded into IQ4_XS's layout, F16 and BF16): GB/s of weights read,
 //! from cache (4,096 rows) and from memory (262,144 rows, Gemma 3's output head), the 10th
 //! percentile of many runs (the least disturbed by a noisy machine); the `x8` rows over the
 //! weight repacked eight rows at a time (`cpu::interleaved`). Built for `wasm32-wasip1` it
@@ -16,9 +17,10 @@ use hanzo_ml::quantized::cpu::interleaved::Interleaved;
 use hanzo_ml::quantized::cpu::interleaved_iq4xs::InterleavedIQ4XS;
 use hanzo_ml::quantized::cpu::matvec::matmul;
 use hanzo_ml::quantized::cpu::Route;
+use hanzo_ml::quantized::format::interleaved_iq4xs::IQ4XSLayout;
 use hanzo_ml::quantized::format::{
-    BlockIQ3S, BlockIQ4NL, BlockIQ4XS, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ6K,
-    BlockQ8_0, HalfBF16, HalfF16,
+    BlockIQ3S, BlockIQ3XXS, BlockIQ4NL, BlockIQ4XS, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0,
+    BlockQ6K, BlockQ8_0, HalfBF16, HalfF16,
 };
 use hanzo_ml::quantized::kernels::interleaved::InterleavedKernels;
 use hanzo_ml::quantized::kernels::Kernels;
@@ -69,14 +71,13 @@ fn time_interleaved<B: Kernels + InterleavedKernels>(dtype: GgmlDType, rows: usi
     });
 }
 
-/// IQ4_XS the same way (`cpu::interleaved_iq4xs`).
-fn time_iq4xs_interleaved(rows: usize, k: usize) {
-    let q =
-        QTensor::quantize_f32(&weights(rows, k), (rows, k), GgmlDType::IQ4XS).expect("quantize");
-    let blocks = q.blocks::<BlockIQ4XS>().expect("blocks");
-    let packed = InterleavedIQ4XS::new(blocks, rows, k).expect("repack");
+/// IQ4_XS the same way, and IQ3_S and IQ3_XXS transcoded into its layout
+/// (`cpu::interleaved_iq4xs`); GB/s of the stored type's bytes.
+fn time_iq4xs_interleaved<B: IQ4XSLayout>(dtype: GgmlDType, rows: usize, k: usize) {
+    let q = QTensor::quantize_f32(&weights(rows, k), (rows, k), dtype).expect("quantize");
+    let packed = InterleavedIQ4XS::new(q.blocks::<B>().expect("blocks"), rows, k).expect("repack");
     let x = weights(1, k);
-    report("IQ4XSx8", rows, k, q.data().len(), || {
+    report(&format!("{dtype:?}x8"), rows, k, q.data().len(), || {
         packed.matmul(&x, 1, Route::Alone)
     });
 }
@@ -101,8 +102,11 @@ fn main() {
         time_interleaved::<BlockQ4_0>(GgmlDType::Q4_0, n, 640);
         time_interleaved::<BlockIQ4NL>(GgmlDType::IQ4NL, n, 640);
         time::<BlockIQ4XS>(GgmlDType::IQ4XS, n / 4, 2048);
-        time_iq4xs_interleaved(n / 4, 2048);
+        time_iq4xs_interleaved::<BlockIQ4XS>(GgmlDType::IQ4XS, n / 4, 2048);
         time::<BlockIQ3S>(GgmlDType::IQ3S, n / 4, 2048);
+        time_iq4xs_interleaved::<BlockIQ3S>(GgmlDType::IQ3S, n / 4, 2048);
+        time::<BlockIQ3XXS>(GgmlDType::IQ3XXS, n / 4, 2048);
+        time_iq4xs_interleaved::<BlockIQ3XXS>(GgmlDType::IQ3XXS, n / 4, 2048);
         time::<BlockQ4K>(GgmlDType::Q4K, n / 2, 1024);
         time::<BlockQ6K>(GgmlDType::Q6K, n / 2, 1024);
         time::<HalfF16>(GgmlDType::F16, n / 2, 640);

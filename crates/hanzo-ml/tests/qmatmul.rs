@@ -173,38 +173,39 @@ fn interleaved_types_match_dequantized_matmul() {
     }
 }
 
-/// IQ4_XS repacked eight rows at a time (its own layout, against Q8_K below the panels'
-/// rows, through the panels from 16 rows on), against the same references; its repacked rows
-/// read back exactly as stored.
+/// IQ4_XS repacked eight rows at a time, and IQ3_S and IQ3_XXS transcoded into its layout
+/// (against Q8_K below the panels' rows, through the panels from 16 rows on), against the
+/// same references; their repacked rows read back exactly as stored.
 #[test]
-fn interleaved_iq4xs_matches_dequantized_matmul() {
-    let dt = GgmlDType::IQ4XS;
-    for (n, k) in [(8, 256), (40, 512), (16, 768)] {
-        for m in [1, 3, 4, 9, 15, 16, 17, 40] {
-            check_with(dt, n, k, m, |q| {
-                let w = QMatMul::interleave(&q).unwrap();
-                assert!(w.is_repacked());
-                w
-            });
+fn interleaved_iq4xs_layout_matches_dequantized_matmul() {
+    for dt in [GgmlDType::IQ4XS, GgmlDType::IQ3S, GgmlDType::IQ3XXS] {
+        for (n, k) in [(8, 256), (40, 512), (16, 768)] {
+            for m in [1, 3, 4, 9, 15, 16, 17, 40] {
+                check_with(dt, n, k, m, |q| {
+                    let w = QMatMul::interleave(&q).unwrap();
+                    assert!(w.is_repacked());
+                    w
+                });
+            }
         }
+        let (n, k) = (24, 512);
+        let q = QTensor::quantize_f32(&common::synthetic_weights(n, k, 5), (n, k), dt).unwrap();
+        let ids = [0u32, 23, 7, 8, 7];
+        let want = q
+            .dequantize_rows(&ids)
+            .unwrap()
+            .to_vec_flat::<f32>()
+            .unwrap();
+        let got = QMatMul::interleave(&q)
+            .unwrap()
+            .dequantize_rows(&ids)
+            .unwrap();
+        assert_eq!(got.to_vec_flat::<f32>().unwrap(), want, "{dt}");
+        // A width that is not whole groups of eight rows is not repacked.
+        let q = QTensor::quantize_f32(&common::synthetic_weights(12, k, 5), (12, k), dt).unwrap();
+        let err = QMatMul::interleave(&q).unwrap_err().to_string();
+        assert!(err.contains("groups of 8 rows"), "{err}");
     }
-    let (n, k) = (24, 512);
-    let q = QTensor::quantize_f32(&common::synthetic_weights(n, k, 5), (n, k), dt).unwrap();
-    let ids = [0u32, 23, 7, 8, 7];
-    let want = q
-        .dequantize_rows(&ids)
-        .unwrap()
-        .to_vec_flat::<f32>()
-        .unwrap();
-    let got = QMatMul::interleave(&q)
-        .unwrap()
-        .dequantize_rows(&ids)
-        .unwrap();
-    assert_eq!(got.to_vec_flat::<f32>().unwrap(), want);
-    // A width that is not whole groups of eight rows is not repacked.
-    let q = QTensor::quantize_f32(&common::synthetic_weights(12, k, 5), (12, k), dt).unwrap();
-    let err = QMatMul::interleave(&q).unwrap_err().to_string();
-    assert!(err.contains("groups of 8 rows"), "{err}");
 }
 
 /// Activations `[52, 512]` (more rows than any type's GEMM panel threshold) and, for every
@@ -255,6 +256,24 @@ fn rows_alone_equal_one_row_products_bit_for_bit() {
             let differ = first_difference(&short, &alone);
             assert_eq!(differ, None, "{dt:?}: {below} rows");
         }
+    }
+}
+
+/// A prompt's product is the same bit for bit before a weight's repack and after it (the
+/// repacked panels hold the stored panels' levels, scales and mins), so a prompt's logits do
+/// not depend on whether a decode step came first.
+#[test]
+fn prompts_give_the_same_numbers_before_and_after_a_repack() {
+    let (x, weights) = rows_and_weights();
+    for (dt, [stored, w]) in weights {
+        let before = stored
+            .forward_prompt(&x)
+            .unwrap()
+            .to_vec_flat::<f32>()
+            .unwrap();
+        w.forward(&x.narrow(0, 0, 1).unwrap()).unwrap();
+        let after = w.forward_prompt(&x).unwrap();
+        assert_eq!(first_difference(&after, &before), None, "{dt:?}");
     }
 }
 

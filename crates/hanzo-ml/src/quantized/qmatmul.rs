@@ -3,15 +3,17 @@
 //!
 //! It picks the path for each product (`cpu::matvec` for decode and small batches as the
 //! blocks are stored, `cpu::gemm` panels for prefill, `cpu::interleaved` for the types it
-//! `repacks` (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, IQ4_XS) repacked eight rows at a time
-//! where the CPU has AVX2, or loaded that way) and owns the repacking.
+//! `repacks` (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4; IQ4_XS, and IQ3_S and IQ3_XXS
+//! transcoded into IQ4_XS's layout) repacked eight rows at a time where the CPU has AVX2, or
+//! loaded that way) and owns the repacking.
 
 use super::cpu::interleaved::{self, Interleaved, RowGroups};
 use super::cpu::interleaved_iq4xs::InterleavedIQ4XS;
 use super::cpu::matvec::{self, matvec_many, Matvec, MatvecJob};
 use super::cpu::Route;
 use super::format::interleaved::with_interleave_type;
-use super::format::GgmlDType;
+use super::format::interleaved_iq4xs::IQ4XSLayout;
+use super::format::{BlockIQ3S, BlockIQ3XXS, BlockIQ4XS, GgmlDType};
 use super::QTensor;
 use crate::{DType, Error, Result, Tensor};
 use std::sync::{Arc, OnceLock};
@@ -49,7 +51,7 @@ impl Repacking {
             return Err(Error::invalid(
                 "QMatMul::interleave",
                 format!(
-                    "{} weight [{n}, {k}]: only Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4 and IQ4_XS weights of whole groups of {} rows are repacked",
+                    "{} weight [{n}, {k}]: only Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, IQ4_XS, IQ3_S and IQ3_XXS weights of whole groups of {} rows are repacked",
                     stored.dtype(),
                     super::format::interleaved::ROWS
                 ),
@@ -76,19 +78,24 @@ impl Repacking {
             .get_or_init(|| {
                 let w = &self.stored;
                 let (n, k) = (w.shape().dims()[0], w.shape().dims()[1]);
-                if w.dtype() == GgmlDType::IQ4XS {
-                    let blocks = w.blocks().expect("dtype checked in Repacking::new");
-                    let release = |bytes| w.release_bytes(bytes);
-                    return Box::new(
-                        InterleavedIQ4XS::new_releasing(blocks, n, k, &release)
-                            .expect("shape checked in Repacking::new"),
-                    );
+                match w.dtype() {
+                    GgmlDType::IQ4XS => return Box::new(Self::transcode::<BlockIQ4XS>(w, n, k)),
+                    GgmlDType::IQ3S => return Box::new(Self::transcode::<BlockIQ3S>(w, n, k)),
+                    GgmlDType::IQ3XXS => return Box::new(Self::transcode::<BlockIQ3XXS>(w, n, k)),
+                    _ => {}
                 }
                 with_interleave_type!(w.dtype(), B => {
                     Box::new(Self::pack::<B>(w, n, k)) as Box<dyn RowGroups>
                 }, _ => unreachable!("dtype checked in Repacking::new"))
             })
             .as_ref()
+    }
+
+    /// IQ4_XS repacked, or IQ3_S or IQ3_XXS transcoded into its layout.
+    fn transcode<B: IQ4XSLayout>(w: &QTensor, n: usize, k: usize) -> InterleavedIQ4XS {
+        let blocks = w.blocks::<B>().expect("dtype checked in Repacking::new");
+        InterleavedIQ4XS::new_releasing(blocks, n, k, &|bytes| w.release_bytes(bytes))
+            .expect("shape checked in Repacking::new")
     }
 
     fn pack<B: super::kernels::interleaved::InterleavedKernels>(
@@ -199,9 +206,11 @@ impl QMatMul {
     pub fn activation_dtype(&self, rows: usize) -> Option<GgmlDType> {
         let w = match self {
             QMatMul::Quantized(w) => w,
-            // IQ4_XS decodes against Q8_K, below the panels' rows.
+            // IQ4_XS (and IQ3_S and IQ3_XXS in its layout) decodes against Q8_K, below the
+            // panels' rows.
             QMatMul::Interleaved(r)
-                if r.stored.dtype() == GgmlDType::IQ4XS && rows < super::cpu::gemm::MIN_ROWS =>
+                if super::cpu::interleaved::iq4xs_layout(r.stored.dtype())
+                    && rows < super::cpu::gemm::MIN_ROWS =>
             {
                 return Some(GgmlDType::Q8K)
             }

@@ -153,7 +153,9 @@ impl<B: InterleavedKernels> Interleaved<B> {
 impl<B: InterleavedKernels> GroupKernels for Interleaved<B> {
     type Acts = Activations;
     type Row<'a> = XRow<'a>;
-    const MAX_LEVEL: u8 = B::MAX_LEVEL;
+    fn max_level(&self) -> u8 {
+        B::MAX_LEVEL
+    }
 
     fn dims(&self) -> (usize, usize) {
         (self.n, self.k)
@@ -219,7 +221,7 @@ pub(crate) trait GroupKernels: Send + Sync + std::fmt::Debug {
     where
         Self: 'a;
     /// The largest unsigned level of the GEMM panels' form.
-    const MAX_LEVEL: u8;
+    fn max_level(&self) -> u8;
 
     /// `[n, k]`.
     fn dims(&self) -> (usize, usize);
@@ -283,7 +285,7 @@ pub(super) fn matmul<G: GroupKernels>(w: &G, x: &[f32], m: usize, route: Route) 
         Route::ByRows => m >= gemm::MIN_ROWS,
         Route::Panels => true,
     };
-    if let Some(plan) = gemm::plan_prepacked(k, 32, G::MAX_LEVEL, ROWS).filter(|_| panels) {
+    if let Some(plan) = gemm::plan_prepacked(k, 32, w.max_level(), ROWS).filter(|_| panels) {
         let fill = |s: &mut gemm::Scratch, r0: usize, live: usize| w.unpack_panel(s, r0, live);
         if let Some(out) = gemm::over_panels(n, k, x, m, 32, plan, &fill) {
             return out;
@@ -417,10 +419,20 @@ pub(crate) fn fits(dtype: GgmlDType, n: usize, k: usize) -> bool {
 }
 
 /// Whether `QMatMul` can repack a `dtype` weight of `n` rows by `k` into a copy: the types
-/// that `fit`, and IQ4_XS in whole groups of eight rows (`interleaved_iq4xs`, never in place:
-/// the SIMD128 builds have no kernels for it).
+/// that `fit`, and those of IQ4_XS's layout in whole groups of eight rows
+/// (`interleaved_iq4xs`, never in place: the SIMD128 builds have no kernels for it).
 pub(crate) fn repacks(dtype: GgmlDType, n: usize, k: usize) -> bool {
-    fits(dtype, n, k) || dtype == GgmlDType::IQ4XS && super::interleaved_iq4xs::fits(n, k)
+    fits(dtype, n, k) || iq4xs_layout(dtype) && super::interleaved_iq4xs::fits(n, k)
+}
+
+/// Whether `dtype` is repacked into IQ4_XS's eight-row layout: IQ4_XS, and IQ3_S and IQ3_XXS
+/// transcoded (`format::interleaved_iq4xs`; 136 bytes per 256 weights against their 110 and
+/// 98, for a decode kernel several times as fast as theirs).
+pub(crate) fn iq4xs_layout(dtype: GgmlDType) -> bool {
+    matches!(
+        dtype,
+        GgmlDType::IQ4XS | GgmlDType::IQ3S | GgmlDType::IQ3XXS
+    )
 }
 
 /// Whether `QMatMul` repacks a `dtype` weight of `n` rows by `k` into a copy: where it

@@ -41,7 +41,7 @@ fn put_two(level: &mut [i8], a: [i8; 4], c: [i8; 4], signs: u8) {
     level[..8].copy_from_slice(&signed8(point, signs));
 }
 
-fn iq3xxs_levels(b: &BlockIQ3XXS) -> Levels<32> {
+pub(super) fn iq3xxs_levels(b: &BlockIQ3XXS) -> Levels<32> {
     let mut out = Levels::new(b.d.to_f32());
     let grid = iq3xxs_grid();
     let (idx, words) = b.qs.split_at(QK_K / 4);
@@ -60,7 +60,7 @@ fn iq3xxs_levels(b: &BlockIQ3XXS) -> Levels<32> {
     out
 }
 
-fn iq3s_levels(b: &BlockIQ3S) -> Levels<32> {
+pub(super) fn iq3s_levels(b: &BlockIQ3S) -> Levels<32> {
     let mut out = Levels::new(b.d.to_f32());
     let grid = iq3s_grid();
     // Two points (8 weights) per sign byte.

@@ -5,7 +5,7 @@
 
 use super::{isa, Isa};
 use crate::quantized::format::interleaved::{dot_scalar, Interleave, XRow, ROWS};
-use crate::quantized::format::interleaved_iq4xs::{self as iq4xs, BlockIQ4XSx8};
+use crate::quantized::format::interleaved_iq4xs::{self as iq4xs, BlockIQ4XSx8, LevelTable};
 use crate::quantized::format::{
     BlockIQ4NL, BlockMXFP4, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8K, BlockQ8_0,
 };
@@ -152,10 +152,11 @@ interleaved_kernels!(BlockQ8_0, interleaved_simd128);
 interleaved_kernels!(BlockIQ4NL);
 interleaved_kernels!(BlockMXFP4);
 
-/// IQ4_XS's dot kernel over a group of eight interleaved rows (`format::interleaved_iq4xs`):
-/// `[c][r]` = row `r` times activation row `c` (Q8_K), bit for bit `dot_scalar`'s.
+/// IQ4_XS's dot kernel over a group of eight interleaved rows (`format::interleaved_iq4xs`)
+/// whose indices pick from a level table: `[c][r]` = row `r` times activation row `c` (Q8_K),
+/// bit for bit `dot_scalar`'s.
 pub type IQ4XSDotFn<const C: usize> =
-    fn(&[BlockIQ4XSx8], &[&[BlockQ8K]; C], Ahead) -> [[f32; ROWS]; C];
+    fn(&[BlockIQ4XSx8], &[&[BlockQ8K]; C], &LevelTable, Ahead) -> [[f32; ROWS]; C];
 
 /// The IQ4_XS kernel for `C` activation rows at this process's instruction set (supported:
 /// unchecked, as `InterleavedKernels::dot`).
@@ -183,25 +184,25 @@ unsafe fn iq4xs_pick<const C: usize>(isa: Isa) -> IQ4XSDotFn<C> {
         // SAFETY (each): handed out only for a supported level whose features include the
         // kernel's; the kernel asserts that every activation row has `w.len()` blocks.
         if isa >= Isa::Avx512 {
-            return |w, x, ahead| unsafe { x86::dot_avx512vnni::<C>(w, x, ahead) };
+            return |w, x, t, ahead| unsafe { x86::dot_avx512vnni::<C>(w, x, t, ahead) };
         }
         if isa >= Isa::AvxVnni {
-            return |w, x, ahead| unsafe { x86::dot_avxvnni::<C>(w, x, ahead) };
+            return |w, x, t, ahead| unsafe { x86::dot_avxvnni::<C>(w, x, t, ahead) };
         }
         if isa >= Isa::Avx2 {
-            return |w, x, ahead| unsafe { x86::dot::<C>(w, x, ahead) };
+            return |w, x, t, ahead| unsafe { x86::dot::<C>(w, x, t, ahead) };
         }
     }
-    |w, x, _| iq4xs::dot_scalar::<C>(w, x)
+    |w, x, t, _| iq4xs::dot_scalar::<C>(w, x, t)
 }
 
-/// One IQ4_XS group's unsigned levels (`interleaved_iq4xs::unsigned_levels`) as a GEMM panel
-/// block's bytes.
-pub fn iq4xs_expand() -> fn(&[u8; 128], &mut [u8; 256]) {
+/// One IQ4_XS-layout group's panel levels (`interleaved_iq4xs::panel_levels`) as a GEMM
+/// panel block's bytes.
+pub fn iq4xs_expand() -> fn(&[u8; 128], &LevelTable, &mut [u8; 256]) {
     #[cfg(target_arch = "x86_64")]
     if super::has_avx2() {
         // SAFETY: `has_avx2()` checked AVX2.
-        return |qs, out| unsafe { super::interleaved_iq4xs_x86::expand_group(qs, out) };
+        return |qs, t, out| unsafe { super::interleaved_iq4xs_x86::expand_group(qs, t, out) };
     }
-    |qs, out| out.copy_from_slice(iq4xs::unsigned_levels(qs).as_flattened())
+    |qs, t, out| out.copy_from_slice(iq4xs::panel_levels(qs, t).as_flattened())
 }

@@ -1,28 +1,36 @@
-//! x86 decode kernels over IQ4_XS stored eight rows at a time
-//! (`format::interleaved_iq4xs`): per group of 32, the eight row sums in i32 lanes as the
-//! IQ4_NL interleaved kernel forms them (`maddubs` on AVX2, `vpdpbusd` with VNNI), times the
-//! eight rows' multipliers; per block, one multiply per row lane. Every integer is the row
-//! kernel's, and so are the float steps, so the result is `dot_scalar`'s bit for bit.
+//! x86 decode kernels over IQ4_XS (and IQ3_S and IQ3_XXS transcoded) stored eight rows at a
+//! time (`format::interleaved_iq4xs`): per group of 32, the eight row sums in i32 lanes as the
+//! IQ4_NL interleaved kernel forms them (`maddubs` on AVX2, `vpdpbusd` with VNNI) from the
+//! type's level table, times the eight rows' multipliers; per block, one multiply per row
+//! lane. Every integer is the row kernel's, and so are the float steps, so the result is
+//! `dot_scalar`'s bit for bit.
 
 use super::avx2::ByteDot;
 use super::interleaved::Ahead;
-use super::interleaved_x86::{halves, iq4nl_step, lane_table, nibble_steps, x4, IQ4NL_UNSIGNED};
+use super::interleaved_x86::{halves, lane_table, nibble_steps, table_step, x4};
 use crate::quantized::format::interleaved::ROWS;
-use crate::quantized::format::interleaved_iq4xs::{BlockIQ4XSx8, GROUPS};
+use crate::quantized::format::interleaved_iq4xs::{BlockIQ4XSx8, LevelTable, GROUPS};
 use crate::quantized::format::BlockQ8K;
 use std::arch::x86_64::*;
 
 /// One group's eight row sums, times the rows' multipliers, added to each activation row's
 /// block sums.
 trait GroupSums {
-    /// `qs`: the group's nibble planes; `mult`: the rows' multipliers (i32 lanes); `x[c]`:
-    /// the 32 activation levels, `sum[c]` their sum.
+    /// The form of `levels` `add` takes, in both lanes.
+    ///
+    /// # Safety
+    /// AVX2 must be enabled in the caller.
+    unsafe fn table(levels: &LevelTable) -> __m256i;
+
+    /// `qs`: the group's nibble planes; `table`: `Self::table`; `mult`: the rows' multipliers
+    /// (i32 lanes); `x[c]`: the 32 activation levels, `sum[c]` their sum.
     ///
     /// # Safety
     /// The implementation's features must be enabled in the caller; every `x[c]` is
     /// readable for 32 bytes.
     unsafe fn add<const C: usize>(
         qs: &[u8; 128],
+        table: __m256i,
         mult: __m256i,
         x: [*const i8; C],
         sum: [i32; C],
@@ -37,8 +45,15 @@ struct Maddubs;
 
 impl GroupSums for Maddubs {
     #[inline(always)]
+    unsafe fn table(levels: &LevelTable) -> __m256i {
+        // SAFETY: forwarded from the caller.
+        unsafe { lane_table(bytemuck::cast_ref(&levels.signed)) }
+    }
+
+    #[inline(always)]
     unsafe fn add<const C: usize>(
         qs: &[u8; 128],
+        table: __m256i,
         mult: __m256i,
         x: [*const i8; C],
         _: [i32; C],
@@ -51,7 +66,7 @@ impl GroupSums for Maddubs {
                 _mm256_slli_epi32::<16>(mult),
             );
             for t in 0..8 {
-                let q = iq4nl_step(qs, t);
+                let q = table_step(qs, t, table);
                 let q_abs = _mm256_sign_epi8(q, q);
                 for c in 0..C {
                     let pairs = _mm256_maddubs_epi16(q_abs, _mm256_sign_epi8(x4(x[c], t), q));
@@ -68,8 +83,15 @@ struct Dpbusd<D>(std::marker::PhantomData<D>);
 
 impl<D: ByteDot> GroupSums for Dpbusd<D> {
     #[inline(always)]
+    unsafe fn table(levels: &LevelTable) -> __m256i {
+        // SAFETY: forwarded from the caller.
+        unsafe { lane_table(&levels.unsigned) }
+    }
+
+    #[inline(always)]
     unsafe fn add<const C: usize>(
         qs: &[u8; 128],
+        table: __m256i,
         mult: __m256i,
         x: [*const i8; C],
         sum: [i32; C],
@@ -78,7 +100,6 @@ impl<D: ByteDot> GroupSums for Dpbusd<D> {
         // SAFETY: the caller enables AVX2 and `D`'s features and makes every `x[c]` readable
         // for 32 bytes (`x4` reads 4 at `4t`, t < 8).
         unsafe {
-            let table = lane_table(&IQ4NL_UNSIGNED);
             let mut u = nibble_steps(qs);
             for u in u.iter_mut() {
                 *u = _mm256_shuffle_epi8(table, *u);
@@ -121,7 +142,8 @@ unsafe fn group_mults(b: &BlockIQ4XSx8, high: __m256i, g: usize) -> __m256i {
 }
 
 /// `[c][r]` = row `r` times activation row `c`: per block, the groups' sums by `S`, then
-/// `d · x.d · sum` added per row lane, unfused as the row kernel computes it.
+/// `d · x.d · sum` added per row lane, unfused as the row kernel computes it, and the sums
+/// times the table's factor.
 ///
 /// # Safety
 /// AVX2, FMA, F16C and `S`'s features must be enabled in the caller.
@@ -129,12 +151,14 @@ unsafe fn group_mults(b: &BlockIQ4XSx8, high: __m256i, g: usize) -> __m256i {
 unsafe fn dot_with<S: GroupSums, const C: usize>(
     w: &[BlockIQ4XSx8],
     x: &[&[BlockQ8K]; C],
+    levels: &LevelTable,
     ahead: Ahead,
 ) -> [[f32; ROWS]; C] {
     assert!(x.iter().all(|x| x.len() == w.len()));
     // SAFETY: the caller enables the features; every activation read is 32 bytes of a
     // block's `qs`, and every block index is below `w.len()`, checked above.
     unsafe {
+        let table = S::table(levels);
         let mut acc = [_mm256_setzero_ps(); C];
         for (i, b) in w.iter().enumerate() {
             ahead.prefetch(b);
@@ -151,6 +175,7 @@ unsafe fn dot_with<S: GroupSums, const C: usize>(
                 }
                 S::add::<C>(
                     b.group(g),
+                    table,
                     group_mults(b, high, g),
                     xs,
                     group_sum,
@@ -164,9 +189,10 @@ unsafe fn dot_with<S: GroupSums, const C: usize>(
                 acc[c] = _mm256_add_ps(acc[c], term);
             }
         }
+        let factor = _mm256_set1_ps(levels.factor);
         acc.map(|a| {
             let mut out = [0f32; ROWS];
-            _mm256_storeu_ps(out.as_mut_ptr(), a);
+            _mm256_storeu_ps(out.as_mut_ptr(), _mm256_mul_ps(factor, a));
             out
         })
     }
@@ -180,10 +206,11 @@ unsafe fn dot_with<S: GroupSums, const C: usize>(
 pub(super) unsafe fn dot<const C: usize>(
     w: &[BlockIQ4XSx8],
     x: &[&[BlockQ8K]; C],
+    levels: &LevelTable,
     ahead: Ahead,
 ) -> [[f32; ROWS]; C] {
     // SAFETY: forwarded from the caller, whose features this function enables.
-    unsafe { dot_with::<Maddubs, C>(w, x, ahead) }
+    unsafe { dot_with::<Maddubs, C>(w, x, levels, ahead) }
 }
 
 /// The `vpdpbusd` kernel from AVX512-VNNI (256 bits wide, through AVX512-VL).
@@ -194,10 +221,11 @@ pub(super) unsafe fn dot<const C: usize>(
 pub(super) unsafe fn dot_avx512vnni<const C: usize>(
     w: &[BlockIQ4XSx8],
     x: &[&[BlockQ8K]; C],
+    levels: &LevelTable,
     ahead: Ahead,
 ) -> [[f32; ROWS]; C] {
     // SAFETY: forwarded from the caller, whose features this function enables.
-    unsafe { dot_with::<Dpbusd<super::avx512::Vnni256>, C>(w, x, ahead) }
+    unsafe { dot_with::<Dpbusd<super::avx512::Vnni256>, C>(w, x, levels, ahead) }
 }
 
 /// The `vpdpbusd` kernel from AVX-VNNI.
@@ -208,21 +236,22 @@ pub(super) unsafe fn dot_avx512vnni<const C: usize>(
 pub(super) unsafe fn dot_avxvnni<const C: usize>(
     w: &[BlockIQ4XSx8],
     x: &[&[BlockQ8K]; C],
+    levels: &LevelTable,
     ahead: Ahead,
 ) -> [[f32; ROWS]; C] {
     // SAFETY: forwarded from the caller, whose features this function enables.
-    unsafe { dot_with::<Dpbusd<super::vnni::AvxVnni>, C>(w, x, ahead) }
+    unsafe { dot_with::<Dpbusd<super::vnni::AvxVnni>, C>(w, x, levels, ahead) }
 }
 
-/// Group `g`'s unsigned levels (table + 128) as a GEMM panel block's 256 bytes.
+/// Group `g`'s panel levels (`LevelTable::panel`) as a GEMM panel block's 256 bytes.
 ///
 /// # Safety
 /// AVX2 must be available.
 #[target_feature(enable = "avx2")]
-pub(super) unsafe fn expand_group(qs: &[u8; 128], out: &mut [u8; 256]) {
+pub(super) unsafe fn expand_group(qs: &[u8; 128], levels: &LevelTable, out: &mut [u8; 256]) {
     // SAFETY: AVX2 is enabled; store `t` writes bytes `32t..32t + 32` of the 256.
     unsafe {
-        let table = lane_table(&IQ4NL_UNSIGNED);
+        let table = lane_table(&levels.panel);
         for (t, u) in nibble_steps(qs).into_iter().enumerate() {
             let u = _mm256_shuffle_epi8(table, u);
             _mm256_storeu_si256(out.as_mut_ptr().add(32 * t) as *mut __m256i, u);

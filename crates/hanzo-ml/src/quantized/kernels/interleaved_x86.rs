@@ -179,7 +179,7 @@ pub(super) unsafe fn iq4nl_table() -> __m256i {
 }
 
 /// IQ4_NL's levels `+ 128`, unsigned.
-pub(super) const IQ4NL_UNSIGNED: [u8; 16] = {
+const IQ4NL_UNSIGNED: [u8; 16] = {
     let mut u = [0u8; 16];
     let mut i = 0;
     while i < 16 {
@@ -376,7 +376,18 @@ impl SignedSteps for BlockIQ4NLx8 {
 /// # Safety
 /// AVX2 must be enabled in the caller; `t < 8`.
 #[inline(always)]
-pub(super) unsafe fn iq4nl_step(qs: &[u8; 128], t: usize) -> __m256i {
+unsafe fn iq4nl_step(qs: &[u8; 128], t: usize) -> __m256i {
+    // SAFETY: forwarded from the caller.
+    unsafe { table_step(qs, t, iq4nl_table()) }
+}
+
+/// Step `t`'s levels from `table` (16 bytes in each lane) of nibble planes laid out as
+/// `BlockIQ4NLx8`'s.
+///
+/// # Safety
+/// AVX2 must be enabled in the caller; `t < 8`.
+#[inline(always)]
+pub(super) unsafe fn table_step(qs: &[u8; 128], t: usize, table: __m256i) -> __m256i {
     // SAFETY: the caller enables AVX2; the load reads bytes `32 (t % 4)..` + 32 of the 128.
     unsafe {
         let raw = _mm256_loadu_si256(qs.as_ptr().add(32 * (t % 4)) as *const __m256i);
@@ -385,10 +396,7 @@ pub(super) unsafe fn iq4nl_step(qs: &[u8; 128], t: usize) -> __m256i {
         } else {
             _mm256_srli_epi16::<4>(raw)
         };
-        _mm256_shuffle_epi8(
-            iq4nl_table(),
-            _mm256_and_si256(nibble, _mm256_set1_epi8(15)),
-        )
+        _mm256_shuffle_epi8(table, _mm256_and_si256(nibble, _mm256_set1_epi8(15)))
     }
 }
 

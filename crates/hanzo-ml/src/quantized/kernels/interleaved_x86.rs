@@ -15,6 +15,7 @@ use crate::quantized::format::interleaved::{
     BlockIQ4NLx8, BlockMXFP4x8, BlockQ4_0x8, BlockQ4_1x8, BlockQ5_0x8, BlockQ5_1x8, BlockQ8_0x8,
     XRow, MXFP4_LEVELS, ROWS,
 };
+use crate::quantized::format::interleaved_iq4xs::IQ4XS_TABLE;
 use crate::quantized::format::{BlockMXFP4, IQ4NL_VALUES};
 use std::arch::x86_64::*;
 
@@ -178,17 +179,6 @@ pub(super) unsafe fn iq4nl_table() -> __m256i {
     unsafe { lane_table(bytemuck::cast_ref(&IQ4NL_VALUES)) }
 }
 
-/// IQ4_NL's levels `+ 128`, unsigned.
-const IQ4NL_UNSIGNED: [u8; 16] = {
-    let mut u = [0u8; 16];
-    let mut i = 0;
-    while i < 16 {
-        u[i] = (IQ4NL_VALUES[i] as i16 + 128) as u8;
-        i += 1;
-    }
-    u
-};
-
 impl Expand for BlockIQ4NLx8 {
     const OFFSET: i32 = 128;
 
@@ -197,7 +187,8 @@ impl Expand for BlockIQ4NLx8 {
     unsafe fn expand(&self) -> [__m256i; 8] {
         // SAFETY: forwarded from the caller.
         unsafe {
-            let table = lane_table(&IQ4NL_UNSIGNED);
+            // IQ4_NL's levels + 128 (IQ4_XS's table is IQ4_NL's).
+            let table = lane_table(&IQ4XS_TABLE.unsigned);
             let mut u = nibble_steps(&self.qs);
             for u in u.iter_mut() {
                 *u = _mm256_shuffle_epi8(table, *u);

@@ -15,6 +15,9 @@ pub enum Isa {
     Scalar,
     /// AArch64 NEON (only ever supported there, so below every x86 level).
     Neon,
+    /// NEON plus ARMv8.2's 8-bit dot product (`sdot`, the `dotprod` feature): Apple's M
+    /// cores, Neoverse N1 and later (Graviton 2+), Cortex-A55/A76 and later.
+    NeonDot,
     /// WebAssembly SIMD128, in a build compiled with it (a WebAssembly module cannot probe
     /// for it at run time: an engine without it refuses the whole module).
     Simd128,
@@ -27,9 +30,10 @@ pub enum Isa {
 }
 
 impl Isa {
-    pub const ALL: [Isa; 6] = [
+    pub const ALL: [Isa; 7] = [
         Isa::Scalar,
         Isa::Neon,
+        Isa::NeonDot,
         Isa::Simd128,
         Isa::Avx2,
         Isa::AvxVnni,
@@ -41,6 +45,7 @@ impl Isa {
         match self {
             Isa::Scalar => "scalar",
             Isa::Neon => "neon",
+            Isa::NeonDot => "neondot",
             Isa::Simd128 => "simd128",
             Isa::Avx2 => "avx2",
             Isa::AvxVnni => "avxvnni",
@@ -56,7 +61,7 @@ impl Isa {
             let avx2 = has!("avx2") && has!("fma") && has!("f16c");
             match self {
                 Isa::Scalar => true,
-                Isa::Neon | Isa::Simd128 => false,
+                Isa::Neon | Isa::NeonDot | Isa::Simd128 => false,
                 Isa::Avx2 => avx2,
                 Isa::AvxVnni => avx2 && has!("avxvnni"),
                 Isa::Avx512 => {
@@ -72,6 +77,10 @@ impl Isa {
             match self {
                 Isa::Scalar => true,
                 Isa::Neon => std::arch::is_aarch64_feature_detected!("neon"),
+                Isa::NeonDot => {
+                    std::arch::is_aarch64_feature_detected!("neon")
+                        && std::arch::is_aarch64_feature_detected!("dotprod")
+                }
                 _ => false,
             }
         }

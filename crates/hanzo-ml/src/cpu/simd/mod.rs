@@ -113,7 +113,7 @@ impl Kernels {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 | Isa::AvxVnni => avx2::table(unsafe { avx2::Avx2::assume() }),
             #[cfg(target_arch = "aarch64")]
-            Isa::Neon => neon::table(unsafe { neon::Neon::assume() }),
+            Isa::Neon | Isa::NeonDot => neon::table(unsafe { neon::Neon::assume() }),
             #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
             Isa::Simd128 => simd128::table(unsafe { simd128::Simd128::assume() }),
             _ => Self::SCALAR,

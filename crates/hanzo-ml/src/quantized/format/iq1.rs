@@ -34,17 +34,24 @@ const _: () = assert!(std::mem::size_of::<BlockIQ1S>() == 50);
 const _: () = assert!(std::mem::size_of::<BlockIQ1M>() == 56);
 
 /// ggml's `IQ1S_DELTA`/`IQ1M_DELTA`.
-const DELTA: f32 = 0.125;
+pub(crate) const DELTA: f32 = 0.125;
 /// The unpacked levels' offset: `8·grid ± 1 + 16` lies in 7..=25.
 const IQ1_OFFSET: u8 = 16;
 
 /// A block as 32 runs of 8: the lattice point, the integer scale multiplier and whether the
 /// shift is negative.
-struct Runs {
-    d: f32,
-    point: [u16; 32],
-    mult: [i32; 32],
-    minus: [bool; 32],
+pub(crate) struct Runs {
+    pub d: f32,
+    pub point: [u16; 32],
+    pub mult: [i32; 32],
+    pub minus: [bool; 32],
+}
+
+/// IQ1_S and IQ1_M as `Runs`: the form the kernels of an instruction set without a decoder
+/// of their own for the types multiply.
+#[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
+pub(crate) trait DecodesToRuns: GgmlBlock<Dot = BlockQ8K> {
+    fn runs(&self) -> Runs;
 }
 
 impl Runs {
@@ -163,6 +170,12 @@ macro_rules! iq1_block {
                     max_level: IQ1_OFFSET + 9,
                     unpack: |b, u, s, m| $runs(b).unpack($group, u, s, m),
                 })
+            }
+        }
+
+        impl DecodesToRuns for $block {
+            fn runs(&self) -> Runs {
+                $runs(self)
             }
         }
     };

@@ -121,6 +121,28 @@ pub(crate) fn scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
     }
 }
 
+/// All eight scales and mins of `scale_min_k4` at once, worked on as three little-endian
+/// words: the low six bits of bytes 0..8 for sub-blocks 0..4, and for 4..8 a nibble of bytes
+/// 8..12 under the top two bits of bytes 0..8.
+#[cfg(any(target_arch = "aarch64", test))]
+#[inline(always)]
+pub(crate) fn scales_mins_k4(q: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
+    const LOW6: u32 = 0x3f3f_3f3f;
+    const NIBBLE: u32 = 0x0f0f_0f0f;
+    const TOP2: u32 = 0x0303_0303;
+    let word = |i: usize| u32::from_le_bytes([q[4 * i], q[4 * i + 1], q[4 * i + 2], q[4 * i + 3]]);
+    let (a, b, c) = (word(0), word(1), word(2));
+    let scales_high = (c & NIBBLE) | ((a >> 6) & TOP2) << 4;
+    let mins_high = ((c >> 4) & NIBBLE) | ((b >> 6) & TOP2) << 4;
+    let join = |lo: u32, hi: u32| {
+        let mut out = [0u8; 8];
+        out[..4].copy_from_slice(&lo.to_le_bytes());
+        out[4..].copy_from_slice(&hi.to_le_bytes());
+        out
+    };
+    (join(a & LOW6, scales_high), join(b & LOW6, mins_high))
+}
+
 fn pack_scale_min_k4(ls: &[u8; 8], lm: &[u8; 8]) -> [u8; 12] {
     let mut q = [0u8; 12];
     for j in 0..8 {
@@ -143,6 +165,31 @@ pub(crate) fn q3k_scales(q: &[u8; 12]) -> [i8; 16] {
         let high = (q[8 + j % 4] >> (2 * (j / 4))) & 3;
         (low | (high << 4)) as i8 - 32
     })
+}
+
+/// All sixteen of `q3k_scales` at once, worked on as three little-endian words: the low
+/// nibbles of words 0 and 1 for scales 0..8, their high nibbles for 8..16, each under two
+/// bits of word 2 (bits `2k..2k + 2` of its byte `j` for scale `4k + j`).
+#[cfg(any(target_arch = "aarch64", test))]
+#[inline(always)]
+pub(crate) fn q3k_scales_by_words(q: &[u8; 12]) -> [i8; 16] {
+    const NIBBLE: u32 = 0x0f0f_0f0f;
+    const TOP2: u32 = 0x0303_0303;
+    let word = |i: usize| u32::from_le_bytes([q[4 * i], q[4 * i + 1], q[4 * i + 2], q[4 * i + 3]]);
+    let (a, b, high) = (word(0), word(1), word(2));
+    let words = [
+        (a & NIBBLE) | (high & TOP2) << 4,
+        (b & NIBBLE) | ((high >> 2) & TOP2) << 4,
+        ((a >> 4) & NIBBLE) | ((high >> 4) & TOP2) << 4,
+        ((b >> 4) & NIBBLE) | ((high >> 6) & TOP2) << 4,
+    ];
+    let mut out = [0i8; 16];
+    for (o, w) in out.chunks_exact_mut(4).zip(words) {
+        for (o, byte) in o.iter_mut().zip(w.to_le_bytes()) {
+            *o = byte as i8 - 32;
+        }
+    }
+    out
 }
 
 /// Q3_K levels in [-4, 3]: two low bits as Q2_K, the third bit of element `128n + 32j + i` is
@@ -825,5 +872,51 @@ pub fn quantize_q8k_ref(xs: &[f32], out: &mut [BlockQ8K]) {
             *s = b.qs[16 * g..16 * g + 16].iter().map(|&q| q as i16).sum();
         }
         b.d = 1.0 / iscale;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The word-parallel unpack gives `q3k_scales`' scales for every byte value in every
+    /// position.
+    #[test]
+    fn word_parallel_q3k_scales_match_the_per_scale_unpack() {
+        let mut cases: Vec<[u8; 12]> = super::super::random_pod::<[u8; 12]>(64, 29);
+        for at in 0..12 {
+            for v in 0..=255u8 {
+                let mut q = [0xa5; 12];
+                q[at] = v;
+                cases.push(q);
+            }
+        }
+        for q in cases {
+            assert_eq!(q3k_scales_by_words(&q), q3k_scales(&q), "{q:?}");
+        }
+    }
+
+    /// The word-parallel unpack gives `scale_min_k4`'s scales and mins for every byte value
+    /// in every position (random packed words, then each byte swept through 0..=255).
+    #[test]
+    fn word_parallel_scales_and_mins_match_the_per_subblock_unpack() {
+        let mut cases: Vec<[u8; 12]> = super::super::random_pod::<[u8; 12]>(64, 17);
+        for at in 0..12 {
+            for v in 0..=255u8 {
+                let mut q = [0x5a; 12];
+                q[at] = v;
+                cases.push(q);
+            }
+        }
+        for q in cases {
+            let (scales, mins) = scales_mins_k4(&q);
+            for j in 0..8 {
+                assert_eq!(
+                    (scales[j], mins[j]),
+                    scale_min_k4(j, &q),
+                    "{q:?} sub-block {j}"
+                );
+            }
+        }
     }
 }

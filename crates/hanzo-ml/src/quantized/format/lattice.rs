@@ -146,6 +146,30 @@ impl<const GROUP: usize> Levels<GROUP> {
     }
 }
 
+/// A type whose blocks decode into `Levels` (the lattice types, IQ4_XS, TQ1_0): the form the
+/// kernels of an instruction set without a decoder of their own for the type multiply.
+#[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
+pub(crate) trait DecodesToLevels: super::GgmlBlock<Dot = BlockQ8K> {
+    /// The power of two the block sums are multiplied by at the end (`dot_levels`).
+    const FACTOR: f32;
+    fn levels(&self) -> impl LevelsView;
+}
+
+/// A `Levels` of any group size.
+#[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
+pub(crate) trait LevelsView {
+    /// Elements per multiplier.
+    const GROUP: usize;
+    fn parts(&self) -> (f32, &[i32; 16], &[i8; QK_K]);
+}
+
+impl<const GROUP: usize> LevelsView for Levels<GROUP> {
+    const GROUP: usize = GROUP;
+    fn parts(&self) -> (f32, &[i32; 16], &[i8; QK_K]) {
+        (self.d, &self.mult, &self.level)
+    }
+}
+
 /// `Σ d·x.d·factor·dot` over blocks: the dot product of any `Levels` type with Q8_K, the
 /// factor applied once at the end as ggml does.
 pub(crate) fn dot_levels<B, const GROUP: usize>(
@@ -229,6 +253,13 @@ macro_rules! lattice_block {
                     max_level: OFFSET.1,
                     unpack: |b, u, s, m| $levels(b).unpack($factor, OFFSET.0, u, s, m),
                 })
+            }
+        }
+
+        impl super::lattice::DecodesToLevels for $block {
+            const FACTOR: f32 = $factor;
+            fn levels(&self) -> impl super::lattice::LevelsView {
+                $levels(self)
             }
         }
     };

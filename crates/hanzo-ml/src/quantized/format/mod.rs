@@ -36,20 +36,23 @@ mod ternary;
 pub use dtype::GgmlDType;
 
 pub use iq1::{BlockIQ1M, BlockIQ1S};
+#[cfg(target_arch = "aarch64")]
+pub(crate) use iq1::{DecodesToRuns, DELTA as IQ1_DELTA};
 pub use iq2::{BlockIQ2S, BlockIQ2XS, BlockIQ2XXS};
 pub use iq3::{BlockIQ3S, BlockIQ3XXS};
 pub use iq4nl::{BlockIQ4NL, IQ4NL_VALUES};
 pub use iq4xs::BlockIQ4XS;
-#[cfg(any(
-    target_arch = "aarch64",
-    all(target_arch = "wasm32", target_feature = "simd128")
-))]
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 pub(crate) use kquants::scale_min_k4;
+#[cfg(target_arch = "aarch64")]
+pub(crate) use kquants::{q3k_scales_by_words, scales_mins_k4};
 pub use kquants::{
     quantize_q8k_ref, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K,
 };
 #[cfg(target_arch = "x86_64")]
 pub(crate) use lattice::{iq1s_grid, iq2s_grid, iq2xs_grid, iq2xxs_grid, iq3s_grid, iq3xxs_grid};
+#[cfg(target_arch = "aarch64")]
+pub(crate) use lattice::{iq1s_grid, DecodesToLevels, LevelsView};
 pub(crate) use legacy::{nibbles, nibbles_5};
 pub use legacy::{
     quantize_q8_0_ref, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, QK,

@@ -44,6 +44,10 @@ mod interleaved_x86;
 mod lattice_x86;
 #[cfg(target_arch = "aarch64")]
 mod neon;
+#[cfg(target_arch = "aarch64")]
+mod neon_float;
+#[cfg(target_arch = "aarch64")]
+mod neon_levels;
 pub mod panel;
 #[cfg(target_arch = "x86_64")]
 mod panel_x86;
@@ -55,6 +59,9 @@ mod vnni;
 
 use super::format::*;
 pub use crate::cpu::features::{isa, Isa};
+// The `sdot` forms of the NEON kernels, under names the pickers take.
+#[cfg(target_arch = "aarch64")]
+use {neon::dotprod as neon_dot, neon_levels::dotprod as neon_levels_dot};
 
 /// A dot product of weight blocks with activation blocks of the same element count.
 pub type VecDotFn<B> = fn(&[B], &[<B as GgmlBlock>::Dot]) -> f32;
@@ -117,7 +124,7 @@ impl QuantizeRow for BlockQ8_1 {
 impl Kernels for BlockQ8_1 {}
 
 /// Q4_1 and Q5_1: an AVX2 dot product (their decode on x86 runs from rows repacked eight at
-/// a time, `interleaved`), tiles on SIMD128, whose 1x1 tile is then the dot product.
+/// a time, `interleaved`), tiles on NEON and SIMD128, whose 1x1 tile is then the dot product.
 macro_rules! affine {
     ($block:ty, $avx2_dot:ident, $tile:ident, $tile_one:ident) => {
         impl QuantizeRow for $block {}
@@ -350,64 +357,83 @@ macro_rules! tile_picker {
 
 tile_picker!(pick_q4_0, pick_q4_0_for, tile_q4_0, tile_q4_0_for, BlockQ4_0, q4_0_tile,
     ["x86_64" Avx512 => avx512, "x86_64" AvxVnni => vnni, "x86_64" Avx2 => avx2,
-     "aarch64" Neon => neon, "wasm32" + "simd128" Simd128 => simd128]);
+     "aarch64" NeonDot => neon_dot, "aarch64" Neon => neon,
+     "wasm32" + "simd128" Simd128 => simd128]);
 tile_picker!(pick_q5_0, pick_q5_0_for, tile_q5_0, tile_q5_0_for, BlockQ5_0, q5_0_tile,
     ["x86_64" Avx512 => avx512, "x86_64" AvxVnni => vnni, "x86_64" Avx2 => avx2,
-     "aarch64" Neon => neon, "wasm32" + "simd128" Simd128 => simd128]);
+     "aarch64" NeonDot => neon_dot, "aarch64" Neon => neon,
+     "wasm32" + "simd128" Simd128 => simd128]);
 tile_picker!(pick_q8_0, pick_q8_0_for, tile_q8_0, tile_q8_0_for, BlockQ8_0, q8_0_tile,
     ["x86_64" Avx512 => avx512, "x86_64" AvxVnni => vnni, "x86_64" Avx2 => avx2,
-     "aarch64" Neon => neon, "wasm32" + "simd128" Simd128 => simd128]);
+     "aarch64" NeonDot => neon_dot, "aarch64" Neon => neon,
+     "wasm32" + "simd128" Simd128 => simd128]);
 tile_picker!(pick_q4k, pick_q4k_for, tile_q4k, tile_q4k_for, BlockQ4K, q4k_tile,
-    ["x86_64" Avx512 => avx512, "x86_64" Avx2 => avx2, "aarch64" Neon => neon,
+    ["x86_64" Avx512 => avx512, "x86_64" Avx2 => avx2,
+     "aarch64" NeonDot => neon_dot, "aarch64" Neon => neon,
      "wasm32" + "simd128" Simd128 => simd128]);
 tile_picker!(pick_q5k, pick_q5k_for, tile_q5k, tile_q5k_for, BlockQ5K, q5k_tile,
-    ["x86_64" Avx512 => avx512, "x86_64" Avx2 => avx2, "aarch64" Neon => neon,
+    ["x86_64" Avx512 => avx512, "x86_64" Avx2 => avx2,
+     "aarch64" NeonDot => neon_dot, "aarch64" Neon => neon,
      "wasm32" + "simd128" Simd128 => simd128]);
 tile_picker!(pick_q6k, pick_q6k_for, tile_q6k, tile_q6k_for, BlockQ6K, q6k_tile,
-    ["x86_64" Avx512 => avx512, "x86_64" Avx2 => avx2, "aarch64" Neon => neon,
+    ["x86_64" Avx512 => avx512, "x86_64" Avx2 => avx2,
+     "aarch64" NeonDot => neon_dot, "aarch64" Neon => neon,
      "wasm32" + "simd128" Simd128 => simd128]);
-// Q2_K and Q3_K: the AVX2 tile at every x86 level (no wider form yet).
 tile_picker!(pick_q2k, pick_q2k_for, tile_q2k, tile_q2k_for, BlockQ2K, q2k_tile,
-    ["x86_64" Avx512 => avx512, "x86_64" Avx2 => avx2]);
+    ["x86_64" Avx512 => avx512, "x86_64" Avx2 => avx2,
+     "aarch64" NeonDot => neon_dot, "aarch64" Neon => neon]);
 tile_picker!(pick_q3k, pick_q3k_for, tile_q3k, tile_q3k_for, BlockQ3K, q3k_tile,
-    ["x86_64" Avx512 => avx512, "x86_64" Avx2 => avx2]);
+    ["x86_64" Avx512 => avx512, "x86_64" Avx2 => avx2,
+     "aarch64" NeonDot => neon_dot, "aarch64" Neon => neon]);
 // IQ4_NL and MXFP4 run the AVX2 tile at every x86 level (an AVX-512 CPU may lack AVX-VNNI,
 // and their decode goes through the interleaved kernels); IQ4_XS has an AVX-512 tile.
 tile_picker!(pick_iq4nl, pick_iq4nl_for, tile_iq4nl, tile_iq4nl_for, BlockIQ4NL, iq4nl_tile,
-    ["x86_64" Avx2 => avx2, "aarch64" Neon => neon,
+    ["x86_64" Avx2 => avx2, "aarch64" NeonDot => neon_dot, "aarch64" Neon => neon,
      "wasm32" + "simd128" Simd128 => simd128]);
 tile_picker!(pick_iq4xs, pick_iq4xs_for, tile_iq4xs, tile_iq4xs_for, BlockIQ4XS, iq4xs_tile,
-    ["x86_64" Avx512 => avx512, "x86_64" Avx2 => avx2]);
+    ["x86_64" Avx512 => avx512, "x86_64" Avx2 => avx2,
+     "aarch64" NeonDot => neon_levels_dot, "aarch64" Neon => neon_levels]);
 tile_picker!(pick_mxfp4, pick_mxfp4_for, tile_mxfp4, tile_mxfp4_for, BlockMXFP4, mxfp4_tile,
-    ["x86_64" Avx2 => avx2, "aarch64" Neon => neon,
+    ["x86_64" Avx2 => avx2, "aarch64" NeonDot => neon_dot, "aarch64" Neon => neon,
      "wasm32" + "simd128" Simd128 => simd128]);
-// The lattice types and TQ2_0: magnitudes gathered by index (or unpacked), the AVX2 tile at
-// every x86 level.
+// The lattice and ternary types: magnitudes gathered by index (or unpacked), the AVX2 tile at
+// every x86 level; on AArch64 TQ2_0 is unpacked in registers, the others decoded by their
+// portable code before the products (`neon_levels`).
 tile_picker!(pick_iq1s, pick_iq1s_for, tile_iq1s, tile_iq1s_for, BlockIQ1S, iq1s_tile,
-    ["x86_64" Avx2 => lattice_x86]);
+    ["x86_64" Avx2 => lattice_x86,
+     "aarch64" NeonDot => neon_levels_dot, "aarch64" Neon => neon_levels]);
 tile_picker!(pick_iq1m, pick_iq1m_for, tile_iq1m, tile_iq1m_for, BlockIQ1M, iq1m_tile,
-    ["x86_64" Avx2 => lattice_x86]);
+    ["x86_64" Avx2 => lattice_x86,
+     "aarch64" NeonDot => neon_levels_dot, "aarch64" Neon => neon_levels]);
 tile_picker!(pick_tq2_0, pick_tq2_0_for, tile_tq2_0, tile_tq2_0_for, BlockTQ2_0, tq2_0_tile,
-    ["x86_64" Avx2 => lattice_x86]);
+    ["x86_64" Avx2 => lattice_x86,
+     "aarch64" NeonDot => neon_levels_dot, "aarch64" Neon => neon_levels]);
 tile_picker!(pick_tq1_0, pick_tq1_0_for, tile_tq1_0, tile_tq1_0_for, BlockTQ1_0, tq1_0_tile,
-    ["x86_64" Avx2 => lattice_x86]);
+    ["x86_64" Avx2 => lattice_x86,
+     "aarch64" NeonDot => neon_levels_dot, "aarch64" Neon => neon_levels]);
 tile_picker!(pick_iq2xxs, pick_iq2xxs_for, tile_iq2xxs, tile_iq2xxs_for, BlockIQ2XXS,
-    iq2xxs_tile, ["x86_64" Avx2 => lattice_x86]);
+    iq2xxs_tile, ["x86_64" Avx2 => lattice_x86,
+     "aarch64" NeonDot => neon_levels_dot, "aarch64" Neon => neon_levels]);
 tile_picker!(pick_iq2xs, pick_iq2xs_for, tile_iq2xs, tile_iq2xs_for, BlockIQ2XS, iq2xs_tile,
-    ["x86_64" Avx2 => lattice_x86]);
+    ["x86_64" Avx2 => lattice_x86,
+     "aarch64" NeonDot => neon_levels_dot, "aarch64" Neon => neon_levels]);
 tile_picker!(pick_iq2s, pick_iq2s_for, tile_iq2s, tile_iq2s_for, BlockIQ2S, iq2s_tile,
-    ["x86_64" Avx2 => lattice_x86]);
+    ["x86_64" Avx2 => lattice_x86,
+     "aarch64" NeonDot => neon_levels_dot, "aarch64" Neon => neon_levels]);
 tile_picker!(pick_iq3xxs, pick_iq3xxs_for, tile_iq3xxs, tile_iq3xxs_for, BlockIQ3XXS,
-    iq3xxs_tile, ["x86_64" Avx2 => lattice_x86]);
+    iq3xxs_tile, ["x86_64" Avx2 => lattice_x86,
+     "aarch64" NeonDot => neon_levels_dot, "aarch64" Neon => neon_levels]);
 tile_picker!(pick_iq3s, pick_iq3s_for, tile_iq3s, tile_iq3s_for, BlockIQ3S, iq3s_tile,
-    ["x86_64" Avx2 => lattice_x86]);
+    ["x86_64" Avx2 => lattice_x86,
+     "aarch64" NeonDot => neon_levels_dot, "aarch64" Neon => neon_levels]);
 // Float weights: the AVX2 tile at every x86 level (memory bound; wider vectors buy nothing),
 // but for BF16 where `bf16_pairs` multiplies pairs: one `vdpbf16ps` per 64 bytes of weights
 // instead of a shift, a mask and two FMAs.
 tile_picker!(pick_f16, pick_f16_for, tile_f16, tile_f16_for, HalfF16, f16_tile,
-    ["x86_64" Avx2 => float_x86]);
+    ["x86_64" Avx2 => float_x86, "aarch64" Neon => neon_float]);
 tile_picker!(pick_bf16, pick_bf16_for, tile_bf16, tile_bf16_for, HalfBF16, bf16_tile,
-    ["x86_64" Avx512 if bf16_pairs => bf16_tile_avx512, "x86_64" Avx2 => float_x86]);
+    ["x86_64" Avx512 if bf16_pairs => bf16_tile_avx512, "x86_64" Avx2 => float_x86,
+     "aarch64" Neon => neon_float]);
 float_panel_picker!(pick_f16_panel, HalfF16, f16_panel);
 
 /// BF16 prefill: the AVX512-BF16 pair panel where `bf16_pairs` takes it, the f32 panel
@@ -448,11 +474,13 @@ pub(crate) fn bf16_pairs() -> bool {
 fn bf16_pairs_run() -> bool {
     isa() >= Isa::Avx512 && std::arch::is_x86_feature_detected!("avx512bf16")
 }
-// Q4_1 and Q5_1: tiles on SIMD128 only (`affine!`), `picker!`'s dot on AVX2.
+// Q4_1 and Q5_1: tiles on NEON and SIMD128 (`affine!`), `picker!`'s dot on AVX2.
 tile_picker!(tile_q4_1_one, tile_q4_1_one_for, tile_q4_1, tile_q4_1_for, BlockQ4_1, q4_1_tile,
-    ["wasm32" + "simd128" Simd128 => simd128]);
+    ["aarch64" NeonDot => neon_dot, "aarch64" Neon => neon,
+     "wasm32" + "simd128" Simd128 => simd128]);
 tile_picker!(tile_q5_1_one, tile_q5_1_one_for, tile_q5_1, tile_q5_1_for, BlockQ5_1, q5_1_tile,
-    ["wasm32" + "simd128" Simd128 => simd128]);
+    ["aarch64" NeonDot => neon_dot, "aarch64" Neon => neon,
+     "wasm32" + "simd128" Simd128 => simd128]);
 picker!(pick_q4_1, BlockQ4_1, q4_1_q8_1);
 picker!(pick_q5_1, BlockQ5_1, q5_1_q8_1);
 
@@ -512,11 +540,13 @@ mod tests {
         out
     }
 
-    /// How far a kernel at `isa` may be from the scalar dot of `k` elements, `want`. SIMD128
-    /// sums exact integers and scales them by the scalar formula: no distance. The x86 sets
-    /// accumulate in another order: a bound.
-    fn tolerance(isa: Isa, k: usize, want: f32) -> f32 {
-        if isa == Isa::Simd128 {
+    /// How far a kernel at `isa` may be from the scalar dot of `k` elements, `want`, for a
+    /// quantized type (`float`: F16/BF16). SIMD128 and NEON sum exact integers and scale them
+    /// by the scalar formula: no distance (NEON's float tiles sum in another order). The x86
+    /// sets accumulate in another order: a bound.
+    fn tolerance(isa: Isa, k: usize, want: f32, float: bool) -> f32 {
+        let exact = isa == Isa::Simd128 || (matches!(isa, Isa::Neon | Isa::NeonDot) && !float);
+        if exact {
             0.0
         } else {
             1e-5 * (k as f32).sqrt() * want.abs().max(1.0)
@@ -545,7 +575,7 @@ mod tests {
                 let x: Vec<Vec<B::Dot>> = (0..4).map(|c| quantized(k, 101 + c)).collect();
                 let want = |r: usize, c: usize| B::vec_dot_scalar(&w[r], &x[c]);
                 let close = |got: f32, want: f32, what: &str| {
-                    let tol = tolerance(isa, k, want);
+                    let tol = tolerance(isa, k, want, float);
                     assert!(
                         (got - want).abs() <= tol,
                         "{} {isa:?} k={k} {what}: {got} vs {want}",
@@ -645,7 +675,7 @@ mod tests {
                 let x = quantized::<BlockQ8_1>(k, 6);
                 let (got, want) = (dot(&w, &x), B::vec_dot_scalar(&w, &x));
                 assert!(
-                    (got - want).abs() <= tolerance(isa(), k, want),
+                    (got - want).abs() <= tolerance(isa(), k, want, false),
                     "{} {:?} k={k}: {got} vs {want}",
                     B::DTYPE,
                     isa()
@@ -667,6 +697,7 @@ mod tests {
             fix: fn(&mut B, f32),
             tile_for: fn(Isa) -> Option<TileFn<B, 2, 4>>,
             rows_for: fn(Isa) -> Option<TileFn<B, 4, 1>>,
+            one_for: fn(Isa) -> VecDotFn<B>,
         ) {
             let nb = 3;
             let w: Vec<Vec<B>> = (0..4)
@@ -703,25 +734,34 @@ mod tests {
             for isa in Isa::ALL.into_iter().filter(|isa| isa.supported()) {
                 let want = |r: usize, c: usize| B::vec_dot_scalar(&w[r], &x[c]);
                 let close = |got: f32, want: f32| {
-                    let tol = tolerance(isa, nb * 256, want);
+                    let tol = tolerance(isa, nb * 256, want, false);
                     assert!(
                         (got - want).abs() <= tol,
                         "{} {isa:?}: {got} vs {want}",
                         B::DTYPE
                     );
                 };
+                // Every tile shape gives the dot's bits (`forward_rows_alone`).
+                let same = |got: f32, r: usize, c: usize| {
+                    close(got, want(r, c));
+                    let dot = one_for(isa)(&w[r], &x[c]);
+                    assert_eq!(got.to_bits(), dot.to_bits(), "{} {isa:?}", B::DTYPE);
+                };
+                for (r, w) in w.iter().enumerate() {
+                    close(one_for(isa)(w, &x[3]), want(r, 3));
+                }
                 if let Some(tile) = tile_for(isa) {
                     let got = tile([&w[0], &w[1]], std::array::from_fn(|c| &x[c][..]));
                     for (r, row) in got.iter().enumerate() {
                         for (c, &g) in row.iter().enumerate() {
-                            close(g, want(r, c));
+                            same(g, r, c);
                         }
                     }
                 }
                 if let Some(rows) = rows_for(isa) {
                     let got = rows(std::array::from_fn(|r| &w[r][..]), [&x[2]]);
                     for (r, row) in got.iter().enumerate() {
-                        close(row[0], want(r, 2));
+                        same(row[0], r, 2);
                     }
                 }
             }
@@ -732,72 +772,84 @@ mod tests {
             |b, d| (b.d, b.dmin) = (f16::from_f32(d), f16::from_f32(-d)),
             tile_q2k_for,
             tile_q2k_for,
+            pick_q2k_for,
         );
         check::<BlockQ3K>(
             true,
             |b, d| b.d = f16::from_f32(d),
             tile_q3k_for,
             tile_q3k_for,
+            pick_q3k_for,
         );
         check::<BlockQ4K>(
             true,
             |b, d| (b.d, b.dmin) = (f16::from_f32(d), f16::from_f32(d)),
             tile_q4k_for,
             tile_q4k_for,
+            pick_q4k_for,
         );
         check::<BlockQ5K>(
             true,
             |b, d| (b.d, b.dmin) = (f16::from_f32(d), f16::from_f32(d)),
             tile_q5k_for,
             tile_q5k_for,
+            pick_q5k_for,
         );
         check::<BlockQ6K>(
             true,
             |b, d| b.d = f16::from_f32(d),
             tile_q6k_for,
             tile_q6k_for,
+            pick_q6k_for,
         );
         check::<BlockIQ4XS>(
             true,
             |b, d| b.d = f16::from_f32(d),
             tile_iq4xs_for,
             tile_iq4xs_for,
+            pick_iq4xs_for,
         );
         check::<BlockIQ2XXS>(
             false,
             |b, d| b.d = f16::from_f32(d),
             tile_iq2xxs_for,
             tile_iq2xxs_for,
+            pick_iq2xxs_for,
         );
         check::<BlockIQ2XS>(
             false,
             |b, d| b.d = f16::from_f32(d),
             tile_iq2xs_for,
             tile_iq2xs_for,
+            pick_iq2xs_for,
         );
         check::<BlockIQ2S>(
             false,
             |b, d| b.d = f16::from_f32(d),
             tile_iq2s_for,
             tile_iq2s_for,
+            pick_iq2s_for,
         );
         check::<BlockIQ3XXS>(
             false,
             |b, d| b.d = f16::from_f32(d),
             tile_iq3xxs_for,
             tile_iq3xxs_for,
+            pick_iq3xxs_for,
         );
         check::<BlockIQ3S>(
             false,
             |b, d| b.d = f16::from_f32(d),
             tile_iq3s_for,
             tile_iq3s_for,
+            pick_iq3s_for,
         );
         check::<BlockIQ1S>(
             false,
             |b, d| b.d = f16::from_f32(d),
             tile_iq1s_for,
             tile_iq1s_for,
+            pick_iq1s_for,
         );
         // IQ1_M's f16 scale lies in the top nibbles of its four scale words.
         check::<BlockIQ1M>(
@@ -811,12 +863,14 @@ mod tests {
             },
             tile_iq1m_for,
             tile_iq1m_for,
+            pick_iq1m_for,
         );
         check::<BlockTQ2_0>(
             false,
             |b, d| b.d = f16::from_f32(d),
             tile_tq2_0_for,
             tile_tq2_0_for,
+            pick_tq2_0_for,
         );
         // TQ1_0's trits stay unsigned, so activations of -128 are in range too.
         check::<BlockTQ1_0>(
@@ -824,6 +878,7 @@ mod tests {
             |b, d| b.d = f16::from_f32(d),
             tile_tq1_0_for,
             tile_tq1_0_for,
+            pick_tq1_0_for,
         );
     }
 

@@ -1,0 +1,193 @@
+//! NEON (AArch64) tiles for the 256-element types against Q8_K that `neon` leaves out: IQ4_XS
+//! and TQ2_0 unpacked in vector registers, the lattice types and TQ1_0 from their portable
+//! decoding into `Levels` (the lookups in their grids are the work, whatever the instruction
+//! set), IQ1_S and IQ1_M from their runs. As in `neon`, each kernel has both multiply forms
+//! and gives the scalar dot's results bit for bit.
+
+use super::neon::{
+    crumbs, dot16, dot32, entries, k16_tile, load_i8, table_levels, widen_f16, DotProd, I8Dot,
+    Widening,
+};
+use crate::quantized::format::*;
+use std::arch::aarch64::*;
+
+entries!(
+    iq4xs_tile: BlockIQ4XS => iq4xs,
+    tq2_0_tile: BlockTQ2_0 => tq2_0,
+    tq1_0_tile: BlockTQ1_0 => decoded::<BlockTQ1_0>,
+    iq2xxs_tile: BlockIQ2XXS => decoded::<BlockIQ2XXS>,
+    iq2xs_tile: BlockIQ2XS => decoded::<BlockIQ2XS>,
+    iq2s_tile: BlockIQ2S => decoded::<BlockIQ2S>,
+    iq3xxs_tile: BlockIQ3XXS => decoded::<BlockIQ3XXS>,
+    iq3s_tile: BlockIQ3S => decoded::<BlockIQ3S>,
+    iq1s_tile: BlockIQ1S => runs::<BlockIQ1S>,
+    iq1m_tile: BlockIQ1M => runs::<BlockIQ1M>,
+);
+
+#[inline(always)]
+unsafe fn iq4xs<D: I8Dot, const R: usize, const C: usize>(
+    w: [&[BlockIQ4XS]; R],
+    x: [&[BlockQ8K]; C],
+) -> [[f32; C]; R] {
+    check_tile!(w, x);
+    let mut acc = [[0f32; C]; R];
+    for i in 0..x[0].len() {
+        for r in 0..R {
+            let b = &w[r][i];
+            // SAFETY: register-only NEON.
+            let mut sum = [unsafe { vdupq_n_s32(0) }; C];
+            for g in 0..QK_K / 32 {
+                // Group g: its low nibbles are elements 32g..32g + 16, its high ones the rest.
+                // SAFETY: 16 bytes of qs from 16g (g < 8); the rest is forwarded from the caller.
+                let (l, m) = unsafe {
+                    let qs = &*(b.qs.as_ptr().add(16 * g) as *const [u8; 16]);
+                    (table_levels(&IQ4NL_VALUES, qs), b.group_mult(g))
+                };
+                for (c, sum) in sum.iter_mut().enumerate() {
+                    // SAFETY: 32 bytes of qs from 32g; forwarded from the caller.
+                    unsafe {
+                        let p = dot32::<D>(l, load_i8(&x[c][i].qs[32 * g..]));
+                        *sum = vmlaq_n_s32(*sum, p, m);
+                    }
+                }
+            }
+            let d = widen_f16(b.d);
+            for c in 0..C {
+                // SAFETY: register-only NEON.
+                let s = unsafe { vaddvq_s32(sum[c]) };
+                acc[r][c] += d * x[c][i].d * s as f32;
+            }
+        }
+    }
+    // IQ4_XS's factor is 1: the scalar dot's final product changes nothing.
+    acc
+}
+
+#[inline(always)]
+unsafe fn tq2_0<D: I8Dot, const R: usize, const C: usize>(
+    w: [&[BlockTQ2_0]; R],
+    x: [&[BlockQ8K]; C],
+) -> [[f32; C]; R] {
+    // Element 128n + 32l + j: bits 2l..2l + 2 of qs[32n + j], less 1.
+    let levels = |b: &BlockTQ2_0, n: usize| -> [int8x16_t; 8] {
+        // SAFETY: bytes 32n..32n + 32 of the 64 in qs (n < 2).
+        unsafe {
+            let q = [
+                vld1q_u8(b.qs.as_ptr().add(32 * n)),
+                vld1q_u8(b.qs.as_ptr().add(32 * n + 16)),
+            ];
+            std::array::from_fn(|g| {
+                vsubq_s8(vreinterpretq_s8_u8(crumbs(q[g % 2], g / 2)), vdupq_n_s8(1))
+            })
+        }
+    };
+    // One multiplier (1) for the block, the factor 1: as the scalar dot of `Levels`.
+    let finish = |b: &BlockTQ2_0, x: &BlockQ8K, sum: i32| widen_f16(b.d) * x.d * sum as f32;
+    // SAFETY: forwarded from the caller.
+    unsafe { k16_tile::<D, _, R, C>(w, x, |_| [1; 16], levels, finish) }
+}
+
+/// Any type through its portable decoding (`DecodesToLevels`): per block and weight row the
+/// levels once, then every activation row against them 16 levels at a time.
+#[inline(always)]
+unsafe fn decoded<D: I8Dot, B: DecodesToLevels, const R: usize, const C: usize>(
+    w: [&[B]; R],
+    x: [&[BlockQ8K]; C],
+) -> [[f32; C]; R] {
+    check_tile!(w, x);
+    let mut acc = [[0f32; C]; R];
+    for i in 0..x[0].len() {
+        for r in 0..R {
+            let decoded = w[r][i].levels();
+            let (d, mult, level) = decoded.parts();
+            let group = group_of(&decoded);
+            for c in 0..C {
+                let xq = &x[c][i].qs;
+                // SAFETY: register-only NEON.
+                let mut sum = unsafe { vdupq_n_s32(0) };
+                for t in 0..QK_K / 16 {
+                    // SAFETY: 16 bytes from 16t of both 256-element arrays; forwarded.
+                    unsafe {
+                        let p = dot16::<D>(
+                            vld1q_s8(level.as_ptr().add(16 * t)),
+                            vld1q_s8(xq.as_ptr().add(16 * t)),
+                        );
+                        sum = vmlaq_n_s32(sum, p, mult[16 * t / group]);
+                    }
+                }
+                // SAFETY: register-only NEON.
+                let s = unsafe { vaddvq_s32(sum) };
+                acc[r][c] += d * x[c][i].d * s as f32;
+            }
+        }
+    }
+    acc.map(|row| row.map(|v| B::FACTOR * v))
+}
+
+fn group_of<L: LevelsView>(_: &L) -> usize {
+    L::GROUP
+}
+
+/// The sums of the 32 runs of 8 activations, four to a vector.
+#[inline(always)]
+unsafe fn run_sums(qs: &[i8; QK_K]) -> [int32x4_t; 8] {
+    // SAFETY: 32 bytes from 32v (v < 8).
+    std::array::from_fn(|v| unsafe {
+        let (a, b) = load_i8(&qs[32 * v..]);
+        let quads = |q| vpaddlq_s16(vpaddlq_s8(q));
+        vpaddq_s32(quads(a), quads(b))
+    })
+}
+
+/// IQ1_S and IQ1_M: `d · x.d · (Σ mult · Σ grid·q + 1/8 · Σ ±mult · Σ q)` per block, the
+/// grid sums 16 weights (two runs under one multiplier) at a time, the shift's from the
+/// activation's run sums.
+#[inline(always)]
+unsafe fn runs<D: I8Dot, B: DecodesToRuns, const R: usize, const C: usize>(
+    w: [&[B]; R],
+    x: [&[BlockQ8K]; C],
+) -> [[f32; C]; R] {
+    check_tile!(w, x);
+    let grid = iq1s_grid();
+    let mut acc = [[0f32; C]; R];
+    for i in 0..x[0].len() {
+        // SAFETY: qs is 256 bytes.
+        let sums: [[int32x4_t; 8]; C] = std::array::from_fn(|c| unsafe { run_sums(&x[c][i].qs) });
+        for r in 0..R {
+            let runs = w[r][i].runs();
+            let mut level = [0i8; QK_K];
+            for (e, l) in level.chunks_exact_mut(8).enumerate() {
+                l.copy_from_slice(&grid[runs.point[e] as usize & 2047]);
+            }
+            let signed: [i32; 32] = std::array::from_fn(|e| {
+                if runs.minus[e] {
+                    -runs.mult[e]
+                } else {
+                    runs.mult[e]
+                }
+            });
+            for c in 0..C {
+                let xq = &x[c][i].qs;
+                // SAFETY: register-only NEON; 16 bytes from 16t of both 256-byte arrays, four
+                // multipliers from 4v of the 32; forwarded from the caller.
+                let (on_grid, shift) = unsafe {
+                    let mut on_grid = vdupq_n_s32(0);
+                    for t in 0..QK_K / 16 {
+                        let p = dot16::<D>(
+                            vld1q_s8(level.as_ptr().add(16 * t)),
+                            vld1q_s8(xq.as_ptr().add(16 * t)),
+                        );
+                        on_grid = vmlaq_n_s32(on_grid, p, runs.mult[2 * t]);
+                    }
+                    let mut shift = vdupq_n_s32(0);
+                    for (v, &s) in sums[c].iter().enumerate() {
+                        shift = vmlaq_s32(shift, s, vld1q_s32(signed.as_ptr().add(4 * v)));
+                    }
+                    (vaddvq_s32(on_grid), vaddvq_s32(shift))
+                };
+                acc[r][c] += runs.d * x[c][i].d * (on_grid as f32 + IQ1_DELTA * shift as f32);
+            }
+        }
+    }
+    acc
+}

@@ -47,6 +47,8 @@ mod neon;
 #[cfg(target_arch = "aarch64")]
 mod neon_float;
 #[cfg(target_arch = "aarch64")]
+mod neon_lattice;
+#[cfg(target_arch = "aarch64")]
 mod neon_levels;
 pub mod panel;
 #[cfg(target_arch = "x86_64")]
@@ -61,7 +63,10 @@ use super::format::*;
 pub use crate::cpu::features::{isa, Isa};
 // The `sdot` forms of the NEON kernels, under names the pickers take.
 #[cfg(target_arch = "aarch64")]
-use {neon::dotprod as neon_dot, neon_levels::dotprod as neon_levels_dot};
+use {
+    neon::dotprod as neon_dot, neon_lattice::dotprod as neon_lattice_dot,
+    neon_levels::dotprod as neon_levels_dot,
+};
 
 /// A dot product of weight blocks with activation blocks of the same element count.
 pub type VecDotFn<B> = fn(&[B], &[<B as GgmlBlock>::Dot]) -> f32;
@@ -397,8 +402,9 @@ tile_picker!(pick_mxfp4, pick_mxfp4_for, tile_mxfp4, tile_mxfp4_for, BlockMXFP4,
     ["x86_64" Avx2 => avx2, "aarch64" NeonDot => neon_dot, "aarch64" Neon => neon,
      "wasm32" + "simd128" Simd128 => simd128]);
 // The lattice and ternary types: magnitudes gathered by index (or unpacked), the AVX2 tile at
-// every x86 level; on AArch64 TQ2_0 is unpacked in registers, the others decoded by their
-// portable code before the products (`neon_levels`).
+// every x86 level; on AArch64 the IQ2/IQ3 points and signs are read into registers
+// (`neon_lattice`), TQ2_0 is unpacked there, IQ1 and TQ1_0 decoded by their portable code
+// before the products (`neon_levels`).
 tile_picker!(pick_iq1s, pick_iq1s_for, tile_iq1s, tile_iq1s_for, BlockIQ1S, iq1s_tile,
     ["x86_64" Avx2 => lattice_x86,
      "aarch64" NeonDot => neon_levels_dot, "aarch64" Neon => neon_levels]);
@@ -413,19 +419,19 @@ tile_picker!(pick_tq1_0, pick_tq1_0_for, tile_tq1_0, tile_tq1_0_for, BlockTQ1_0,
      "aarch64" NeonDot => neon_levels_dot, "aarch64" Neon => neon_levels]);
 tile_picker!(pick_iq2xxs, pick_iq2xxs_for, tile_iq2xxs, tile_iq2xxs_for, BlockIQ2XXS,
     iq2xxs_tile, ["x86_64" Avx2 => lattice_x86,
-     "aarch64" NeonDot => neon_levels_dot, "aarch64" Neon => neon_levels]);
+     "aarch64" NeonDot => neon_lattice_dot, "aarch64" Neon => neon_lattice]);
 tile_picker!(pick_iq2xs, pick_iq2xs_for, tile_iq2xs, tile_iq2xs_for, BlockIQ2XS, iq2xs_tile,
     ["x86_64" Avx2 => lattice_x86,
-     "aarch64" NeonDot => neon_levels_dot, "aarch64" Neon => neon_levels]);
+     "aarch64" NeonDot => neon_lattice_dot, "aarch64" Neon => neon_lattice]);
 tile_picker!(pick_iq2s, pick_iq2s_for, tile_iq2s, tile_iq2s_for, BlockIQ2S, iq2s_tile,
     ["x86_64" Avx2 => lattice_x86,
-     "aarch64" NeonDot => neon_levels_dot, "aarch64" Neon => neon_levels]);
+     "aarch64" NeonDot => neon_lattice_dot, "aarch64" Neon => neon_lattice]);
 tile_picker!(pick_iq3xxs, pick_iq3xxs_for, tile_iq3xxs, tile_iq3xxs_for, BlockIQ3XXS,
     iq3xxs_tile, ["x86_64" Avx2 => lattice_x86,
-     "aarch64" NeonDot => neon_levels_dot, "aarch64" Neon => neon_levels]);
+     "aarch64" NeonDot => neon_lattice_dot, "aarch64" Neon => neon_lattice]);
 tile_picker!(pick_iq3s, pick_iq3s_for, tile_iq3s, tile_iq3s_for, BlockIQ3S, iq3s_tile,
     ["x86_64" Avx2 => lattice_x86,
-     "aarch64" NeonDot => neon_levels_dot, "aarch64" Neon => neon_levels]);
+     "aarch64" NeonDot => neon_lattice_dot, "aarch64" Neon => neon_lattice]);
 // Float weights: the AVX2 tile at every x86 level (memory bound; wider vectors buy nothing),
 // but for BF16 where `bf16_pairs` multiplies pairs: one `vdpbf16ps` per 64 bytes of weights
 // instead of a shift, a mask and two FMAs.

@@ -1,7 +1,6 @@
-//! NEON (AArch64) tiles for the 256-element types against Q8_K that `neon` leaves out: IQ4_XS
-//! and TQ2_0 unpacked in vector registers, the lattice types and TQ1_0 from their portable
-//! decoding into `Levels` (the lookups in their grids are the work, whatever the instruction
-//! set), IQ1_S and IQ1_M from their runs. As in `neon`, each kernel has both multiply forms
+//! NEON (AArch64) tiles for the 256-element types against Q8_K that `neon` and
+//! `neon_lattice` leave out: IQ4_XS and TQ2_0 unpacked in vector registers, TQ1_0 (five
+//! trits a byte) from its portable decoding into `Levels`, IQ1_S and IQ1_M from their runs. As in `neon`, each kernel has both multiply forms
 //! and gives the scalar dot's results bit for bit.
 
 use super::neon::{
@@ -15,11 +14,6 @@ entries!(
     iq4xs_tile: BlockIQ4XS => iq4xs,
     tq2_0_tile: BlockTQ2_0 => tq2_0,
     tq1_0_tile: BlockTQ1_0 => decoded::<BlockTQ1_0>,
-    iq2xxs_tile: BlockIQ2XXS => decoded::<BlockIQ2XXS>,
-    iq2xs_tile: BlockIQ2XS => decoded::<BlockIQ2XS>,
-    iq2s_tile: BlockIQ2S => decoded::<BlockIQ2S>,
-    iq3xxs_tile: BlockIQ3XXS => decoded::<BlockIQ3XXS>,
-    iq3s_tile: BlockIQ3S => decoded::<BlockIQ3S>,
     iq1s_tile: BlockIQ1S => runs::<BlockIQ1S>,
     iq1m_tile: BlockIQ1M => runs::<BlockIQ1M>,
 );

@@ -96,7 +96,8 @@ unsafe fn iq2xxs<D: I8Dot, const R: usize, const C: usize>(
     let grid = iq2xxs_grid();
     // Group ib: four grid indices (bytes of words 4ib, 4ib + 1), then a word of four 7-bit
     // sign indices under the 4-bit scale.
-    let aux = |b: &BlockIQ2XXS, ib: usize| b.qs[4 * ib + 2] as u32 | (b.qs[4 * ib + 3] as u32) << 16;
+    let aux =
+        |b: &BlockIQ2XXS, ib: usize| b.qs[4 * ib + 2] as u32 | (b.qs[4 * ib + 3] as u32) << 16;
     let levels = |b: &BlockIQ2XXS, n: usize| -> [int8x16_t; 8] {
         std::array::from_fn(|g| {
             let (ib, half) = (4 * n + g / 2, g % 2);
@@ -175,9 +176,8 @@ unsafe fn iq3xxs<D: I8Dot, const R: usize, const C: usize>(
             let (ib, half) = (4 * n + g / 2, g % 2);
             let idx = &b.qs[8 * ib + 4 * half..8 * ib + 4 * half + 4];
             let signs = aux(b, ib) >> (14 * half);
-            let pair = |k: usize| {
-                word4x2(&grid[idx[2 * k] as usize], &grid[idx[2 * k + 1] as usize])
-            };
+            let pair =
+                |k: usize| word4x2(&grid[idx[2 * k] as usize], &grid[idx[2 * k + 1] as usize]);
             signed16(pair(0), pair(1), [ksigns(signs), ksigns(signs >> 7)])
         })
     };

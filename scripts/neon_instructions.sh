@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Instructions per 256 weights that each weight type's AArch64 kernels execute, for decode
-# (one activation row) and prefill (eight), at each kernel level: counted under qemu's
-# AArch64 emulation (an instruction count, not a time; no AArch64 CPU to time them on here).
+# Instructions per 256 weights that each weight type's AArch64 kernels execute, at each kernel
+# level: the dot product alone over every row (`dot`, as ggml's `vec_dot` runs), and the
+# matmul's decode (one activation row) and prefill (eight), driver included. Counted under
+# qemu's AArch64 emulation: an instruction count, not a time (no AArch64 CPU to time on here).
 #
 #   bash scripts/neon_instructions.sh [TYPE ...]     (default: every weight type)
 #
@@ -29,17 +30,17 @@ count() {
         | awk '/^instructions/ {print $2}'
 }
 
-printf '%-8s %5s' type m
+printf '%-8s %5s' type rows
 printf ' %9s' "${levels[@]}"
 echo "   (instructions per 256 weights and activation row)"
 for t in "${types[@]}"; do
-    for m in 1 8; do
+    for m in dot 1 8; do
         printf '%-8s %5s' "$t" "$m"
         for level in "${levels[@]}"; do
             base=$(count "$level" "$t" 0 "$m")
             full=$(count "$level" "$t" "$reps" "$m")
             # 512 rows of 2,048 weights a product.
-            awk -v a="$base" -v b="$full" -v r="$reps" -v m="$m" \
+            awk -v a="$base" -v b="$full" -v r="$reps" -v m="${m/dot/1}" \
                 'BEGIN { printf " %9.0f", (b - a) / r / (512 * 2048 * m / 256) }'
         done
         echo

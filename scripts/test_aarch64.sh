@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs hanzo-ml's kernel tests (the NEON quantized dot products and f32 row kernels) for
-# AArch64 under qemu user-mode emulation, on an x86_64 Debian machine.
+# AArch64 under qemu user-mode emulation, on an x86_64 Debian machine. qemu's default CPU has
+# ARMv8.2's dot product, so both forms of the quantized kernels are checked (`widening` and
+# `sdot`); a second run on a CPU without it (Cortex-A53) checks that none is picked there.
 #
 #   bash scripts/test_aarch64.sh               set up what is missing (apt, rustup), then test
 #   bash scripts/test_aarch64.sh --if-possible the same, but when the setup cannot be done
@@ -33,6 +35,7 @@ export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu"
 target=(--target aarch64-unknown-linux-gnu)
 cargo test -p hanzo-ml "${target[@]}" --lib -- --nocapture quantized:: cpu::
+QEMU_CPU=cortex-a53 cargo test -p hanzo-ml "${target[@]}" --lib -- --nocapture quantized::kernels
 # The f32 row kernels. (QMatMul's own tests stay on x86: under emulation their build and
 # run cost CI minutes, and the kernel tests above already hold every NEON dot product and
 # tile to the scalar reference.)

@@ -4,12 +4,15 @@
 //! under qemu's AArch64 emulation twice, with `REPS` and with none, and divides the
 //! difference by the weights multiplied.
 //!
-//!   kernel_instructions TYPE REPS [ROWS_OF_ACTIVATIONS]
+//!   kernel_instructions TYPE REPS [ROWS_OF_ACTIVATIONS | dot]
 //!
+//! `dot` runs the type's dot product on each row instead of the matmul (the kernel without
+//! the driver's tiles, threads and prefetch: what ggml's `vec_dot` does per row).
 //! One thread (`RAYON_NUM_THREADS=1`): a waiting worker's spin would be counted too.
 
 use hanzo_ml::quantized::cpu::matvec::matmul_rows_alone;
-use hanzo_ml::quantized::kernels::Kernels;
+use hanzo_ml::quantized::format::GgmlBlock;
+use hanzo_ml::quantized::kernels::{Kernels, QuantizeRow};
 use hanzo_ml::quantized::{GgmlDType, QTensor};
 
 #[path = "../benches/common/weights.rs"]
@@ -21,7 +24,7 @@ use common::weights;
 const ROWS: usize = 512;
 const K: usize = 2048;
 
-fn run<B: Kernels>(dtype: GgmlDType, reps: usize, m: usize) {
+fn run<B: Kernels>(dtype: GgmlDType, reps: usize, m: usize, dots: bool) {
     // Uniform importance: IQ2_XXS, IQ2_XS and IQ1_S are only written under one. Quantized
     // once for 32 rows (the lattice searches are slow under emulation), repeated to ROWS.
     let importance = vec![1f32; K];
@@ -31,7 +34,18 @@ fn run<B: Kernels>(dtype: GgmlDType, reps: usize, m: usize) {
     let x = weights(m, K);
     let mut check = 0f32;
     for _ in 0..reps {
-        check += std::hint::black_box(matmul_rows_alone::<B>(&blocks, ROWS, K, &x, m))[0];
+        if dots {
+            // The kernel alone, a row at a time: the activations quantized once, then the
+            // dot product of every row (what ggml's `vec_dot` does per row).
+            let per_row = K / B::BLOCK_SIZE;
+            let mut xq = vec![<B::Dot as bytemuck::Zeroable>::zeroed(); K / B::Dot::BLOCK_SIZE];
+            B::Dot::quantize_row()(&x[..K], &mut xq);
+            for row in blocks.chunks_exact(per_row) {
+                check += std::hint::black_box(B::vec_dot()(row, &xq));
+            }
+        } else {
+            check += std::hint::black_box(matmul_rows_alone::<B>(&blocks, ROWS, K, &x, m))[0];
+        }
     }
     println!(
         "{dtype:?} m={m} reps={reps} weights={} check={check}",
@@ -42,11 +56,15 @@ fn run<B: Kernels>(dtype: GgmlDType, reps: usize, m: usize) {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [dtype, reps, rest @ ..] = args.as_slice() else {
-        eprintln!("usage: kernel_instructions TYPE REPS [ROWS_OF_ACTIVATIONS]");
+        eprintln!("usage: kernel_instructions TYPE REPS [ROWS_OF_ACTIVATIONS | dot]");
         std::process::exit(2);
     };
     let dtype: GgmlDType = dtype.parse().expect("a ggml type name");
     let reps: usize = reps.parse().expect("a repetition count");
-    let m: usize = rest.first().map_or(1, |m| m.parse().expect("a row count"));
-    hanzo_ml::with_block_type!(dtype, B => run::<B>(dtype, reps, m));
+    let dots = rest.first().is_some_and(|a| a == "dot");
+    let m: usize = match rest.first() {
+        Some(a) if !dots => a.parse().expect("a row count"),
+        _ => 1,
+    };
+    hanzo_ml::with_block_type!(dtype, B => run::<B>(dtype, reps, m, dots));
 }

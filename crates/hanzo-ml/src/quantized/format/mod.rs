@@ -52,7 +52,7 @@ pub use kquants::{
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub(crate) use lattice::{iq1s_grid, iq2s_grid, iq2xs_grid, iq2xxs_grid, iq3s_grid, iq3xxs_grid};
 #[cfg(target_arch = "aarch64")]
-pub(crate) use lattice::{ksigns, DecodesToLevels, LevelsView};
+pub(crate) use lattice::{DecodesToLevels, LevelsView};
 pub(crate) use legacy::{nibbles, nibbles_5};
 pub use legacy::{
     quantize_q8_0_ref, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, QK,

@@ -499,16 +499,18 @@ pub(super) unsafe fn crumbs(q: uint8x16_t, j: usize) -> uint8x16_t {
     unsafe { vandq_u8(vshlq_u8(q, vdupq_n_s8(-2 * j as i8)), vdupq_n_u8(3)) }
 }
 
-/// The 256-element k-quants with a multiplier per 16 elements (Q2_K, Q3_K, Q6_K): `levels(b,
-/// n, half)` gives the eight 16-level groups `8n..8n + 8` of elements `128n..128n + 128`
-/// (`half` the block's first or second half, in order), `mult(b)` the sixteen multipliers and
-/// `finish(b, x, sum)` the block's float from the integer sum `Σ mult · group dot`.
+/// The 256-element types against Q8_K by groups of 16 levels: `level(b, g)` gives group `g`
+/// (elements `16g..16g + 16`) as a vector, each `SPAN` consecutive groups share a multiplier,
+/// `mult(b)[s]` that of groups `SPAN·s..` (Q2_K, Q3_K, Q6_K and IQ2_XS/IQ2_S: one per group;
+/// the other lattice types one per 32), and `finish(b, x, sum)` the block's float from the
+/// integer sum `Σ mult · group dot`. Each group is unpacked once per weight row and block, and
+/// used at once by every activation row.
 #[inline(always)]
-pub(super) unsafe fn k16_tile<D: I8Dot, B, const R: usize, const C: usize>(
+pub(super) unsafe fn k16_tile<D: I8Dot, B, const SPAN: usize, const R: usize, const C: usize>(
     w: [&[B]; R],
     x: [&[BlockQ8K]; C],
     mult: impl Fn(&B) -> [i32; 16],
-    levels: impl Fn(&B, usize) -> [int8x16_t; 8],
+    level: impl Fn(&B, usize) -> int8x16_t,
     finish: impl Fn(&B, &BlockQ8K, i32) -> f32,
 ) -> [[f32; C]; R] {
     check_tile!(w, x);
@@ -520,15 +522,21 @@ pub(super) unsafe fn k16_tile<D: I8Dot, B, const R: usize, const C: usize>(
             // SAFETY: register-only NEON.
             let mut sum = [unsafe { vdupq_n_s32(0) }; C];
             for n in 0..2 {
-                let l = levels(b, n);
+                // Half n's eight groups, each group index known at compile time once this is
+                // unrolled (the k-quants' shifts by it fold).
+                let l: [int8x16_t; 8] = std::array::from_fn(|local| level(b, 8 * n + local));
                 for (c, sum) in sum.iter_mut().enumerate() {
                     let xq = &x[c][i].qs[128 * n..];
-                    for (g, &l) in l.iter().enumerate() {
-                        // SAFETY: 128 bytes remain in qs from 128n (n < 2); the rest is
-                        // forwarded from the caller.
+                    for s in 0..8 / SPAN {
+                        // SAFETY: 16 bytes from 16g (g < 8) of the 128 left in qs; forwarded
+                        // from the caller.
                         unsafe {
-                            let p = dot16::<D>(l, vld1q_s8(xq.as_ptr().add(16 * g)));
-                            *sum = vmlaq_n_s32(*sum, p, m[8 * n + g]);
+                            let mut p = vdupq_n_s32(0);
+                            for k in 0..SPAN {
+                                let g = SPAN * s + k;
+                                p = D::dot(p, l[g], vld1q_s8(xq.as_ptr().add(16 * g)));
+                            }
+                            *sum = vmlaq_n_s32(*sum, p, m[8 / SPAN * n + s]);
                         }
                     }
                 }
@@ -543,16 +551,17 @@ pub(super) unsafe fn k16_tile<D: I8Dot, B, const R: usize, const C: usize>(
     acc
 }
 
-/// Q2_K's unsigned 2-bit levels of elements `128n..128n + 128` in eight 16-level groups.
+/// Q2_K's unsigned 2-bit levels of group `g`: element `128n + 32j + i` lies in bits `2j..`
+/// of byte `32n + i`, so group `g` is field `(g % 8) / 2` of bytes `32n + 16 (g % 2)..`.
 #[inline(always)]
-unsafe fn q2k_levels(qs: &[u8; 64], n: usize) -> [int8x16_t; 8] {
-    // SAFETY: bytes 32n..32n + 32 of the 64 (n < 2).
+unsafe fn q2k_group(qs: &[u8; 64], g: usize) -> uint8x16_t {
+    let (n, local) = (g / 8, g % 8);
+    // SAFETY: 16 bytes from 32n + 16 (local % 2) < 64.
     unsafe {
-        let q = [
-            vld1q_u8(qs.as_ptr().add(32 * n)),
-            vld1q_u8(qs.as_ptr().add(32 * n + 16)),
-        ];
-        std::array::from_fn(|g| vreinterpretq_s8_u8(crumbs(q[g % 2], g / 2)))
+        crumbs(
+            vld1q_u8(qs.as_ptr().add(32 * n + 16 * (local % 2))),
+            local / 2,
+        )
     }
 }
 
@@ -567,13 +576,13 @@ unsafe fn q2k<D: I8Dot, const R: usize, const C: usize>(
             unsafe { mins_by_groups(vshrq_n_u8::<4>(vld1q_u8(b.scales.as_ptr())), &x.bsums) };
         x.d * (widen_f16(b.d) * sum as f32 - widen_f16(b.dmin) * sum_min as f32)
     };
-    // SAFETY: q2k_levels reads within qs; the rest is forwarded from the caller.
+    // SAFETY: q2k_group reads within qs; the rest is forwarded from the caller.
     unsafe {
-        k16_tile::<D, _, R, C>(
+        k16_tile::<D, _, 1, R, C>(
             w,
             x,
             |b| b.scales.map(|s| (s & 0x0F) as i32),
-            |b, n| q2k_levels(&b.qs, n),
+            |b, g| vreinterpretq_s8_u8(q2k_group(&b.qs, g)),
             finish,
         )
     }
@@ -586,32 +595,23 @@ unsafe fn q3k<D: I8Dot, const R: usize, const C: usize>(
 ) -> [[f32; C]; R] {
     // Level of element 128n + 32j + i: Q2_K's two bits less 4 where bit 4n + j of hmask[i]
     // is clear.
-    let levels = |b: &BlockQ3K, n: usize| -> [int8x16_t; 8] {
-        // SAFETY: hmask is 32 bytes; q2k_levels reads within qs.
+    let level = |b: &BlockQ3K, g: usize| {
+        let (n, local) = (g / 8, g % 8);
+        // SAFETY: 16 bytes of hmask from 16 (local % 2) < 32; q2k_group reads within qs.
         unsafe {
-            let h = [
-                vld1q_u8(b.hmask.as_ptr()),
-                vld1q_u8(b.hmask.as_ptr().add(16)),
-            ];
-            let low = q2k_levels(&b.qs, n);
-            std::array::from_fn(|g| {
-                let bit = vdupq_n_u8(1 << (4 * n + g / 2));
-                let four = vbicq_u8(vdupq_n_u8(4), vtstq_u8(h[g % 2], bit));
-                vsubq_s8(low[g], vreinterpretq_s8_u8(four))
-            })
+            let h = vld1q_u8(b.hmask.as_ptr().add(16 * (local % 2)));
+            let bit = vdupq_n_u8(1 << (4 * n + local / 2));
+            let four = vbicq_u8(vdupq_n_u8(4), vtstq_u8(h, bit));
+            vsubq_s8(
+                vreinterpretq_s8_u8(q2k_group(&b.qs, g)),
+                vreinterpretq_s8_u8(four),
+            )
         }
     };
     let finish = |b: &BlockQ3K, x: &BlockQ8K, sum: i32| x.d * widen_f16(b.d) * sum as f32;
+    let mult = |b: &BlockQ3K| q3k_scales_by_words(&b.scales).map(i32::from);
     // SAFETY: forwarded from the caller.
-    unsafe {
-        k16_tile::<D, _, R, C>(
-            w,
-            x,
-            |b| q3k_scales_by_words(&b.scales).map(i32::from),
-            levels,
-            finish,
-        )
-    }
+    unsafe { k16_tile::<D, _, 1, R, C>(w, x, mult, level, finish) }
 }
 
 #[inline(always)]
@@ -620,33 +620,24 @@ unsafe fn q6k<D: I8Dot, const R: usize, const C: usize>(
     x: [&[BlockQ8K]; C],
 ) -> [[f32; C]; R] {
     // Element 128n + 32k + i: nibble k / 2 of ql[64n + 32(k % 2) + i], bits 2k..2k + 2 of
-    // qh[32n + i] above it, minus 32.
-    let levels = |b: &BlockQ6K, n: usize| -> [int8x16_t; 8] {
-        // SAFETY: ql[64n..64n + 64] and qh[32n..32n + 32] lie in the block.
+    // qh[32n + i] above it, minus 32; group g = 8n + 2k + (i >= 16).
+    let level = |b: &BlockQ6K, g: usize| {
+        let (n, k, half) = (g / 8, (g % 8) / 2, g % 2);
+        // SAFETY: 16 bytes of ql from 64n + 32 (k % 2) + 16 half < 128, of qh from
+        // 32n + 16 half < 64.
         unsafe {
-            let ql = b.ql.as_ptr().add(64 * n);
-            let qh = b.qh.as_ptr().add(32 * n);
-            let ql = [
-                vld1q_u8(ql),
-                vld1q_u8(ql.add(16)),
-                vld1q_u8(ql.add(32)),
-                vld1q_u8(ql.add(48)),
-            ];
-            let qh = [vld1q_u8(qh), vld1q_u8(qh.add(16))];
-            std::array::from_fn(|g| {
-                let (k, half) = (g / 2, g % 2);
-                let l = ql[2 * (k % 2) + half];
-                let low = if k < 2 {
-                    vandq_u8(l, vdupq_n_u8(0x0F))
-                } else {
-                    vshrq_n_u8::<4>(l)
-                };
-                let v = vorrq_u8(low, vshlq_n_u8::<4>(crumbs(qh[half], k)));
-                vsubq_s8(vreinterpretq_s8_u8(v), vdupq_n_s8(32))
-            })
+            let l = vld1q_u8(b.ql.as_ptr().add(64 * n + 32 * (k % 2) + 16 * half));
+            let h = vld1q_u8(b.qh.as_ptr().add(32 * n + 16 * half));
+            let low = if k < 2 {
+                vandq_u8(l, vdupq_n_u8(0x0F))
+            } else {
+                vshrq_n_u8::<4>(l)
+            };
+            let v = vorrq_u8(low, vshlq_n_u8::<4>(crumbs(h, k)));
+            vsubq_s8(vreinterpretq_s8_u8(v), vdupq_n_s8(32))
         }
     };
     let finish = |b: &BlockQ6K, x: &BlockQ8K, sum: i32| x.d * widen_f16(b.d) * sum as f32;
     // SAFETY: forwarded from the caller.
-    unsafe { k16_tile::<D, _, R, C>(w, x, |b| b.scales.map(i32::from), levels, finish) }
+    unsafe { k16_tile::<D, _, 1, R, C>(w, x, |b| b.scales.map(i32::from), level, finish) }
 }

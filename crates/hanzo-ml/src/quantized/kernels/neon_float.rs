@@ -8,22 +8,28 @@ use crate::quantized::format::{HalfBF16, HalfF16};
 use std::arch::aarch64::*;
 use std::arch::asm;
 
-/// Four halves of one kind, widened to f32.
+/// Halves of one kind, widened to f32.
 trait Widen: Copy {
+    /// Four halves from `p`.
+    ///
     /// # Safety
-    /// `p` holds at least 4 elements.
-    unsafe fn widen4(p: &[Self]) -> float32x4_t;
+    /// `p` points at 4 readable elements.
+    unsafe fn widen4(p: *const Self) -> float32x4_t;
+    /// Eight halves from `p`, as elements `0..4` and `4..8`.
+    ///
+    /// # Safety
+    /// `p` points at 8 readable elements.
+    unsafe fn widen8(p: *const Self) -> [float32x4_t; 2];
     fn to_f32(self) -> f32;
 }
 
 impl Widen for HalfF16 {
     #[inline(always)]
-    unsafe fn widen4(p: &[Self]) -> float32x4_t {
-        debug_assert!(p.len() >= 4);
+    unsafe fn widen4(p: *const Self) -> float32x4_t {
         let out: float32x4_t;
-        // SAFETY: 4 halves = 8 bytes readable (caller); `fcvtl` is base AArch64.
+        // SAFETY: 8 bytes readable (caller); `fcvtl` is base AArch64.
         unsafe {
-            let h = vld1_u16(p.as_ptr() as *const u16);
+            let h = vld1_u16(p as *const u16);
             asm!(
                 "fcvtl {out:v}.4s, {h:v}.4h",
                 h = in(vreg) h,
@@ -33,6 +39,24 @@ impl Widen for HalfF16 {
         }
         out
     }
+    #[inline(always)]
+    unsafe fn widen8(p: *const Self) -> [float32x4_t; 2] {
+        let (low, high): (float32x4_t, float32x4_t);
+        // SAFETY: 16 bytes readable (caller); `fcvtl`/`fcvtl2` are base AArch64.
+        unsafe {
+            let h = vld1q_u16(p as *const u16);
+            asm!(
+                "fcvtl {low:v}.4s, {h:v}.4h",
+                "fcvtl2 {high:v}.4s, {h:v}.8h",
+                h = in(vreg) h,
+                // `low` is written before `h` is read again: not a late output.
+                low = out(vreg) low,
+                high = lateout(vreg) high,
+                options(pure, nomem, nostack),
+            );
+        }
+        [low, high]
+    }
     fn to_f32(self) -> f32 {
         widen_f16(self)
     }
@@ -40,10 +64,20 @@ impl Widen for HalfF16 {
 
 impl Widen for HalfBF16 {
     #[inline(always)]
-    unsafe fn widen4(p: &[Self]) -> float32x4_t {
-        debug_assert!(p.len() >= 4);
-        // SAFETY: 4 halves = 8 bytes readable (caller); a bf16 is the high half of an f32.
-        unsafe { vreinterpretq_f32_u32(vshll_n_u16::<16>(vld1_u16(p.as_ptr() as *const u16))) }
+    unsafe fn widen4(p: *const Self) -> float32x4_t {
+        // SAFETY: 8 bytes readable (caller); a bf16 is the high half of an f32.
+        unsafe { vreinterpretq_f32_u32(vshll_n_u16::<16>(vld1_u16(p as *const u16))) }
+    }
+    #[inline(always)]
+    unsafe fn widen8(p: *const Self) -> [float32x4_t; 2] {
+        // SAFETY: 16 bytes readable (caller).
+        unsafe {
+            let h = vld1q_u16(p as *const u16);
+            [
+                vreinterpretq_f32_u32(vshll_n_u16::<16>(vget_low_u16(h))),
+                vreinterpretq_f32_u32(vshll_high_n_u16::<16>(h)),
+            ]
+        }
     }
     fn to_f32(self) -> f32 {
         HalfBF16::to_f32(self)
@@ -57,9 +91,10 @@ const ACCS: usize = 4;
 const STEP: usize = 4 * ACCS;
 
 /// Every tile shape sums in the same order, so a product does not depend on which tile
-/// computed it: group `a` of each whole step goes to accumulator `a`, the whole groups of
-/// four after the last step to accumulator 0, the accumulators are added as `(a0 + a1) +
-/// (a2 + a3)`, and the ragged tail (`k` not a multiple of 4) is summed in scalar code.
+/// computed it: elements `4a..4a + 4` of each whole step go to accumulator `a`, the whole
+/// groups of four after the last step to accumulator 0, the accumulators are added as
+/// `(a0 + a1) + (a2 + a3)`, and the ragged tail (`k` not a multiple of 4) is summed in scalar
+/// code.
 #[inline(always)]
 unsafe fn tile<H: Widen, const R: usize, const C: usize>(
     w: [&[H]; R],
@@ -69,17 +104,16 @@ unsafe fn tile<H: Widen, const R: usize, const C: usize>(
     let k = x[0].len();
     let whole = k - k % 4;
     let stepped = whole - whole % STEP;
-    // SAFETY: every load reads 4 elements at `i + 4a < whole <= len`, and all slices have
-    // length `k` (checked above); register-only NEON otherwise.
+    // SAFETY: every load reads at most `STEP` elements at `i < stepped` or 4 at
+    // `i < whole`, within the `k` all slices hold (checked above); register-only NEON
+    // otherwise.
     unsafe {
         let mut acc = [[[vdupq_n_f32(0.0); ACCS]; C]; R];
         if R * C * ACCS <= 16 {
             // Few pairs (decode's single row): all accumulators in registers, one pass.
             let mut i = 0;
             while i < stepped {
-                for a in 0..ACCS {
-                    add_group(&w, &x, i + 4 * a, &mut acc, a);
-                }
+                add_step(&w, &x, i, &mut acc);
                 i += STEP;
             }
         } else {
@@ -119,6 +153,40 @@ unsafe fn tile<H: Widen, const R: usize, const C: usize>(
     }
 }
 
+/// The whole step at `i` of every pair: elements `4a..4a + 4` into accumulator `a`, widened
+/// eight at a time.
+///
+/// # Safety
+/// Every slice holds `i + STEP` elements.
+#[inline(always)]
+unsafe fn add_step<H: Widen, const R: usize, const C: usize>(
+    w: &[&[H]; R],
+    x: &[&[H]; C],
+    i: usize,
+    acc: &mut [[[float32x4_t; ACCS]; C]; R],
+) {
+    // SAFETY: as documented above (the caller's bounds); register-only NEON otherwise.
+    unsafe {
+        let mut xs = [[vdupq_n_f32(0.0); ACCS]; C];
+        for c in 0..C {
+            let p = x[c].as_ptr().add(i);
+            let [a0, a1] = H::widen8(p);
+            let [a2, a3] = H::widen8(p.add(8));
+            xs[c] = [a0, a1, a2, a3];
+        }
+        for r in 0..R {
+            let p = w[r].as_ptr().add(i);
+            let [w0, w1] = H::widen8(p);
+            let [w2, w3] = H::widen8(p.add(8));
+            for c in 0..C {
+                for (a, wv) in [w0, w1, w2, w3].into_iter().enumerate() {
+                    acc[r][c][a] = vfmaq_f32(acc[r][c][a], wv, xs[c][a]);
+                }
+            }
+        }
+    }
+}
+
 /// Elements `i..i + 4` of every pair, added into accumulator `a` of each.
 ///
 /// # Safety
@@ -135,10 +203,10 @@ unsafe fn add_group<H: Widen, const R: usize, const C: usize, const N: usize>(
     unsafe {
         let mut xs = [vdupq_n_f32(0.0); C];
         for c in 0..C {
-            xs[c] = H::widen4(&x[c][i..]);
+            xs[c] = H::widen4(x[c].as_ptr().add(i));
         }
         for r in 0..R {
-            let wv = H::widen4(&w[r][i..]);
+            let wv = H::widen4(w[r].as_ptr().add(i));
             for c in 0..C {
                 acc[r][c][a] = vfmaq_f32(acc[r][c][a], wv, xs[c]);
             }

@@ -62,23 +62,19 @@ unsafe fn tq2_0<D: I8Dot, const R: usize, const C: usize>(
     w: [&[BlockTQ2_0]; R],
     x: [&[BlockQ8K]; C],
 ) -> [[f32; C]; R] {
-    // Element 128n + 32l + j: bits 2l..2l + 2 of qs[32n + j], less 1.
-    let levels = |b: &BlockTQ2_0, n: usize| -> [int8x16_t; 8] {
-        // SAFETY: bytes 32n..32n + 32 of the 64 in qs (n < 2).
+    // Element 128n + 32l + j: bits 2l..2l + 2 of qs[32n + j], less 1 (Q2_K's layout).
+    let level = |b: &BlockTQ2_0, g: usize| {
+        let (n, local) = (g / 8, g % 8);
+        // SAFETY: 16 bytes from 32n + 16 (local % 2) < 64.
         unsafe {
-            let q = [
-                vld1q_u8(b.qs.as_ptr().add(32 * n)),
-                vld1q_u8(b.qs.as_ptr().add(32 * n + 16)),
-            ];
-            std::array::from_fn(|g| {
-                vsubq_s8(vreinterpretq_s8_u8(crumbs(q[g % 2], g / 2)), vdupq_n_s8(1))
-            })
+            let q = vld1q_u8(b.qs.as_ptr().add(32 * n + 16 * (local % 2)));
+            vsubq_s8(vreinterpretq_s8_u8(crumbs(q, local / 2)), vdupq_n_s8(1))
         }
     };
     // One multiplier (1) for the block, the factor 1: as the scalar dot of `Levels`.
     let finish = |b: &BlockTQ2_0, x: &BlockQ8K, sum: i32| widen_f16(b.d) * x.d * sum as f32;
     // SAFETY: forwarded from the caller.
-    unsafe { k16_tile::<D, _, R, C>(w, x, |_| [1; 16], levels, finish) }
+    unsafe { k16_tile::<D, _, 4, R, C>(w, x, |_| [1; 16], level, finish) }
 }
 
 /// Any type through its portable decoding (`DecodesToLevels`): per block and weight row the

@@ -146,28 +146,11 @@ impl<const GROUP: usize> Levels<GROUP> {
     }
 }
 
-/// A type whose blocks decode into `Levels` (the lattice types, IQ4_XS, TQ1_0): the form the
-/// kernels of an instruction set without a decoder of their own for the type multiply.
+/// The factor of a type decoded into `Levels` (a power of two the block sums are multiplied
+/// by at the end, `dot_levels`), for the kernels that compute its dot product their own way.
 #[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
-pub(crate) trait DecodesToLevels: super::GgmlBlock<Dot = BlockQ8K> {
-    /// The power of two the block sums are multiplied by at the end (`dot_levels`).
+pub(crate) trait LevelsFactor: super::GgmlBlock<Dot = BlockQ8K> {
     const FACTOR: f32;
-    fn levels(&self) -> impl LevelsView;
-}
-
-/// A `Levels` of any group size.
-#[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
-pub(crate) trait LevelsView {
-    /// Elements per multiplier.
-    const GROUP: usize;
-    fn parts(&self) -> (f32, &[i32; 16], &[i8; QK_K]);
-}
-
-impl<const GROUP: usize> LevelsView for Levels<GROUP> {
-    const GROUP: usize = GROUP;
-    fn parts(&self) -> (f32, &[i32; 16], &[i8; QK_K]) {
-        (self.d, &self.mult, &self.level)
-    }
 }
 
 /// `Σ d·x.d·factor·dot` over blocks: the dot product of any `Levels` type with Q8_K, the
@@ -256,11 +239,8 @@ macro_rules! lattice_block {
             }
         }
 
-        impl super::lattice::DecodesToLevels for $block {
+        impl super::lattice::LevelsFactor for $block {
             const FACTOR: f32 = $factor;
-            fn levels(&self) -> impl super::lattice::LevelsView {
-                $levels(self)
-            }
         }
     };
 }

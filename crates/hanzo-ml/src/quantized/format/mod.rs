@@ -49,10 +49,10 @@ pub(crate) use kquants::{q3k_scales_by_words, scales_mins_k4};
 pub use kquants::{
     quantize_q8k_ref, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K,
 };
+#[cfg(target_arch = "aarch64")]
+pub(crate) use lattice::LevelsFactor;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub(crate) use lattice::{iq1s_grid, iq2s_grid, iq2xs_grid, iq2xxs_grid, iq3s_grid, iq3xxs_grid};
-#[cfg(target_arch = "aarch64")]
-pub(crate) use lattice::{DecodesToLevels, LevelsView};
 pub(crate) use legacy::{nibbles, nibbles_5};
 pub use legacy::{
     quantize_q8_0_ref, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, QK,

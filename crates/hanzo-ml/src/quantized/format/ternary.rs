@@ -129,13 +129,6 @@ impl GgmlBlock for BlockTQ1_0 {
     }
 }
 
-impl super::lattice::DecodesToLevels for BlockTQ1_0 {
-    const FACTOR: f32 = 1.0;
-    fn levels(&self) -> impl super::lattice::LevelsView {
-        tq1_levels(self)
-    }
-}
-
 impl GgmlBlock for BlockTQ2_0 {
     const DTYPE: GgmlDType = GgmlDType::TQ2_0;
     const BLOCK_SIZE: usize = QK_K;

@@ -403,8 +403,8 @@ tile_picker!(pick_mxfp4, pick_mxfp4_for, tile_mxfp4, tile_mxfp4_for, BlockMXFP4,
      "wasm32" + "simd128" Simd128 => simd128]);
 // The lattice and ternary types: magnitudes gathered by index (or unpacked), the AVX2 tile at
 // every x86 level; on AArch64 the IQ2/IQ3 points and signs are read into registers
-// (`neon_lattice`), TQ2_0 is unpacked there, IQ1 and TQ1_0 decoded by their portable code
-// before the products (`neon_levels`).
+// (`neon_lattice`), the ternary types unpacked there, IQ1's runs built from their grid
+// points (`neon_levels`).
 tile_picker!(pick_iq1s, pick_iq1s_for, tile_iq1s, tile_iq1s_for, BlockIQ1S, iq1s_tile,
     ["x86_64" Avx2 => lattice_x86,
      "aarch64" NeonDot => neon_levels_dot, "aarch64" Neon => neon_levels]);

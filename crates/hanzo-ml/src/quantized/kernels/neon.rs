@@ -234,19 +234,44 @@ unsafe fn levels4(qs: &[u8; 16], offset: i8) -> Levels {
     }
 }
 
-/// The 5-bit levels of Q5_0/Q5_1: `fifth` gives, from the lanes whose fifth bit (bit `j` of
-/// `qh` for level `j`) is set (0xFF) or clear (0), what to or into the nibble.
+/// For each byte of `qh`, eight bytes: `set` where the byte's bit `j` is set, `clear` where
+/// it is not (element `j`).
+const fn bit_bytes(set: u8, clear: u8) -> [u64; 256] {
+    let mut bytes = [0u64; 256];
+    let mut b = 0;
+    while b < 256 {
+        let mut j = 0;
+        while j < 8 {
+            let v = if (b >> j) & 1 == 1 { set } else { clear };
+            bytes[b] |= (v as u64) << (8 * j);
+            j += 1;
+        }
+        b += 1;
+    }
+    bytes
+}
+
+/// Or-ed into a Q5_1 nibble: its fifth bit (the level, 0..=31).
+const FIFTH_BIT: [u64; 256] = bit_bytes(0x10, 0);
+/// Or-ed into a Q5_0 nibble: nothing where the fifth bit is set, 0xF0 (minus 16 as a signed
+/// byte) where it is not (the level less 16, -16..=15).
+const LESS_16: [u64; 256] = bit_bytes(0, 0xF0);
+
+/// The 32 nibbles of a Q5_0/Q5_1 block with `table`'s bytes for the fifth bits of `qh` or-ed
+/// in.
 #[inline(always)]
-unsafe fn levels5(qs: &[u8; 16], qh: [u8; 4], fifth: impl Fn(uint8x16_t) -> uint8x16_t) -> Levels {
-    const BIT: [u8; 16] = [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128];
-    // SAFETY: nibbles reads the 16 bytes of qs; the bit table is 16 bytes.
+unsafe fn levels5(qs: &[u8; 16], qh: [u8; 4], table: &[u64; 256]) -> Levels {
+    let fifth = |a: u8, b: u8| {
+        let (a, b) = (table[a as usize], table[b as usize]);
+        // SAFETY: register-only NEON.
+        unsafe { vcombine_u8(vcreate_u8(a), vcreate_u8(b)) }
+    };
+    // SAFETY: nibbles reads the 16 bytes of qs.
     unsafe {
-        let bit = vld1q_u8(BIT.as_ptr());
         let (lo, hi) = nibbles(qs);
-        let set = |a: u8, b: u8| vtstq_u8(vcombine_u8(vdup_n_u8(a), vdup_n_u8(b)), bit);
         (
-            vreinterpretq_s8_u8(vorrq_u8(lo, fifth(set(qh[0], qh[1])))),
-            vreinterpretq_s8_u8(vorrq_u8(hi, fifth(set(qh[2], qh[3])))),
+            vreinterpretq_s8_u8(vorrq_u8(lo, fifth(qh[0], qh[1]))),
+            vreinterpretq_s8_u8(vorrq_u8(hi, fifth(qh[2], qh[3]))),
         )
     }
 }
@@ -285,13 +310,10 @@ unsafe fn q5_0<D: I8Dot, const R: usize, const C: usize>(
     w: [&[BlockQ5_0]; R],
     x: [&[BlockQ8_0]; C],
 ) -> [[f32; C]; R] {
-    // level − 16 as a signed byte: the nibble where the fifth bit is set, the nibble with
-    // 0xF0 or-ed in (minus 16) where it is not.
     // SAFETY: levels5 reads the 16 bytes of qs; the rest is forwarded from the caller.
     let levels = |b: &BlockQ5_0| {
-        let minus16 = |set| unsafe { vbicq_u8(vdupq_n_u8(0xF0), set) };
         (
-            unsafe { levels5(&b.qs, b.qh, minus16) },
+            unsafe { levels5(&b.qs, b.qh, &LESS_16) },
             widen_f16(b.d),
             0.0,
         )
@@ -306,8 +328,7 @@ unsafe fn q5_1<D: I8Dot, const R: usize, const C: usize>(
 ) -> [[f32; C]; R] {
     // SAFETY: as in q5_0.
     let levels = |b: &BlockQ5_1| {
-        let sixteen = |set| unsafe { vandq_u8(vdupq_n_u8(0x10), set) };
-        let level = unsafe { levels5(&b.qs, b.qh, sixteen) };
+        let level = unsafe { levels5(&b.qs, b.qh, &FIFTH_BIT) };
         (level, widen_f16(b.d), widen_f16(b.m))
     };
     unsafe { tile32::<D, _, _, R, C>(w, x, levels, act_q8_1, affine) }
@@ -504,9 +525,19 @@ pub(super) unsafe fn crumbs(q: uint8x16_t, j: usize) -> uint8x16_t {
 /// `mult(b)[s]` that of groups `SPAN·s..` (Q2_K, Q3_K, Q6_K and IQ2_XS/IQ2_S: one per group;
 /// the other lattice types one per 32), and `finish(b, x, sum)` the block's float from the
 /// integer sum `Σ mult · group dot`. Each group is unpacked once per weight row and block, and
-/// used at once by every activation row.
+/// used at once by every activation row. `UNROLL` compiles the two halves of a block apart,
+/// so that every group index is a constant and the shifts and branches on it fold (TQ1_0's
+/// dot takes 46% fewer instructions, Q3_K's and Q6_K's prefill 10%); the lattice types, whose
+/// work is lookups, take 15-25% more that way (`scripts/neon_instructions.sh`).
 #[inline(always)]
-pub(super) unsafe fn k16_tile<D: I8Dot, B, const SPAN: usize, const R: usize, const C: usize>(
+pub(super) unsafe fn k16_tile<
+    D: I8Dot,
+    B,
+    const SPAN: usize,
+    const UNROLL: bool,
+    const R: usize,
+    const C: usize,
+>(
     w: [&[B]; R],
     x: [&[BlockQ8K]; C],
     mult: impl Fn(&B) -> [i32; 16],
@@ -521,9 +552,8 @@ pub(super) unsafe fn k16_tile<D: I8Dot, B, const SPAN: usize, const R: usize, co
             let m = mult(b);
             // SAFETY: register-only NEON.
             let mut sum = [unsafe { vdupq_n_s32(0) }; C];
-            for n in 0..2 {
-                // Half n's eight groups, each group index known at compile time once this is
-                // unrolled (the k-quants' shifts by it fold).
+            // Half n's eight groups.
+            let mut half = |n: usize| {
                 let l: [int8x16_t; 8] = std::array::from_fn(|local| level(b, 8 * n + local));
                 for (c, sum) in sum.iter_mut().enumerate() {
                     let xq = &x[c][i].qs[128 * n..];
@@ -539,6 +569,14 @@ pub(super) unsafe fn k16_tile<D: I8Dot, B, const SPAN: usize, const R: usize, co
                             *sum = vmlaq_n_s32(*sum, p, m[8 / SPAN * n + s]);
                         }
                     }
+                }
+            };
+            if UNROLL {
+                half(0);
+                half(1);
+            } else {
+                for n in 0..2 {
+                    half(n);
                 }
             }
             for c in 0..C {
@@ -578,7 +616,7 @@ unsafe fn q2k<D: I8Dot, const R: usize, const C: usize>(
     };
     // SAFETY: q2k_group reads within qs; the rest is forwarded from the caller.
     unsafe {
-        k16_tile::<D, _, 1, R, C>(
+        k16_tile::<D, _, 1, true, R, C>(
             w,
             x,
             |b| b.scales.map(|s| (s & 0x0F) as i32),
@@ -611,7 +649,7 @@ unsafe fn q3k<D: I8Dot, const R: usize, const C: usize>(
     let finish = |b: &BlockQ3K, x: &BlockQ8K, sum: i32| x.d * widen_f16(b.d) * sum as f32;
     let mult = |b: &BlockQ3K| q3k_scales_by_words(&b.scales).map(i32::from);
     // SAFETY: forwarded from the caller.
-    unsafe { k16_tile::<D, _, 1, R, C>(w, x, mult, level, finish) }
+    unsafe { k16_tile::<D, _, 1, true, R, C>(w, x, mult, level, finish) }
 }
 
 #[inline(always)]
@@ -639,5 +677,5 @@ unsafe fn q6k<D: I8Dot, const R: usize, const C: usize>(
     };
     let finish = |b: &BlockQ6K, x: &BlockQ8K, sum: i32| x.d * widen_f16(b.d) * sum as f32;
     // SAFETY: forwarded from the caller.
-    unsafe { k16_tile::<D, _, 1, R, C>(w, x, |b| b.scales.map(i32::from), level, finish) }
+    unsafe { k16_tile::<D, _, 1, true, R, C>(w, x, |b| b.scales.map(i32::from), level, finish) }
 }

@@ -89,13 +89,7 @@ fn odd_mult(scales: &[u8], g: usize) -> i32 {
 /// The lattice tile: `k16_tile` (a multiplier per `SPAN` groups of 16) with the block's f16
 /// scale, and the type's factor once at the end, as `dot_levels` applies it.
 #[inline(always)]
-unsafe fn lattice<
-    D: I8Dot,
-    B: DecodesToLevels,
-    const SPAN: usize,
-    const R: usize,
-    const C: usize,
->(
+unsafe fn lattice<D: I8Dot, B: LevelsFactor, const SPAN: usize, const R: usize, const C: usize>(
     w: [&[B]; R],
     x: [&[BlockQ8K]; C],
     d: impl Fn(&B) -> half::f16,
@@ -104,7 +98,7 @@ unsafe fn lattice<
 ) -> [[f32; C]; R] {
     let finish = |b: &B, x: &BlockQ8K, sum: i32| widen_f16(d(b)) * x.d * sum as f32;
     // SAFETY: forwarded from the caller.
-    let acc = unsafe { k16_tile::<D, _, SPAN, R, C>(w, x, mult, level, finish) };
+    let acc = unsafe { k16_tile::<D, _, SPAN, false, R, C>(w, x, mult, level, finish) };
     acc.map(|row| row.map(|v| B::FACTOR * v))
 }
 

@@ -1,6 +1,6 @@
 //! NEON (AArch64) tiles for the 256-element types against Q8_K that `neon` and
-//! `neon_lattice` leave out: IQ4_XS and TQ2_0 unpacked in vector registers, TQ1_0 (five
-//! trits a byte) from its portable decoding into `Levels`, IQ1_S and IQ1_M from their runs. As in `neon`, each kernel has both multiply forms
+//! `neon_lattice` leave out: IQ4_XS, TQ2_0 and TQ1_0 unpacked in vector registers, IQ1_S and
+//! IQ1_M from their runs. As in `neon`, each kernel has both multiply forms
 //! and gives the scalar dot's results bit for bit.
 
 use super::neon::{
@@ -13,7 +13,7 @@ use std::arch::aarch64::*;
 entries!(
     iq4xs_tile: BlockIQ4XS => iq4xs,
     tq2_0_tile: BlockTQ2_0 => tq2_0,
-    tq1_0_tile: BlockTQ1_0 => decoded::<BlockTQ1_0>,
+    tq1_0_tile: BlockTQ1_0 => tq1_0,
     iq1s_tile: BlockIQ1S => runs::<BlockIQ1S>,
     iq1m_tile: BlockIQ1M => runs::<BlockIQ1M>,
 );
@@ -74,48 +74,42 @@ unsafe fn tq2_0<D: I8Dot, const R: usize, const C: usize>(
     // One multiplier (1) for the block, the factor 1: as the scalar dot of `Levels`.
     let finish = |b: &BlockTQ2_0, x: &BlockQ8K, sum: i32| widen_f16(b.d) * x.d * sum as f32;
     // SAFETY: forwarded from the caller.
-    unsafe { k16_tile::<D, _, 4, R, C>(w, x, |_| [1; 16], level, finish) }
+    unsafe { k16_tile::<D, _, 4, true, R, C>(w, x, |_| [1; 16], level, finish) }
 }
 
-/// Any type through its portable decoding (`DecodesToLevels`): per block and weight row the
-/// levels once, then every activation row against them 16 levels at a time.
 #[inline(always)]
-unsafe fn decoded<D: I8Dot, B: DecodesToLevels, const R: usize, const C: usize>(
-    w: [&[B]; R],
+unsafe fn tq1_0<D: I8Dot, const R: usize, const C: usize>(
+    w: [&[BlockTQ1_0]; R],
     x: [&[BlockQ8K]; C],
 ) -> [[f32; C]; R] {
-    check_tile!(w, x);
-    let mut acc = [[0f32; C]; R];
-    for i in 0..x[0].len() {
-        for r in 0..R {
-            let decoded = w[r][i].levels();
-            let (d, mult, level) = decoded.parts();
-            let group = group_of(&decoded);
-            for c in 0..C {
-                let xq = &x[c][i].qs;
-                // SAFETY: register-only NEON.
-                let mut sum = unsafe { vdupq_n_s32(0) };
-                for t in 0..QK_K / 16 {
-                    // SAFETY: 16 bytes from 16t of both 256-element arrays; forwarded.
-                    unsafe {
-                        let p = dot16::<D>(
-                            vld1q_s8(level.as_ptr().add(16 * t)),
-                            vld1q_s8(xq.as_ptr().add(16 * t)),
-                        );
-                        sum = vmlaq_n_s32(sum, p, mult[16 * t / group]);
-                    }
-                }
-                // SAFETY: register-only NEON.
-                let s = unsafe { vaddvq_s32(sum) };
-                acc[r][c] += d * x[c][i].d * s as f32;
-            }
+    // Five trits a byte: trit n of byte b is the top of `3 · (b · 3ⁿ mod 256)` in 16 bits.
+    // Groups 0..10 are trit g / 2 of bytes 16 (g % 2)..; 10..15 trit g - 10 of bytes 32..48;
+    // group 15 trit j / 4 of qh[j % 4] for its element j.
+    const POW3: [u8; 16] = [1, 1, 1, 1, 3, 3, 3, 3, 9, 9, 9, 9, 27, 27, 27, 27];
+    let level = |b: &BlockTQ1_0, g: usize| {
+        // SAFETY: 16 bytes of qs from 16 (g % 2) or 32 (both within its 48); qh is 4 bytes;
+        // register-only NEON otherwise.
+        unsafe {
+            let (bytes, pow3) = if g < 10 {
+                let q = vld1q_u8(b.qs.as_ptr().add(16 * (g % 2)));
+                (q, vdupq_n_u8([1, 3, 9, 27, 81][g / 2]))
+            } else if g < 15 {
+                let q = vld1q_u8(b.qs.as_ptr().add(32));
+                (q, vdupq_n_u8([1, 3, 9, 27, 81][g - 10]))
+            } else {
+                let qh = vreinterpretq_u8_u32(vdupq_n_u32(u32::from_le_bytes(b.qh)));
+                (qh, vld1q_u8(POW3.as_ptr()))
+            };
+            let m = vmulq_u8(bytes, pow3);
+            let three = vdup_n_u8(3);
+            let low = vshrn_n_u16::<8>(vmull_u8(vget_low_u8(m), three));
+            let high = vshrn_n_u16::<8>(vmull_high_u8(m, vdupq_n_u8(3)));
+            vsubq_s8(vreinterpretq_s8_u8(vcombine_u8(low, high)), vdupq_n_s8(1))
         }
-    }
-    acc.map(|row| row.map(|v| B::FACTOR * v))
-}
-
-fn group_of<L: LevelsView>(_: &L) -> usize {
-    L::GROUP
+    };
+    let finish = |b: &BlockTQ1_0, x: &BlockQ8K, sum: i32| widen_f16(b.d) * x.d * sum as f32;
+    // SAFETY: forwarded from the caller.
+    unsafe { k16_tile::<D, _, 4, true, R, C>(w, x, |_| [1; 16], level, finish) }
 }
 
 /// The sums of the 32 runs of 8 activations, four to a vector.

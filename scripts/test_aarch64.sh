@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs hanzo-ml's kernel tests (the NEON quantized dot products and f32 row kernels) for
 # AArch64 under qemu user-mode emulation, on an x86_64 Debian machine. qemu's default CPU has
-# ARMv8.2's dot product, so both forms of the quantized kernels are checked (`widening` and
-# `sdot`); a second run on a CPU without it (Cortex-A53) checks that none is picked there.
+# ARMv8.2's dot product, so both forms of the quantized kernels are checked (widening
+# multiplies and `sdot`); a second run on a CPU without it (Cortex-A53) checks that no `sdot`
+# kernel is picked there.
 #
 #   bash scripts/test_aarch64.sh               set up what is missing (apt, rustup), then test
 #   bash scripts/test_aarch64.sh --if-possible the same, but when the setup cannot be done

@@ -879,36 +879,34 @@ pub fn quantize_q8k_ref(xs: &[f32], out: &mut [BlockQ8K]) {
 mod tests {
     use super::*;
 
-    /// The word-parallel unpack gives `q3k_scales`' scales for every byte value in every
-    /// position.
-    #[test]
-    fn word_parallel_q3k_scales_match_the_per_scale_unpack() {
-        let mut cases: Vec<[u8; 12]> = super::super::random_pod::<[u8; 12]>(64, 29);
+    /// Packed 12-byte scale fields: random ones, then each byte swept through 0..=255 with
+    /// the others fixed at `fill`.
+    fn packed_scales(seed: u64, fill: u8) -> Vec<[u8; 12]> {
+        let mut cases: Vec<[u8; 12]> = super::super::random_pod::<[u8; 12]>(64, seed);
         for at in 0..12 {
             for v in 0..=255u8 {
-                let mut q = [0xa5; 12];
+                let mut q = [fill; 12];
                 q[at] = v;
                 cases.push(q);
             }
         }
-        for q in cases {
+        cases
+    }
+
+    /// The word-parallel unpack gives `q3k_scales`' scales for every byte value in every
+    /// position.
+    #[test]
+    fn word_parallel_q3k_scales_match_the_per_scale_unpack() {
+        for q in packed_scales(29, 0xa5) {
             assert_eq!(q3k_scales_by_words(&q), q3k_scales(&q), "{q:?}");
         }
     }
 
     /// The word-parallel unpack gives `scale_min_k4`'s scales and mins for every byte value
-    /// in every position (random packed words, then each byte swept through 0..=255).
+    /// in every position.
     #[test]
     fn word_parallel_scales_and_mins_match_the_per_subblock_unpack() {
-        let mut cases: Vec<[u8; 12]> = super::super::random_pod::<[u8; 12]>(64, 17);
-        for at in 0..12 {
-            for v in 0..=255u8 {
-                let mut q = [0x5a; 12];
-                q[at] = v;
-                cases.push(q);
-            }
-        }
-        for q in cases {
+        for q in packed_scales(17, 0x5a) {
             let (scales, mins) = scales_mins_k4(&q);
             for j in 0..8 {
                 assert_eq!(

@@ -1,6 +1,7 @@
 //! NEON (AArch64) tiles for the legacy types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4)
-//! and the k-quants (Q2_K to Q6_K); the types that decode into `Levels` (IQ4_XS, the lattice
-//! and ternary types) are in `neon_levels`, the float weights in `neon_float`.
+//! and the k-quants (Q2_K to Q6_K), and what the other NEON files share; the IQ2/IQ3 lattice
+//! types are in `neon_lattice`, IQ4_XS, IQ1 and the ternary types in `neon_levels`, the float
+//! weights in `neon_float`.
 //!
 //! Every kernel multiplies signed bytes in one of two forms (`I8Dot`): `Widening`, products
 //! widened to i16 (`smull`) and pair-added into i32 lanes (`sadalp`), on every AArch64 CPU;
@@ -234,9 +235,9 @@ unsafe fn levels4(qs: &[u8; 16], offset: i8) -> Levels {
     }
 }
 
-/// For each byte of `qh`, eight bytes: `set` where the byte's bit `j` is set, `clear` where
-/// it is not (element `j`).
-const fn bit_bytes(set: u8, clear: u8) -> [u64; 256] {
+/// For each byte value, eight bytes: `set` where the byte's bit `j` is set, `clear` where it
+/// is not (element `j`): a table that spreads a byte of per-element bits over a vector.
+pub(super) const fn bit_bytes(set: u8, clear: u8) -> [u64; 256] {
     let mut bytes = [0u64; 256];
     let mut b = 0;
     while b < 256 {

@@ -4,7 +4,7 @@
 //! go through `neon::k16_tile` against Q8_K. As in `neon`, each kernel has both multiply
 //! forms and gives the scalar dot's results bit for bit.
 
-use super::neon::{entries, k16_tile, widen_f16, DotProd, I8Dot, Widening};
+use super::neon::{bit_bytes, entries, k16_tile, widen_f16, DotProd, I8Dot, Widening};
 use crate::quantized::format::*;
 use std::arch::aarch64::*;
 
@@ -18,15 +18,7 @@ entries!(
 
 /// Eight sign factors, ±1 bytes (element `j` negative where bit `j` is set), for every sign
 /// byte (IQ2_S and IQ3_S store them so)...
-const SIGNS: [u64; 256] = {
-    let mut signs = [0u64; 256];
-    let mut s = 0;
-    while s < 256 {
-        signs[s] = sign_factors(s as u8);
-        s += 1;
-    }
-    signs
-};
+const SIGNS: [u64; 256] = bit_bytes(0xFF, 0x01);
 
 /// ... and for every 7-bit sign index (IQ2_XXS, IQ2_XS, IQ3_XXS), whose eighth sign makes
 /// the count of minus signs even (ggml's `ksigns`), looked up by the index directly.
@@ -34,22 +26,11 @@ const EVEN_SIGNS: [u64; 128] = {
     let mut signs = [0u64; 128];
     let mut i = 0;
     while i < 128 {
-        signs[i] = sign_factors(i as u8 | ((i as u32).count_ones() as u8 & 1) << 7);
+        signs[i] = SIGNS[i | ((i as u32).count_ones() as usize & 1) << 7];
         i += 1;
     }
     signs
 };
-
-const fn sign_factors(s: u8) -> u64 {
-    let mut factors = 0u64;
-    let mut j = 0;
-    while j < 8 {
-        let f: u64 = if (s >> j) & 1 == 1 { 0xFF } else { 0x01 };
-        factors |= f << (8 * j);
-        j += 1;
-    }
-    factors
-}
 
 /// The sign factors of a 7-bit index (the low 7 bits of `index`).
 #[inline(always)]

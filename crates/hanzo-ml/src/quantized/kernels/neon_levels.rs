@@ -3,10 +3,7 @@
 //! IQ1_M from their runs. As in `neon`, each kernel has both multiply forms
 //! and gives the scalar dot's results bit for bit.
 
-use super::neon::{
-    crumbs, dot16, dot32, entries, k16_tile, load_i8, table_levels, widen_f16, DotProd, I8Dot,
-    Widening,
-};
+use super::neon::{crumbs, dot16, entries, k16_tile, load_i8, widen_f16, DotProd, I8Dot, Widening};
 use crate::quantized::format::*;
 use std::arch::aarch64::*;
 
@@ -23,38 +20,25 @@ unsafe fn iq4xs<D: I8Dot, const R: usize, const C: usize>(
     w: [&[BlockIQ4XS]; R],
     x: [&[BlockQ8K]; C],
 ) -> [[f32; C]; R] {
-    check_tile!(w, x);
-    let mut acc = [[0f32; C]; R];
-    for i in 0..x[0].len() {
-        for r in 0..R {
-            let b = &w[r][i];
-            // SAFETY: register-only NEON.
-            let mut sum = [unsafe { vdupq_n_s32(0) }; C];
-            for g in 0..QK_K / 32 {
-                // Group g: its low nibbles are elements 32g..32g + 16, its high ones the rest.
-                // SAFETY: 16 bytes of qs from 16g (g < 8); the rest is forwarded from the caller.
-                let (l, m) = unsafe {
-                    let qs = &*(b.qs.as_ptr().add(16 * g) as *const [u8; 16]);
-                    (table_levels(&IQ4NL_VALUES, qs), b.group_mult(g))
-                };
-                for (c, sum) in sum.iter_mut().enumerate() {
-                    // SAFETY: 32 bytes of qs from 32g; forwarded from the caller.
-                    unsafe {
-                        let p = dot32::<D>(l, load_i8(&x[c][i].qs[32 * g..]));
-                        *sum = vmlaq_n_s32(*sum, p, m);
-                    }
-                }
-            }
-            let d = widen_f16(b.d);
-            for c in 0..C {
-                // SAFETY: register-only NEON.
-                let s = unsafe { vaddvq_s32(sum[c]) };
-                acc[r][c] += d * x[c][i].d * s as f32;
-            }
+    // Group g of 16: the low nibbles (g even) or the high ones of qs[16 (g / 2)..], looked up
+    // in IQ4_NL's table; a multiplier per 32.
+    let level = |b: &BlockIQ4XS, g: usize| {
+        // SAFETY: 16 bytes of qs from 16 (g / 2) < 128; the table is 16 bytes.
+        unsafe {
+            let q = vld1q_u8(b.qs.as_ptr().add(16 * (g / 2)));
+            let index = if g % 2 == 0 {
+                vandq_u8(q, vdupq_n_u8(0x0F))
+            } else {
+                vshrq_n_u8::<4>(q)
+            };
+            vqtbl1q_s8(vld1q_s8(IQ4NL_VALUES.as_ptr()), index)
         }
-    }
+    };
+    let mult = |b: &BlockIQ4XS| std::array::from_fn(|g| b.group_mult(g % 8));
     // IQ4_XS's factor is 1: the scalar dot's final product changes nothing.
-    acc
+    let finish = |b: &BlockIQ4XS, x: &BlockQ8K, sum: i32| widen_f16(b.d) * x.d * sum as f32;
+    // SAFETY: forwarded from the caller.
+    unsafe { k16_tile::<D, _, 2, true, R, C>(w, x, mult, level, finish) }
 }
 
 #[inline(always)]

@@ -432,13 +432,14 @@ tile_picker!(pick_iq3xxs, pick_iq3xxs_for, tile_iq3xxs, tile_iq3xxs_for, BlockIQ
 tile_picker!(pick_iq3s, pick_iq3s_for, tile_iq3s, tile_iq3s_for, BlockIQ3S, iq3s_tile,
     ["x86_64" Avx2 => lattice_x86,
      "aarch64" NeonDot => neon_lattice_dot, "aarch64" Neon => neon_lattice]);
-// Float weights: the AVX2 tile at every x86 level (memory bound; wider vectors buy nothing),
-// but for BF16 where `bf16_pairs` multiplies pairs: one `vdpbf16ps` per 64 bytes of weights
-// instead of a shift, a mask and two FMAs.
+// Float weights: the AVX2 tile at every x86 level (an AVX-512 F16 tile, `vcvtph2ps` into
+// 512-bit FMAs, decoded Qwen2.5-0.5B F16 at 0.64x its rate on an Emerald Rapids VM), but for
+// BF16 on every CPU with AVX512-BF16 at the AVX-512 level (`bf16_pairs_run`): one
+// `vdpbf16ps` per 64 bytes of weights instead of a shift, a mask and two FMAs.
 tile_picker!(pick_f16, pick_f16_for, tile_f16, tile_f16_for, HalfF16, f16_tile,
     ["x86_64" Avx2 => float_x86, "aarch64" Neon => neon_float]);
 tile_picker!(pick_bf16, pick_bf16_for, tile_bf16, tile_bf16_for, HalfBF16, bf16_tile,
-    ["x86_64" Avx512 if bf16_pairs => bf16_tile_avx512, "x86_64" Avx2 => float_x86,
+    ["x86_64" Avx512 if bf16_pairs_run => bf16_tile_avx512, "x86_64" Avx2 => float_x86,
      "aarch64" Neon => neon_float]);
 float_panel_picker!(pick_f16_panel, HalfF16, f16_panel);
 
@@ -458,13 +459,14 @@ fn pick_bf16_panel() -> Option<FloatPanelFn<HalfBF16>> {
 }
 float_panel_picker!(pick_bf16_f32_panel, HalfBF16, bf16_panel);
 
-/// Whether BF16 prefill and decode multiply bf16 pairs (`vdpbf16ps`), with activations
-/// rounded to bf16: this CPU has AVX512-BF16, the process runs its AVX-512 kernels, and the
-/// CPU is not Intel's. An Intel core's two 512-bit FMA units run the AVX-512 f32 panel faster
+/// Whether BF16 prefill multiplies bf16 pairs (`vdpbf16ps`), with activations rounded to
+/// bf16: this CPU has AVX512-BF16, the process runs its AVX-512 kernels, and the CPU is not
+/// Intel's. An Intel core's two 512-bit FMA units run the AVX-512 f32 panel faster
 /// than the pairs (Sapphire Rapids: 1.27x); Zen 4 ran the pairs 1.4x faster than the AVX2 f32
 /// panel, and its 512-bit FMAs, which take both of its 256-bit halves, give the AVX-512 form
-/// no more multiply-adds a cycle (docs/BENCHMARKS.md). Decode follows the same rule
-/// (measured on Zen 4 only: Qwen2.5-0.5B BF16 tg128 1.12x on two threads).
+/// no more multiply-adds a cycle (docs/BENCHMARKS.md). Decode, whose activations are bf16
+/// whatever its kernel, takes the pair tile on Intel CPUs too (`bf16_pairs_run`): Qwen2.5-0.5B
+/// BF16 tg128 1.12x the AVX2 tile on two threads of Zen 4, 1.16-1.20x on an Emerald Rapids VM.
 pub(crate) fn bf16_pairs() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
@@ -475,7 +477,8 @@ pub(crate) fn bf16_pairs() -> bool {
     false
 }
 
-/// Whether this process could run the AVX512-BF16 pair panel (its test asks too).
+/// Whether this process can run the AVX512-BF16 pair kernels: BF16 decode takes the pair tile
+/// wherever it can, prefill's pair panel asks `bf16_pairs` (its test asks this too).
 #[cfg(target_arch = "x86_64")]
 fn bf16_pairs_run() -> bool {
     isa() >= Isa::Avx512 && std::arch::is_x86_feature_detected!("avx512bf16")

@@ -53,7 +53,16 @@ pub(crate) fn prefetch_ahead<const STREAMED: bool>(start: *const u8, bytes: usiz
 
 /// Whether decode streams a weight of `bytes` past the caches (`prefetch_ahead::<true>`): it
 /// is larger than the last-level cache, so it cannot stay cached between tokens anyway.
+///
+/// Measured on AMD's Zen 3, where it pays. Not on Intel: on an Emerald Rapids Xeon, decode
+/// without it was 1.37x (Gemma 3 F16) and 1.48x (BF16) as fast, Qwen2.5-0.5B's F16/BF16
+/// unchanged, and with a 32 MiB cache assumed (so that the heads of the Q4_K_M fixtures were
+/// streamed) Gemma 3 decoded at 0.57x and Qwen2.5-Coder at 0.78x (docs/BENCHMARKS.md).
 pub(crate) fn streamed(bytes: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if crate::cpu::features::intel() {
+        return false;
+    }
     bytes > last_level_cache_bytes()
 }
 

@@ -14,7 +14,7 @@ use crate::cpu::par::{for_each_chunk, par_for_with};
 use crate::quantized::format::interleaved::ROWS;
 use crate::quantized::format::GgmlBlock;
 use crate::quantized::kernels::prefetch::{prefetch_ahead, streamed, PREFETCH_DISTANCE};
-use crate::quantized::kernels::{isa, Isa, Kernels, QuantizeRow, TileFn, VecDotFn};
+use crate::quantized::kernels::{isa, Isa, Kernels, QuantizeRow, TileFn, VecDotFn, WidenedDotFn};
 
 /// Fewest weight rows per task for decode.
 const MATVEC_ROWS: usize = 16;
@@ -34,17 +34,25 @@ pub(crate) struct Matvec<'a, B: Kernels> {
     w: Rows<'a, B>,
     n: usize,
     xq: Vec<B::Dot>,
+    /// `xq` widened to f32, with the kernel that takes it (`Kernels::widened_dot`).
+    widened: Option<(WidenedDotFn<B>, Vec<f32>)>,
 }
 
 impl<'a, B: Kernels> Matvec<'a, B> {
     pub(crate) fn new(w: &'a [B], n: usize, k: usize, x: &[f32]) -> Self {
         let mut xq = vec![<B::Dot as bytemuck::Zeroable>::zeroed(); k / B::Dot::BLOCK_SIZE];
         B::Dot::quantize_row()(x, &mut xq);
+        let widened = B::widened_dot().filter(|_| B::WIDENED_DOT).map(|dot| {
+            let mut xf = vec![0f32; k];
+            B::Dot::dequantize(&xq, &mut xf);
+            (dot, xf)
+        });
         Self {
             kernels: TileKernels::pick(),
             w: Rows::new(w, k / B::BLOCK_SIZE),
             n,
             xq,
+            widened,
         }
     }
 }
@@ -55,7 +63,15 @@ impl<B: Kernels> MatvecJob for Matvec<'_, B> {
     }
 
     fn run(&self, r0: usize, out: &mut [f32]) {
-        self.kernels.matvec(&self.w, r0, &self.xq, out)
+        match &self.widened {
+            Some((dot, xf)) if B::WIDENED_DOT => {
+                for (k, o) in out.iter_mut().enumerate() {
+                    prefetch_rows(&self.w, r0 + k, 1);
+                    *o = dot(self.w.row(r0 + k), xf);
+                }
+            }
+            _ => self.kernels.matvec(&self.w, r0, &self.xq, out),
+        }
     }
 }
 

@@ -28,6 +28,8 @@ mod bf16_panel_avx512;
 #[cfg(target_arch = "x86_64")]
 mod bf16_tile_avx512;
 #[cfg(target_arch = "x86_64")]
+mod f16_dot_avx512;
+#[cfg(target_arch = "x86_64")]
 mod float_panel_avx512;
 #[cfg(target_arch = "x86_64")]
 mod float_panel_x86;
@@ -108,7 +110,21 @@ pub trait Kernels: QuantizeRow + GgmlBlock<Dot: QuantizeRow> {
     /// one row per call, streamed from memory, made their Gemma 3 and Qwen2.5-0.5B files'
     /// decode 3–17% faster (docs/BENCHMARKS.md).
     const DECODE_ROW_TILES: bool = true;
+    /// Decode's dot product against the activation row widened back to f32 once per product
+    /// (exactly, from `Self::Dot`), where this CPU has one: F16 on x86, whose tile otherwise
+    /// widens the same activations again for every weight row (Qwen2.5-0.5B and Gemma 3 F16
+    /// decode 1.13x and 1.18x with the AVX-512 form, docs/BENCHMARKS.md).
+    fn widened_dot() -> Option<WidenedDotFn<Self>> {
+        None
+    }
+    /// Whether `widened_dot` can be `Some` on any CPU: lets the decode driver leave the
+    /// widened path out of the other types' code.
+    const WIDENED_DOT: bool = false;
 }
+
+/// `w · x` with `x` the activation row already quantized to `Dot` and widened to f32: equal,
+/// bit for bit, to `Kernels::vec_dot` on the unwidened row.
+pub type WidenedDotFn<B> = fn(&[B], &[f32]) -> f32;
 
 macro_rules! portable {
     ($($block:ty),*) => {$(
@@ -194,7 +210,44 @@ tiled!(BlockIQ1S, pick_iq1s, tile_iq1s; decode_row_tiles = false);
 tiled!(BlockIQ1M, pick_iq1m, tile_iq1m; decode_row_tiles = false);
 tiled!(BlockTQ2_0, pick_tq2_0, tile_tq2_0);
 tiled!(BlockTQ1_0, pick_tq1_0, tile_tq1_0);
-tiled!(HalfF16, pick_f16, tile_f16, pick_f16_panel);
+impl Kernels for HalfF16 {
+    const WIDENED_DOT: bool = cfg!(target_arch = "x86_64");
+    fn vec_dot() -> VecDotFn<Self> {
+        pick_f16()
+    }
+    fn tile<const R: usize, const C: usize>() -> Option<TileFn<Self, R, C>> {
+        tile_f16::<R, C>()
+    }
+    fn float_panel() -> Option<FloatPanelFn<Self>> {
+        pick_f16_panel()
+    }
+    fn widened_dot() -> Option<WidenedDotFn<Self>> {
+        widened_f16_dot_for(isa())
+    }
+}
+
+/// F16 decode against widened activations at `isa`: the AVX-512 or AVX2 form, both the AVX2
+/// 1x1 tile's bits.
+fn widened_f16_dot_for(isa: Isa) -> Option<WidenedDotFn<HalfF16>> {
+    assert!(isa.supported(), "{isa:?} kernels on a CPU without them");
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx512 {
+        fn kernel(w: &[HalfF16], x: &[f32]) -> f32 {
+            // SAFETY: handed out only at the AVX-512 level (AVX-512 F/BW/VL, AVX2, FMA, F16C).
+            unsafe { f16_dot_avx512::f16_dot_widened(w, x) }
+        }
+        return Some(kernel);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx2 {
+        fn kernel(w: &[HalfF16], x: &[f32]) -> f32 {
+            // SAFETY: handed out only at the AVX2 level or above (AVX2, FMA and F16C).
+            unsafe { float_x86::f16_dot_widened(w, x) }
+        }
+        return Some(kernel);
+    }
+    None
+}
 tiled!(HalfBF16, pick_bf16, tile_bf16, pick_bf16_panel);
 impl QuantizeRow for HalfF16 {}
 impl QuantizeRow for HalfBF16 {}
@@ -649,6 +702,40 @@ mod tests {
         check_type::<BlockIQ3S>(tile_iq3s_for, tile_iq3s_for, pick_iq3s_for);
         check_type::<HalfF16>(tile_f16_for, tile_f16_for, pick_f16_for);
         check_type::<HalfBF16>(tile_bf16_for, tile_bf16_for, pick_bf16_for);
+    }
+
+    /// F16 decode against the widened activations gives the dot product's bits at every level
+    /// this CPU has: widths with ragged eights and tails, and the format's extremes (the
+    /// largest half, subnormals, signed zeros).
+    #[test]
+    fn widened_f16_dot_is_the_dot_bit_for_bit() {
+        for isa in Isa::ALL.into_iter().filter(|isa| isa.supported()) {
+            let Some(widened) = widened_f16_dot_for(isa) else {
+                continue;
+            };
+            for k in [1, 7, 8, 31, 32, 33, 64, 72, 100, 640, 643, 896] {
+                let mut w: Vec<HalfF16> = quantized(k, 7 + k as u64);
+                let mut x: Vec<HalfF16> = quantized(k, 70 + k as u64);
+                if k >= 8 {
+                    w[0] = HalfF16::from_f32(65504.0);
+                    w[1] = HalfF16::from_f32(-6e-8);
+                    w[2] = HalfF16::from_f32(-0.0);
+                    x[1] = HalfF16::from_f32(-65504.0);
+                    x[k - 1] = HalfF16::from_f32(1e-7);
+                }
+                let mut xf = vec![0f32; k];
+                HalfF16::dequantize(&x, &mut xf);
+                let got = widened(&w, &xf);
+                let dot = pick_f16_for(isa)(&w, &x);
+                assert_eq!(
+                    got.to_bits(),
+                    dot.to_bits(),
+                    "{isa:?} k={k}: {got} vs {dot}"
+                );
+                let want = HalfF16::vec_dot_scalar(&w, &x);
+                assert!((got - want).abs() <= tolerance(isa, k, want, true) * 65504.0);
+            }
+        }
     }
 
     /// The AVX-512 IQ4_XS tile finishes each block as the scalar dot does (its integer, then

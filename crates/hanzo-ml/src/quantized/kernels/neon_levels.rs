@@ -26,7 +26,7 @@ unsafe fn iq4xs<D: I8Dot, const R: usize, const C: usize>(
         // SAFETY: 16 bytes of qs from 16 (g / 2) < 128; the table is 16 bytes.
         unsafe {
             let q = vld1q_u8(b.qs.as_ptr().add(16 * (g / 2)));
-            let index = if g % 2 == 0 {
+            let index = if g.is_multiple_of(2) {
                 vandq_u8(q, vdupq_n_u8(0x0F))
             } else {
                 vshrq_n_u8::<4>(q)

@@ -71,14 +71,13 @@ impl Widen for HalfBF16 {
     }
 }
 
-/// Accumulators per (weight row, activation row) pair: one FMA's latency covers four
-/// independent ones, so a single row (decode) is not held back by one dependency chain.
 /// Activations already widened: F16 decode widens the activation row once per product
 /// (`f16_dot_widened`) instead of once per weight row.
 impl Widen for f32 {
     #[inline(always)]
     unsafe fn widen8(p: &[Self]) -> __m256 {
         debug_assert!(p.len() >= 8);
+        // SAFETY: the load reads eight elements from `p`, which holds them (caller).
         unsafe { _mm256_loadu_ps(p.as_ptr()) }
     }
     fn to_f32(self) -> f32 {
@@ -86,6 +85,8 @@ impl Widen for f32 {
     }
 }
 
+/// Accumulators per (weight row, activation row) pair: one FMA's latency covers four
+/// independent ones, so a single row (decode) is not held back by one dependency chain.
 const ACCS: usize = 4;
 /// Elements per step of all `ACCS` accumulators.
 const STEP: usize = 8 * ACCS;

@@ -486,7 +486,8 @@ tile_picker!(pick_iq3s, pick_iq3s_for, tile_iq3s, tile_iq3s_for, BlockIQ3S, iq3s
     ["x86_64" Avx2 => lattice_x86,
      "aarch64" NeonDot => neon_lattice_dot, "aarch64" Neon => neon_lattice]);
 // Float weights: the AVX2 tile at every x86 level (an AVX-512 F16 tile, `vcvtph2ps` into
-// 512-bit FMAs, decoded Qwen2.5-0.5B F16 at 0.64x its rate on an Emerald Rapids VM), but for
+// 512-bit FMAs, decoded Qwen2.5-0.5B F16 at 0.64x its rate on an Emerald Rapids VM; F16
+// decode itself takes `widened_f16_dot_for`, whose AVX-512 form keeps this tile's sums), but for
 // BF16 on every CPU with AVX512-BF16 at the AVX-512 level (`bf16_pairs_run`): one
 // `vdpbf16ps` per 64 bytes of weights instead of a shift, a mask and two FMAs.
 tile_picker!(pick_f16, pick_f16_for, tile_f16, tile_f16_for, HalfF16, f16_tile,

@@ -9,7 +9,7 @@
 
 use super::cpu::interleaved::{self, Interleaved, RowGroups};
 use super::cpu::interleaved_iq4xs::InterleavedIQ4XS;
-use super::cpu::matvec::{self, matvec_many, Matvec, MatvecJob};
+use super::cpu::matvec::{self, matvec_many};
 use super::cpu::Route;
 use super::format::interleaved::with_interleave_type;
 use super::format::interleaved_iq4xs::IQ4XSLayout;
@@ -336,7 +336,7 @@ impl QMatMul {
                 QMatMul::Quantized(q) => {
                     let n = w.weight_dims().0;
                     crate::with_block_type!(q.dtype(), B => Ok(
-                        Box::new(Matvec::<B>::new(q.blocks::<B>()?, n, k, &xs)) as Box<dyn MatvecJob>
+                        matvec::job::<B>(q.blocks::<B>()?, n, k, &xs)
                     ))
                 }
                 QMatMul::Interleaved(r) => Ok(r.packed().job(&xs)),

@@ -29,32 +29,43 @@ pub(crate) trait MatvecJob: Sync {
     fn run(&self, r0: usize, out: &mut [f32]);
 }
 
-pub(crate) struct Matvec<'a, B: Kernels> {
+/// The decode job of a `B` weight against the activation row `x`: through the tiles, or
+/// against the row widened once where the type has a kernel for that (`Kernels::widened_dot`).
+pub(crate) fn job<'a, B: Kernels>(
+    w: &'a [B],
+    n: usize,
+    k: usize,
+    x: &[f32],
+) -> Box<dyn MatvecJob + 'a> {
+    let xq = quantized_row::<B>(x);
+    let w = Rows::new(w, k / B::BLOCK_SIZE);
+    match B::widened_dot() {
+        Some(dot) => {
+            let mut x = vec![0f32; k];
+            B::Dot::dequantize(&xq, &mut x);
+            Box::new(Widened { dot, w, n, x })
+        }
+        None => Box::new(Matvec {
+            kernels: TileKernels::pick(),
+            w,
+            n,
+            xq,
+        }),
+    }
+}
+
+/// The activation row quantized to `B`'s partner type.
+fn quantized_row<B: Kernels>(x: &[f32]) -> Vec<B::Dot> {
+    let mut xq = vec![<B::Dot as bytemuck::Zeroable>::zeroed(); x.len() / B::Dot::BLOCK_SIZE];
+    B::Dot::quantize_row()(x, &mut xq);
+    xq
+}
+
+struct Matvec<'a, B: Kernels> {
     kernels: TileKernels<B>,
     w: Rows<'a, B>,
     n: usize,
     xq: Vec<B::Dot>,
-    /// `xq` widened to f32, with the kernel that takes it (`Kernels::widened_dot`).
-    widened: Option<(WidenedDotFn<B>, Vec<f32>)>,
-}
-
-impl<'a, B: Kernels> Matvec<'a, B> {
-    pub(crate) fn new(w: &'a [B], n: usize, k: usize, x: &[f32]) -> Self {
-        let mut xq = vec![<B::Dot as bytemuck::Zeroable>::zeroed(); k / B::Dot::BLOCK_SIZE];
-        B::Dot::quantize_row()(x, &mut xq);
-        let widened = B::widened_dot().filter(|_| B::WIDENED_DOT).map(|dot| {
-            let mut xf = vec![0f32; k];
-            B::Dot::dequantize(&xq, &mut xf);
-            (dot, xf)
-        });
-        Self {
-            kernels: TileKernels::pick(),
-            w: Rows::new(w, k / B::BLOCK_SIZE),
-            n,
-            xq,
-            widened,
-        }
-    }
 }
 
 impl<B: Kernels> MatvecJob for Matvec<'_, B> {
@@ -63,15 +74,34 @@ impl<B: Kernels> MatvecJob for Matvec<'_, B> {
     }
 
     fn run(&self, r0: usize, out: &mut [f32]) {
-        match &self.widened {
-            Some((dot, xf)) if B::WIDENED_DOT => {
-                for (k, o) in out.iter_mut().enumerate() {
-                    prefetch_rows(&self.w, r0 + k, 1);
-                    *o = dot(self.w.row(r0 + k), xf);
-                }
-            }
-            _ => self.kernels.matvec(&self.w, r0, &self.xq, out),
-        }
+        self.kernels.matvec(&self.w, r0, &self.xq, out)
+    }
+}
+
+/// Decode against the activation row quantized to `B::Dot` and widened back to f32 once.
+struct Widened<'a, B: Kernels> {
+    dot: WidenedDotFn<B>,
+    w: Rows<'a, B>,
+    n: usize,
+    x: Vec<f32>,
+}
+
+impl<B: Kernels> MatvecJob for Widened<'_, B> {
+    fn rows(&self) -> usize {
+        self.n
+    }
+
+    fn run(&self, r0: usize, out: &mut [f32]) {
+        each_row(&self.w, r0, out, |row| (self.dot)(row, &self.x))
+    }
+}
+
+/// `out[i] = dot(w[r0 + i])`, a row at a time, each row's bytes asked for a row ahead.
+#[inline(always)]
+fn each_row<B>(w: &Rows<B>, r0: usize, out: &mut [f32], dot: impl Fn(&[B]) -> f32) {
+    for (k, o) in out.iter_mut().enumerate() {
+        prefetch_rows(w, r0 + k, 1);
+        *o = dot(w.row(r0 + k));
     }
 }
 
@@ -199,8 +229,7 @@ pub fn matmul_rows_alone<B: Kernels>(w: &[B], n: usize, k: usize, x: &[f32], m: 
         return vec![0f32; m * n];
     }
     if m == 1 {
-        let job: Box<dyn MatvecJob> = Box::new(Matvec::new(w, n, k, x));
-        return matvec_many(&[job]).pop().expect("one job");
+        return matvec_many(&[job(w, n, k, x)]).pop().expect("one job");
     }
     let wpr = k / B::BLOCK_SIZE;
     let xpr = k / B::Dot::BLOCK_SIZE;
@@ -367,10 +396,7 @@ impl<B: Kernels> TileKernels<B> {
                 i += MATVEC_TILE;
             }
         }
-        for (k, o) in out.iter_mut().enumerate().skip(i) {
-            prefetch_rows(w, r0 + k, 1);
-            *o = (self.one)(w.row(r0 + k), x);
-        }
+        each_row(w, r0 + i, &mut out[i..], |row| (self.one)(row, x));
     }
 
     /// `out[i * m + j] = w[r0 + i] · x[j]` for every activation row j (m of them).

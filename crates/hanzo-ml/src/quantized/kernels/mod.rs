@@ -117,9 +117,6 @@ pub trait Kernels: QuantizeRow + GgmlBlock<Dot: QuantizeRow> {
     fn widened_dot() -> Option<WidenedDotFn<Self>> {
         None
     }
-    /// Whether `widened_dot` can be `Some` on any CPU: lets the decode driver leave the
-    /// widened path out of the other types' code.
-    const WIDENED_DOT: bool = false;
 }
 
 /// `w · x` with `x` the activation row already quantized to `Dot` and widened to f32: equal,
@@ -211,7 +208,6 @@ tiled!(BlockIQ1M, pick_iq1m, tile_iq1m; decode_row_tiles = false);
 tiled!(BlockTQ2_0, pick_tq2_0, tile_tq2_0);
 tiled!(BlockTQ1_0, pick_tq1_0, tile_tq1_0);
 impl Kernels for HalfF16 {
-    const WIDENED_DOT: bool = cfg!(target_arch = "x86_64");
     fn vec_dot() -> VecDotFn<Self> {
         pick_f16()
     }

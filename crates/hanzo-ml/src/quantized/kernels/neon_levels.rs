@@ -69,25 +69,27 @@ unsafe fn tq1_0<D: I8Dot, const R: usize, const C: usize>(
     // Five trits a byte: trit n of byte b is the top of `3 · (b · 3ⁿ mod 256)` in 16 bits.
     // Groups 0..10 are trit g / 2 of bytes 16 (g % 2)..; 10..15 trit g - 10 of bytes 32..48;
     // group 15 trit j / 4 of qh[j % 4] for its element j.
-    const POW3: [u8; 16] = [1, 1, 1, 1, 3, 3, 3, 3, 9, 9, 9, 9, 27, 27, 27, 27];
+    const POW3: [u8; 5] = [1, 3, 9, 27, 81];
+    const QH_POW3: [u8; 16] = [1, 1, 1, 1, 3, 3, 3, 3, 9, 9, 9, 9, 27, 27, 27, 27];
     let level = |b: &BlockTQ1_0, g: usize| {
         // SAFETY: 16 bytes of qs from 16 (g % 2) or 32 (both within its 48); qh is 4 bytes;
         // register-only NEON otherwise.
         unsafe {
-            let (bytes, pow3) = if g < 10 {
-                let q = vld1q_u8(b.qs.as_ptr().add(16 * (g % 2)));
-                (q, vdupq_n_u8([1, 3, 9, 27, 81][g / 2]))
-            } else if g < 15 {
-                let q = vld1q_u8(b.qs.as_ptr().add(32));
-                (q, vdupq_n_u8([1, 3, 9, 27, 81][g - 10]))
+            let (bytes, pow3) = if g < 15 {
+                let (at, n) = if g < 10 {
+                    (16 * (g % 2), g / 2)
+                } else {
+                    (32, g - 10)
+                };
+                (vld1q_u8(b.qs.as_ptr().add(at)), vdupq_n_u8(POW3[n]))
             } else {
                 let qh = vreinterpretq_u8_u32(vdupq_n_u32(u32::from_le_bytes(b.qh)));
-                (qh, vld1q_u8(POW3.as_ptr()))
+                (qh, vld1q_u8(QH_POW3.as_ptr()))
             };
             let m = vmulq_u8(bytes, pow3);
-            let three = vdup_n_u8(3);
-            let low = vshrn_n_u16::<8>(vmull_u8(vget_low_u8(m), three));
-            let high = vshrn_n_u16::<8>(vmull_high_u8(m, vdupq_n_u8(3)));
+            let three = vdupq_n_u8(3);
+            let low = vshrn_n_u16::<8>(vmull_u8(vget_low_u8(m), vget_low_u8(three)));
+            let high = vshrn_n_u16::<8>(vmull_high_u8(m, three));
             vsubq_s8(vreinterpretq_s8_u8(vcombine_u8(low, high)), vdupq_n_s8(1))
         }
     };

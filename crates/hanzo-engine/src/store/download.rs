@@ -9,7 +9,7 @@ use indicatif::ProgressBar;
 use ring::digest::{digest, Context as Sha256, SHA256};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// One file to fetch.
@@ -27,7 +27,9 @@ pub struct Remote {
 }
 
 /// Fetches `r` into the store's blobs (nothing to do when a blob with its published digest
-/// is there already).
+/// is there already). A transfer that fails leaves the store as it was, except for a partial
+/// file that holds bytes worth resuming after a transient failure (a dropped connection, a
+/// timeout, a 5xx).
 pub async fn fetch(store: &Store, r: &Remote) -> Result<Blob> {
     if let Some(blob) = r.sha256.as_deref().and_then(|d| store.blob(d)) {
         eprintln!("{}: already in the store", r.name);
@@ -40,130 +42,246 @@ pub async fn fetch(store: &Store, r: &Remote) -> Result<Blob> {
             &hex(digest(&SHA256, r.url.as_bytes()).as_ref())[..32]
         ),
     };
-    let partial = store.partial_dir()?.join(format!("{key}.partial"));
-    let mut file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(&partial)
-        .with_context(|| format!("cannot write {}", partial.display()))?;
-    // Two pulls appending to one partial file would corrupt it; the lock ends with the process.
-    if file.try_lock().is_err() {
-        bail!(
-            "{}: another pull is downloading this file right now ({})",
-            r.name,
-            partial.display()
-        );
+    let mut partial = Partial::find(store, &key, &r.name)?;
+    let result = transfer(store, r, &mut partial).await;
+    if result.is_err() {
+        partial.clean_up();
     }
-    let mut have = file.metadata()?.len();
+    result
+}
+
+async fn transfer(store: &Store, r: &Remote, partial: &mut Partial) -> Result<Blob> {
+    let mut have = partial.len();
     let mut hasher = Sha256::new(&SHA256);
-    if have > 0 {
-        hash_prefix(&mut file, have, &mut hasher)?;
+    if let Some(file) = partial.file.as_mut() {
+        hash_prefix(file, have, &mut hasher)?;
     }
     // The first response's ETag (or Last-Modified), sent back as `If-Range` on a resume: a
     // file that changed on the server in between comes back whole instead of spliced.
-    let validator_path = partial.with_extension("validator");
     let mut headers = vec![("accept", "*/*".to_string())];
     if have > 0 {
         headers.push(("range", format!("bytes={have}-")));
-        if let Ok(v) = std::fs::read_to_string(&validator_path) {
+        if let Ok(v) = std::fs::read_to_string(partial.validator()) {
             headers.push(("if-range", v));
         }
     }
     let mut resp = http::get(&r.url, &headers, r.auth.as_deref()).await?;
     let status = resp.status.as_u16();
-    if let Some(v) = ["etag", "last-modified"]
-        .iter()
-        .find_map(|h| resp.headers.get(*h)?.to_str().ok())
-    {
-        let _ = std::fs::write(&validator_path, v);
-    }
     let complete = r.size.or_else(|| range_total(&resp.headers)) == Some(have);
     if status == 416 && complete {
-        // The partial file is already complete; fall through to the check.
-    } else {
-        resp = resp.ok().await?;
-        if have > 0 && status == 206 {
-            let start = content_range_start(&resp.headers);
-            if start != Some(have) {
-                bail!(
-                    "{}: asked for bytes from {have}, the server sent a range starting at {}",
-                    r.url,
-                    start.map_or("an unknown offset".into(), |s| s.to_string())
-                );
-            }
-            eprintln!("{}: resuming at {}", r.name, human_bytes(have));
-        } else if have > 0 {
-            // The server ignored the range: start over.
-            file.set_len(0)?;
-            have = 0;
-            hasher = Sha256::new(&SHA256);
-        }
-        file.seek(SeekFrom::Start(have))?;
-        let expected = published_digest(r, &resp);
-        if let Some(blob) = expected.as_deref().and_then(|d| store.blob(d)) {
-            drop(file);
-            let _ = std::fs::remove_file(&partial);
-            eprintln!("{}: already in the store", r.name);
-            return Ok(blob);
-        }
-        let total = resp
-            .headers
-            .get("content-length")
-            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-            .map(|n| n + have)
-            .or(r.size);
-        let mut progress = Progress::new(&r.name, total, have);
-        while let Some(chunk) = resp.chunk().await.map_err(|e| {
-            progress.abandon();
-            e.context(format!(
-                "the transfer of {} stopped after {} of {}; run the same pull again to resume",
-                r.name,
-                human_bytes(progress.done),
-                total.map_or("?".into(), human_bytes)
-            ))
-        })? {
-            file.write_all(&chunk)
-                .with_context(|| format!("cannot write {}", partial.display()))?;
-            hasher.update(&chunk);
-            progress.add(chunk.len() as u64);
-        }
-        progress.finish();
-        if let Some(t) = total {
-            if progress.done != t {
-                bail!(
-                    "the transfer of {} ended after {} of {} bytes; run the same pull again to resume",
-                    r.name,
-                    progress.done,
-                    t
-                );
-            }
-        }
-        return finish(store, r, file, &partial, hasher, expected);
+        // The partial file is already complete: only the check is left.
+        let expected = r.sha256.clone();
+        return finish(store, r, partial, hasher, expected);
     }
-    let expected = r.sha256.clone();
-    finish(store, r, file, &partial, hasher, expected)
+    // The file is gone, or the partial one is longer than it: nothing here is worth keeping.
+    partial.discard = matches!(status, 404 | 410 | 416);
+    resp = resp.ok().await?;
+    let validator = ["etag", "last-modified"]
+        .iter()
+        .find_map(|h| resp.headers.get(*h)?.to_str().ok().map(str::to_string));
+    if have > 0 && status == 206 {
+        let start = content_range_start(&resp.headers);
+        if start != Some(have) {
+            bail!(
+                "{}: asked for bytes from {have}, the server sent a range starting at {}",
+                r.url,
+                start.map_or("an unknown offset".into(), |s| s.to_string())
+            );
+        }
+        eprintln!("{}: resuming at {}", r.name, human_bytes(have));
+    } else if have > 0 {
+        // The server ignored the range: start over, with this response's validator.
+        partial.truncate()?;
+        if let Some(v) = &validator {
+            let _ = std::fs::write(partial.validator(), v);
+        }
+        have = 0;
+        hasher = Sha256::new(&SHA256);
+    }
+    let expected = published_digest(r, &resp);
+    if let Some(blob) = expected.as_deref().and_then(|d| store.blob(d)) {
+        partial.discard = true;
+        partial.clean_up();
+        eprintln!("{}: already in the store", r.name);
+        return Ok(blob);
+    }
+    let total = resp
+        .headers
+        .get("content-length")
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        .map(|n| n + have)
+        .or(r.size);
+    let mut progress = Progress::new(&r.name, total, have);
+    while let Some(chunk) = resp.chunk().await.map_err(|e| {
+        progress.abandon();
+        e.context(format!(
+            "the transfer of {} stopped after {} of {}; run the same pull again to resume",
+            r.name,
+            human_bytes(progress.done),
+            total.map_or("?".into(), human_bytes)
+        ))
+    })? {
+        partial.append(&chunk, validator.as_deref())?;
+        hasher.update(&chunk);
+        progress.add(chunk.len() as u64);
+    }
+    progress.finish();
+    if let Some(t) = total {
+        if progress.done != t {
+            bail!(
+                "the transfer of {} ended after {} of {} bytes; run the same pull again to resume",
+                r.name,
+                progress.done,
+                t
+            );
+        }
+    }
+    finish(store, r, partial, hasher, expected)
+}
+
+/// The partial file of one transfer, `partial/KEY.partial`, locked while this pull holds it.
+/// It is made when the first bytes arrive, so a pull that receives nothing leaves the store
+/// as it was; `clean_up` after a failure removes it when it holds nothing or when `discard`
+/// says its bytes are worth nothing, along with the folders this transfer made.
+struct Partial {
+    path: PathBuf,
+    file: Option<File>,
+    /// Folders this transfer created (the store's root, `partial/`), innermost last.
+    made_dirs: Vec<PathBuf>,
+    /// The failure was definite (the source answered 404, 410 or an impossible range, or the
+    /// bytes did not hash to the published digest): resuming would not help.
+    discard: bool,
+    /// For the "another pull" message.
+    name: String,
+}
+
+impl Partial {
+    /// The partial file of `key`, opened and locked if an earlier transfer left one.
+    fn find(store: &Store, key: &str, name: &str) -> Result<Self> {
+        let path = store.root().join("partial").join(format!("{key}.partial"));
+        let mut p = Partial {
+            path,
+            file: None,
+            made_dirs: Vec::new(),
+            discard: false,
+            name: name.to_string(),
+        };
+        if p.path.exists() {
+            p.open()?;
+        }
+        Ok(p)
+    }
+
+    fn open(&mut self) -> Result<()> {
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&self.path)
+            .with_context(|| format!("cannot write {}", self.path.display()))?;
+        // Two pulls appending to one partial file would corrupt it; the lock ends with the
+        // process.
+        if file.try_lock().is_err() {
+            bail!(
+                "{}: another pull is downloading this file right now ({})",
+                self.name,
+                self.path.display()
+            );
+        }
+        self.file = Some(file);
+        Ok(())
+    }
+
+    fn len(&self) -> u64 {
+        self.file
+            .as_ref()
+            .and_then(|f| f.metadata().ok())
+            .map_or(0, |m| m.len())
+    }
+
+    /// Where the first response's validator (ETag or Last-Modified) is kept for `If-Range`.
+    fn validator(&self) -> PathBuf {
+        self.path.with_extension("validator")
+    }
+
+    /// Appends bytes at the end, making the file (and its folders) first if need be.
+    fn append(&mut self, bytes: &[u8], validator: Option<&str>) -> Result<()> {
+        if self.file.is_none() {
+            let mut missing = Vec::new();
+            let mut dir = self.path.parent();
+            while let Some(d) = dir.filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+                missing.push(d.to_path_buf());
+                dir = d.parent();
+            }
+            for d in missing.iter().rev() {
+                std::fs::create_dir(d).with_context(|| format!("cannot create {}", d.display()))?;
+                self.made_dirs.push(d.clone());
+            }
+            self.open()?;
+            if let Some(v) = validator {
+                let _ = std::fs::write(self.validator(), v);
+            }
+        }
+        let path = &self.path;
+        let file = self.file.as_mut().context("the partial file is not open")?;
+        file.seek(SeekFrom::End(0))
+            .and_then(|_| file.write_all(bytes))
+            .with_context(|| format!("cannot write {}", path.display()))
+    }
+
+    /// Empties the file for a transfer that starts over.
+    fn truncate(&mut self) -> Result<()> {
+        if let Some(f) = &self.file {
+            f.set_len(0)
+                .with_context(|| format!("cannot write {}", self.path.display()))?;
+        }
+        Ok(())
+    }
+
+    /// After a failure: keeps a file worth resuming, removes anything else this transfer made.
+    fn clean_up(&mut self) {
+        if let Some(file) = self.file.take() {
+            let empty = file.metadata().map_or(true, |m| m.len() == 0);
+            drop(file);
+            if empty || self.discard {
+                let _ = std::fs::remove_file(&self.path);
+                let _ = std::fs::remove_file(self.validator());
+            }
+        }
+        // Only folders left empty go (remove_dir refuses any other).
+        for d in self.made_dirs.drain(..).rev() {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
 }
 
 /// Checks the digest and moves the finished partial file into `blobs/`.
 fn finish(
     store: &Store,
     r: &Remote,
-    file: File,
-    partial: &Path,
+    partial: &mut Partial,
     hasher: Sha256,
     expected: Option<String>,
 ) -> Result<Blob> {
-    file.sync_all()
-        .with_context(|| format!("cannot write {}", partial.display()))?;
-    let size = file.metadata()?.len();
-    drop(file);
-    let _ = std::fs::remove_file(partial.with_extension("validator"));
+    if partial.file.is_none() {
+        // An empty body: the file holding it is made here.
+        partial.append(&[], None)?;
+    }
+    let path = partial.path.clone();
+    let size = match partial.file.take() {
+        Some(file) => {
+            file.sync_all()
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            file.metadata()?.len()
+        }
+        None => 0,
+    };
+    let _ = std::fs::remove_file(partial.validator());
     let digest = hex(hasher.finish().as_ref());
     if let Some(want) = &expected {
         if !want.eq_ignore_ascii_case(&digest) {
-            let _ = std::fs::remove_file(partial);
+            let _ = std::fs::remove_file(&path);
             bail!(
                 "{}: checksum mismatch: the source publishes sha256 {want}, the {} downloaded hash to {digest}; nothing was stored",
                 r.name,
@@ -171,8 +289,7 @@ fn finish(
             );
         }
     }
-    let blob = store.adopt(partial, &digest, size, expected.is_some())?;
-    Ok(blob)
+    store.adopt(&path, &digest, size, expected.is_some())
 }
 
 /// A copy of a local file into the blobs, hashed on the way (same checks as a download).

@@ -77,7 +77,8 @@ pub async fn plan(
     .await?;
     if resp.status.as_u16() == 404 || resp.status.as_u16() == 401 {
         bail!(
-            "{repo}: no such repository at {base}{}",
+            "{repo}: no such repository at {base} ({}){}",
+            resp.status,
             if auth.is_none() {
                 " (if it is private or gated, set HF_TOKEN)"
             } else {

@@ -43,7 +43,10 @@ pub async fn plan(namespace: &str, name: &str, tag: &str) -> Result<(Vec<Remote>
     let url = format!("{base}/v2/{namespace}/{name}/manifests/{tag}");
     let resp = http::get(&url, &[("accept", MANIFEST_TYPES.into())], None).await?;
     if resp.status.as_u16() == 404 {
-        bail!("{namespace}/{name}:{tag}: no such model at {base}");
+        bail!(
+            "{namespace}/{name}:{tag}: no such model at {base} ({})",
+            resp.status
+        );
     }
     let body = resp.ok().await?.bytes(4 << 20).await?;
     let manifest: Manifest =

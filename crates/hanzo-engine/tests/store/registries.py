@@ -34,6 +34,8 @@ class Registry:
         self.blobs = {}  # "sha256:hex" -> path-or-bytes
         self.requests = []
         self.drop_after = {}  # URL path -> bytes to send before dropping, once
+        self.close_at_once = set()  # URL paths whose connection closes before any reply
+        self.status = {}  # URL path -> an error status to answer with instead
         registry = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -103,6 +105,12 @@ class Registry:
         record = {"path": path, "range": h.headers.get("Range"), "sent": 0,
                   "auth": h.headers.get("Authorization")}
         self.requests.append(record)
+        if path in self.close_at_once:
+            h.close_connection = True
+            h.connection.shutdown(2)
+            return
+        if path in self.status:
+            return _send_json(h, self.status[path], {"error": "unavailable"})
         m = re.fullmatch(r"/api/models/([^/]+/[^/]+)", path)
         if m:
             repo = self.hf_repos.get(m.group(1))

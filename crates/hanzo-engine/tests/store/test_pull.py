@@ -104,7 +104,67 @@ def test_wrong_published_digest_is_rejected(engine, registry):
     assert "checksum mismatch" in p.stderr and "nothing was stored" in p.stderr
     assert listed(engine) == []
     assert engine.blobs() == []
-    assert not os.listdir(engine.store / "partial")
+    assert not (engine.store / "partial").exists()
+
+
+def tree(root):
+    """Every folder and file under `root` (files with their sizes), for before/after checks."""
+    out = {}
+    for folder, _, files in os.walk(root):
+        rel = os.path.relpath(folder, root)
+        out[rel + "/"] = None
+        for f in files:
+            out[os.path.join(rel, f)] = os.path.getsize(os.path.join(folder, f))
+    return out
+
+
+def test_pulls_that_receive_nothing_leave_the_store_as_it_was(engine, registry):
+    registry.close_at_once.add("/files/closed.gguf")
+    registry.add_file("/files/headers-only.gguf", SMOLLM)
+    registry.add_hf_repo("tester/only-q8", {"m-Q8_0.gguf": b"GGUF-not-really"})
+    url = registry.url
+    failures = [
+        (f"{url}/files/missing.gguf", [f"{url}/files/missing.gguf", "404 Not Found"]),
+        (f"{url}/files/closed.gguf", [f"{url}/files/closed.gguf"]),
+        (f"{url}/files/headers-only.gguf", ["headers-only.gguf", "stopped after 0 B"]),
+        ("tester/only-q8", ["tester/only-q8", "no Q4_K_M GGUF", "Q8_0"]),
+        ("tester/no-such-repo", ["tester/no-such-repo", "no such repository", "404"]),
+        ("ollama://nothing:here", ["library/nothing:here", "no such model", "404"]),
+    ]
+    # First into a store that does not exist yet, then into one that holds a model.
+    for _ in range(2):
+        before = tree(engine.store)
+        for source, words in failures:
+            if "headers-only" in source:
+                registry.drop_after["/files/headers-only.gguf"] = 0
+            p = engine("pull", source, "--name", "nope", check=False)
+            assert p.returncode != 0, source
+            assert all(w in p.stderr for w in words), p.stderr
+            assert tree(engine.store) == before, (source, p.stderr)
+        engine("pull", f"{url}/files/headers-only.gguf", "--name", "smol")
+    assert [m["name"] for m in listed(engine)] == ["smol"]
+
+
+def test_a_file_gone_on_resume_removes_the_partial_file(engine, registry):
+    path = "/files/vanishing.gguf"
+    registry.add_file(path, SMOLLM)
+    registry.drop_after[path] = SMOLLM_SIZE // 3
+    first = engine("pull", registry.url + path, check=False)
+    assert "run the same pull again to resume" in first.stderr, first.stderr
+    [kept] = [f for f in os.listdir(engine.store / "partial") if f.endswith(".partial")]
+    assert os.path.getsize(engine.store / "partial" / kept) == SMOLLM_SIZE // 3
+    # A 5xx is transient: the bytes stay for the next try.
+    registry.status[path] = 503
+    busy = engine("pull", registry.url + path, check=False)
+    assert busy.returncode != 0 and "503" in busy.stderr, busy.stderr
+    assert kept in os.listdir(engine.store / "partial")
+    # A 404 is definite: the partial file goes.
+    del registry.status[path]
+    del registry.files[path]
+    gone = engine("pull", registry.url + path, check=False)
+    assert gone.returncode != 0 and f"{registry.url}{path}: 404 Not Found" in gone.stderr
+    assert os.listdir(engine.store / "partial") == []
+    assert listed(engine) == [] and engine.blobs() == []
 
 
 def test_huggingface_safetensors_repo_embeds(engine, registry):

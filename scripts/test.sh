@@ -43,14 +43,16 @@ cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace --all-targets
 cargo test --workspace --doc
 
-# The engine's optional features (structured output, MCP), which the default binary leaves
-# out for its size (docs/SERVER.md): linted, with the engine's unit tests and the server's
-# tests that depend on them run against them (the whole suite ran on the default build
-# above). The engine's manifest turns on the shared crates' features these pull in, so only
-# the engine and its optional dependencies are rebuilt here.
-cargo clippy -p hanzo-engine --all-targets --all-features -- -D warnings
-HANZO_SERVER_TESTS="test_structured.py test_tools.py test_mcp.py" \
-  cargo test -p hanzo-engine --all-features --lib --test openai_server
+# The engine's lean build (`--no-default-features`: no structured output, no MCP): linted,
+# with the engine's unit tests and the server tests that tell the two builds apart run
+# against it (the whole suite ran on the default build above). The engine's manifest turns
+# on the shared crates' features the default build pulls in, so only the engine is rebuilt.
+cargo clippy -p hanzo-engine --all-targets --no-default-features -- -D warnings
+HANZO_SERVER_TESTS="test_errors_and_embeddings.py test_mcp.py" \
+  cargo test -p hanzo-engine --no-default-features --lib --test openai_server
+
+# The stripped release binaries of both builds against their size budgets.
+bash scripts/check_size.sh
 
 # The NEON kernels, under qemu, where the emulator (Debian's qemu-user), the cross linker and
 # Rust's AArch64 standard library can be installed; otherwise a line says they did not run.

@@ -20,7 +20,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve models over the OpenAI API (chat, completions, embeddings, metrics).
+    /// Serve models over the OpenAI API (chat, completions, structured output, tools,
+    /// embeddings, rerank, metrics), and MCP's tools with --mcp-port / --mcp-enabled.
     Serve(server::Args),
     /// Serve the models' MCP tools (hanzo_infer, hanzo_embed, hanzo_list_models) on stdio.
     #[cfg(feature = "mcp")]

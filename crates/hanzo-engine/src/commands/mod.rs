@@ -69,12 +69,16 @@ pub fn load(m: &ModelArgs) -> Result<TextGeneration> {
     Ok(p)
 }
 
-/// One forward pass pages the weights in (and repacks them), then their move onto 2 MiB
-/// pages starts in the background (see `start_huge_pages`); the handle of that move, if any.
+/// Two forward passes page the weights in and repack them (the first, a prompt's, reads
+/// them as stored; the second, a decode step's, makes the repacked copies), then their move
+/// onto 2 MiB pages starts in the background (see `start_huge_pages`); the handle of that
+/// move, if any.
 pub fn page_in(p: &TextGeneration) -> Result<Option<HugePageMove>> {
     let first = p.tokenizer.special().bos.unwrap_or(0);
-    let mut cache = p.model.new_cache(1);
-    p.model.forward(&[first], &mut cache, Logits::Last)?;
+    let mut cache = p.model.new_cache(2);
+    for _ in 0..2 {
+        p.model.forward(&[first], &mut cache, Logits::Last)?;
+    }
     Ok(p.start_huge_pages())
 }
 

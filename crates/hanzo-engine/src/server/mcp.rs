@@ -22,17 +22,6 @@ pub struct McpArgs {
     pub set: ModelSet,
 }
 
-/// The MCP endpoint of `serve`.
-#[derive(ClapArgs, Debug)]
-pub struct McpPort {
-    /// Port of the MCP endpoint (streamable HTTP at /mcp on --host); 0 picks a free one.
-    #[arg(long, default_value_t = 3691)]
-    pub mcp_port: u16,
-    /// Serve no MCP endpoint.
-    #[arg(long)]
-    pub no_mcp: bool,
-}
-
 /// `hanzo-engine mcp`: MCP over stdin/stdout (logs stay on stderr).
 pub fn run_mcp(a: McpArgs) -> Result<()> {
     let state = a.set.load(None)?;
@@ -48,23 +37,34 @@ pub fn run_mcp(a: McpArgs) -> Result<()> {
 }
 
 /// Starts the streamable-HTTP endpoint at `/mcp` on `host:port`, behind the same API key.
+/// Bound to a loopback address it answers only loopback `Host` names (rmcp's guard against
+/// DNS rebinding); bound elsewhere it takes any, as the OpenAI API on `--host` does.
 pub async fn spawn_http(
     state: Arc<AppState>,
     host: &str,
     port: u16,
 ) -> Result<tokio::task::JoinHandle<std::io::Result<()>>> {
     use rmcp::transport::streamable_http_server::{
-        session::local::LocalSessionManager, StreamableHttpServerConfig, StreamableHttpService,
+        session::never::NeverSessionManager, StreamableHttpServerConfig, StreamableHttpService,
     };
     let listener = tokio::net::TcpListener::bind((host, port))
         .await
         .with_context(|| format!("cannot listen on {host}:{port} for MCP (--mcp-port)"))?;
     tracing::info!("MCP on http://{}/mcp", listener.local_addr()?);
     let tools_state = state.clone();
+    // Stateless: every POST is answered on its own, as a JSON body. The tools need no
+    // session (nothing is pushed to the client between calls), and leaving rmcp's session
+    // worker out takes 281 KB off the binary.
+    let mut config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true);
+    if !listener.local_addr()?.ip().is_loopback() {
+        config = config.disable_allowed_hosts();
+    }
     let service = StreamableHttpService::new(
         move || Ok(HanzoTools::new(tools_state.clone())),
-        LocalSessionManager::default().into(),
-        StreamableHttpServerConfig::default(),
+        NeverSessionManager::default().into(),
+        config,
     );
     let app = Router::new()
         .nest_service("/mcp", service)

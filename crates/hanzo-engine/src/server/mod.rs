@@ -47,13 +47,42 @@ pub struct Args {
     /// 0 picks a free port (the log says which).
     #[arg(long, default_value_t = 36900)]
     pub port: u16,
-    #[cfg(feature = "mcp")]
     #[command(flatten)]
-    pub mcp: mcp::McpPort,
+    pub mcp: McpPort,
     /// Require `Authorization: Bearer KEY` on /v1, /metrics and /mcp (default:
     /// $HANZO_API_KEY).
     #[arg(long)]
     pub api_key: Option<String>,
+}
+
+/// The MCP endpoint of `serve`: off unless asked for, so `serve` alone opens one port.
+#[derive(ClapArgs, Debug)]
+pub struct McpPort {
+    /// Also serve MCP (streamable HTTP at /mcp on --host) on this port; 0 picks a free one.
+    #[arg(long, value_name = "PORT")]
+    pub mcp_port: Option<u16>,
+    /// Also serve MCP on its default port, 3691 (what `--mcp-port 3691` does).
+    #[arg(long)]
+    pub mcp_enabled: bool,
+}
+
+/// The port MCP clients expect a local server on.
+pub const DEFAULT_MCP_PORT: u16 = 3691;
+
+impl McpPort {
+    /// The port to serve MCP on, if any; an error in a build without MCP.
+    fn port(&self) -> Result<Option<u16>> {
+        let port = self
+            .mcp_port
+            .or(self.mcp_enabled.then_some(DEFAULT_MCP_PORT));
+        if port.is_some() && !cfg!(feature = "mcp") {
+            bail!(
+                "this build leaves out MCP (--no-default-features); build hanzo-engine with its \
+                 default features or `--features mcp` for --mcp-port / --mcp-enabled"
+            );
+        }
+        Ok(port)
+    }
 }
 
 /// The models to load and how to size them (serve and mcp).
@@ -161,11 +190,8 @@ pub fn run(a: Args) -> Result<()> {
         .clone()
         .or_else(|| std::env::var("HANZO_API_KEY").ok())
         .filter(|k| !k.is_empty());
+    let mcp_port = a.mcp.port()?;
     let state = a.set.load(api_key)?;
-    #[cfg(feature = "mcp")]
-    let mcp_port = (!a.mcp.no_mcp).then_some(a.mcp.mcp_port);
-    #[cfg(not(feature = "mcp"))]
-    let mcp_port = None;
     runtime()?.block_on(serve(state, &a.host, a.port, mcp_port))
 }
 

@@ -99,8 +99,9 @@ impl ChatModel {
             let _ = (schema, n);
             Err(ApiError::invalid(
                 "response_format",
-                "this build has no structured output; build hanzo-engine with \
-                 `--features structured-output` (docs/SERVER.md)",
+                "this build leaves out structured output (--no-default-features); build \
+                 hanzo-engine with its default features or `--features structured-output` \
+                 (docs/SERVER.md)",
             ))
         }
     }

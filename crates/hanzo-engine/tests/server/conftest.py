@@ -30,9 +30,9 @@ REFERENCE = os.path.join(
 class Server:
     """One `hanzo-engine serve` process; its log is kept for assertions and failures."""
 
-    def __init__(self, *args, env=None):
+    def __init__(self, *args, env=None, mcp=True):
         cmd = [BIN, "-t", "2", "serve", "--host", "127.0.0.1", "--port", "0", *args]
-        if "mcp" in os.environ.get("HANZO_FEATURES", "").split(","):
+        if mcp and "mcp" in os.environ.get("HANZO_FEATURES", "").split(","):
             cmd += ["--mcp-port", "0"]
         self.proc = subprocess.Popen(
             cmd,

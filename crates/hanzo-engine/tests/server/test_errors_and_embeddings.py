@@ -3,10 +3,12 @@ error case as an OpenAI error object with the status the official client maps to
 exception types."""
 
 import base64
+import http.client
 import json
 import os
 import struct
 import threading
+import urllib.parse
 
 import openai
 import pytest
@@ -181,6 +183,20 @@ def test_api_key_is_required_when_set():
         assert s.request("GET", "/metrics").status_code == 401
         assert s.request("GET", "/health").status_code == 200
         assert [m.id for m in s.client(api_key="sesame").models.list().data] == ["minilm"]
+        if s.mcp_url:  # the MCP endpoint sits behind the same key
+            u = urllib.parse.urlparse(s.mcp_url)
+            init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"}}}
+            for key, want in ((None, 401), ("wrong", 401), ("sesame", 200)):
+                conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+                hdrs = {"Content-Type": "application/json",
+                        "Accept": "application/json, text/event-stream"}
+                if key:
+                    hdrs["Authorization"] = f"Bearer {key}"
+                conn.request("POST", u.path, body=json.dumps(init), headers=hdrs)
+                assert conn.getresponse().status == want, key
+                conn.close()
     finally:
         s.stop()
 

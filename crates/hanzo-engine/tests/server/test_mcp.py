@@ -1,16 +1,20 @@
-"""MCP (`--features mcp`) with the official `mcp` Python SDK as the client: the tools are
-listed and called over stdio (`hanzo-engine mcp`) and over streamable HTTP (`serve`)."""
+"""MCP (the `mcp` feature, in the default build) with the official `mcp` Python SDK as the
+client: the tools are listed and called over stdio (`hanzo-engine mcp`) and over streamable
+HTTP (`serve --mcp-port`); `serve` without it opens no second port, and the lean build
+(`--no-default-features`) refuses the option with a message."""
 
 import asyncio
 import json
 import os
+import socket
+import subprocess
 
 import pytest
 
-from conftest import BIN, MINILM, QWEN
+from conftest import BIN, MINILM, QWEN, Server
 
 FEATURES = os.environ.get("HANZO_FEATURES", "").split(",")
-pytestmark = pytest.mark.skipif("mcp" not in FEATURES, reason="built without the mcp feature")
+with_mcp = pytest.mark.skipif("mcp" not in FEATURES, reason="built without the mcp feature")
 
 if "mcp" in FEATURES:
     from mcp import ClientSession, StdioServerParameters
@@ -40,6 +44,7 @@ async def exercise(session):
     return text
 
 
+@with_mcp
 def test_mcp_over_stdio():
     async def go():
         params = StdioServerParameters(
@@ -56,6 +61,7 @@ def test_mcp_over_stdio():
     assert text == cli_greedy_chat("Write a haiku about the sea.", 24)
 
 
+@with_mcp
 def test_mcp_over_streamable_http(server):
     assert server.mcp_url, "".join(server.log)
 
@@ -72,3 +78,73 @@ def test_mcp_over_streamable_http(server):
         temperature=0,
     )
     assert asyncio.run(go()) == r.choices[0].message.content
+
+
+def listening_ports(pid):
+    """The TCP ports process `pid` listens on (its socket inodes matched in /proc/net/tcp*)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        if not os.path.exists(table):
+            continue
+        for line in open(table).read().splitlines()[1:]:
+            f = line.split()
+            if f[3] == "0A" and f[9] in inodes:  # 0A: LISTEN
+                ports.add(int(f[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def refused(port):
+    with socket.socket() as s:
+        s.settimeout(2)
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_serve_alone_opens_one_port():
+    s = Server("-m", f"qwen={QWEN}", "--kv-budget", "64M", mcp=False)
+    try:
+        api_port = int(s.url.rsplit(":", 1)[1])
+        assert listening_ports(s.proc.pid) == {api_port}
+        assert s.mcp_url is None and not any("MCP" in line for line in s.log)
+        assert refused(3691)
+    finally:
+        s.stop()
+
+
+@pytest.mark.skipif("mcp" in FEATURES, reason="this build has MCP")
+def test_lean_build_refuses_the_mcp_options():
+    for flag in (["--mcp-port", "0"], ["--mcp-enabled"]):
+        p = subprocess.run(
+            [BIN, "serve", "-m", f"qwen={QWEN}", "--port", "0", *flag],
+            capture_output=True, text=True, timeout=60,
+        )
+        assert p.returncode != 0
+        assert "leaves out MCP" in p.stderr and "--features mcp" in p.stderr, p.stderr
+
+
+@with_mcp
+def test_mcp_enabled_listens_on_3691():
+    if not refused(3691):
+        pytest.skip("something else listens on 3691")
+    s = Server("-m", f"qwen={QWEN}", "--kv-budget", "64M", "--mcp-enabled", mcp=False)
+    try:
+        api_port = int(s.url.rsplit(":", 1)[1])
+        assert s.mcp_url == "http://127.0.0.1:3691/mcp", "".join(s.log)
+        assert listening_ports(s.proc.pid) == {api_port, 3691}
+
+        async def go():
+            async with streamable_http_client(s.mcp_url) as (read, write, *_):
+                async with ClientSession(read, write) as session:
+                    await session.initialize()
+                    return sorted(t.name for t in (await session.list_tools()).tools)
+
+        assert asyncio.run(go()) == TOOLS
+    finally:
+        s.stop()

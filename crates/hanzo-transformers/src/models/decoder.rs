@@ -246,7 +246,9 @@ impl Decoder {
                     whole: c.run(),
                 })
                 .collect(),
-            may_repack: !(batch.len() == 1 && n > 1),
+            // A lone sequence's pass is its prompt when it holds several tokens or starts
+            // the sequence (a one-token prompt is not a decode step either).
+            may_repack: !(batch.len() == 1 && (n > 1 || starts[0] == 0)),
         };
         let row = cfg.kv_heads * hd;
         let tables = self

@@ -4,10 +4,12 @@ HTTP (`serve --mcp-port`); `serve` without it opens no second port, and the lean
 (`--no-default-features`) refuses the option with a message."""
 
 import asyncio
+import http.client
 import json
 import os
 import socket
 import subprocess
+import urllib.parse
 
 import pytest
 
@@ -78,6 +80,20 @@ def test_mcp_over_streamable_http(server):
         temperature=0,
     )
     assert asyncio.run(go()) == r.choices[0].message.content
+    # Stateless: one POST calls a tool, no session first, and the answer is a JSON body.
+    u = urllib.parse.urlparse(server.mcp_url)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+    call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"name": "hanzo_list_models", "arguments": {}}}
+    conn.request("POST", u.path, body=json.dumps(call), headers={
+        "Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-06-18"})
+    resp = conn.getresponse()
+    assert resp.status == 200 and resp.getheader("Content-Type").startswith("application/json")
+    body = json.loads(resp.read())
+    conn.close()
+    assert body["id"] == 7 and not body["result"]["isError"]
+    assert "qwen" in body["result"]["content"][0]["text"]
 
 
 def listening_ports(pid):

@@ -6,7 +6,8 @@ mod common;
 use common::fixture;
 use std::process::Command;
 
-/// The optional features this binary was built with (their tests are skipped otherwise).
+/// The features this binary was built with (on by default; the lean build's tests of them
+/// are skipped or check the refusal).
 const FEATURES: &[&str] = &[
     #[cfg(feature = "structured-output")]
     "structured-output",
@@ -27,7 +28,8 @@ fn openai_clients_get_what_the_api_promises() {
          python3 -m pip install openai pytest (scripts/test.sh installs them)"
     );
     // HANZO_SERVER_TESTS narrows the run to some of the files (scripts/test.sh runs the whole
-    // suite on the default build and only the features' own files on the --features build).
+    // suite on the default build and only the files that tell the builds apart on the lean
+    // `--no-default-features` build).
     let files: Vec<String> = match std::env::var("HANZO_SERVER_TESTS") {
         Ok(list) if !list.trim().is_empty() => list
             .split_whitespace()

@@ -5,8 +5,8 @@
 //! [`ToolGate`] on each choice:
 //! - forces the opening of a call when one is required (`"required"`, or a named function),
 //! - once a call opens, hands the logits to a grammar for `{"name": …, "arguments": …}` over
-//!   the declared functions, each with its own parameter schema (with the
-//!   `structured-output` feature; without it the call is read as written),
+//!   the declared functions, each with its own parameter schema (the `structured-output`
+//!   feature, on by default; in the lean build the call is read as written),
 //! - closes the call, and after it allows only the end of the turn unless parallel calls
 //!   are allowed.
 

@@ -5,8 +5,7 @@
 
 mod common;
 
-use hanzo_ml::cpu::features::{isa, Isa};
-use hanzo_ml::quantized::cpu::interleaved::repacked_bytes;
+use hanzo_ml::quantized::cpu::interleaved::{repacked_bytes, repacks_here};
 use hanzo_transformers::{GenerateOptions, TextGeneration, WeightMode};
 
 #[test]
@@ -30,9 +29,7 @@ fn a_one_token_prompt_leaves_the_repacking_to_the_first_decode_step() {
     // The first step samples from the prompt's logits; the second runs the first decode step.
     p.step(&mut g).unwrap();
     p.step(&mut g).unwrap();
-    let repacks = matches!(isa(), Isa::Avx2 | Isa::AvxVnni | Isa::Avx512)
-        && std::env::var("HANZO_INTERLEAVE").as_deref() != Ok("0");
-    if repacks {
+    if repacks_here() {
         assert!(
             repacked_bytes() > before,
             "the first decode step repacked nothing"

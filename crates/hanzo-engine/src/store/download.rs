@@ -268,20 +268,18 @@ fn finish(
         // An empty body: the file holding it is made here.
         partial.append(&[], None)?;
     }
-    let path = partial.path.clone();
-    let size = match partial.file.take() {
-        Some(file) => {
-            file.sync_all()
-                .with_context(|| format!("cannot write {}", path.display()))?;
-            file.metadata()?.len()
-        }
-        None => 0,
-    };
-    let _ = std::fs::remove_file(partial.validator());
+    let file = partial
+        .file
+        .as_ref()
+        .context("the partial file is not open")?;
+    file.sync_all()
+        .with_context(|| format!("cannot write {}", partial.path.display()))?;
+    let size = file.metadata()?.len();
     let digest = hex(hasher.finish().as_ref());
     if let Some(want) = &expected {
         if !want.eq_ignore_ascii_case(&digest) {
-            let _ = std::fs::remove_file(&path);
+            // `fetch` removes the file, its validator and the folders this pull made.
+            partial.discard = true;
             bail!(
                 "{}: checksum mismatch: the source publishes sha256 {want}, the {} downloaded hash to {digest}; nothing was stored",
                 r.name,
@@ -289,7 +287,10 @@ fn finish(
             );
         }
     }
-    store.adopt(&path, &digest, size, expected.is_some())
+    // Closed (and unlocked) before it moves into `blobs/`.
+    partial.file = None;
+    let _ = std::fs::remove_file(partial.validator());
+    store.adopt(&partial.path, &digest, size, expected.is_some())
 }
 
 /// A copy of a local file into the blobs, hashed on the way (same checks as a download).

@@ -441,9 +441,13 @@ pub(crate) fn iq4xs_layout(dtype: GgmlDType) -> bool {
 /// unless `HANZO_INTERLEAVE=0`. (In WebAssembly, where memory never shrinks, a copy would
 /// hold the weight twice; the SIMD128 builds load files interleaved in place instead.)
 pub(crate) fn pays(dtype: GgmlDType, n: usize, k: usize) -> bool {
-    repacks(dtype, n, k)
-        && matches!(isa(), Isa::Avx2 | Isa::AvxVnni | Isa::Avx512)
-        && crate::env::interleave()
+    repacks(dtype, n, k) && repacks_here()
+}
+
+/// Whether this process repacks weights into copies at all: the CPU and `HANZO_INTERLEAVE`
+/// half of `pays`.
+pub fn repacks_here() -> bool {
+    matches!(isa(), Isa::Avx2 | Isa::AvxVnni | Isa::Avx512) && crate::env::interleave()
 }
 
 static REPACKED_BYTES: AtomicUsize = AtomicUsize::new(0);

@@ -22,6 +22,7 @@ mod error;
 pub mod io;
 pub mod kv;
 pub mod layout;
+pub mod memory;
 pub mod op;
 pub mod quantized;
 mod shape;

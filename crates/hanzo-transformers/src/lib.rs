@@ -20,8 +20,8 @@ pub use chat_template::{ChatTemplate, FunctionCall, Message, ToolCall};
 pub use embedding::{EmbedOptions, Embedder, Embeddings, EncoderFiles, Pooling};
 pub use error::{Error, Result};
 pub use models::{
-    load_dir, load_gguf, load_gguf_with, Cache, Decoder, LanguageModel, Logits, ModelInfo,
-    SeqChunk, WeightMode,
+    describe_gguf, load_dir, load_gguf, load_gguf_with, Cache, Decoder, LanguageModel, Logits,
+    ModelInfo, SeqChunk, WeightMode,
 };
 pub use pipeline::{Finish, GenerateOptions, Generated, Generation, TextGeneration};
 pub use sampler::{Sampler, SamplingParams};

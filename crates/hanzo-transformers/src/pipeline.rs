@@ -95,7 +95,17 @@ impl TextGeneration {
     }
 
     pub fn from_gguf_file(file: &GgufFile, mode: WeightMode) -> Result<Self> {
-        let model = load_gguf_with(file, mode)?;
+        Self::from_gguf_model(file, load_gguf_with(file, mode)?, mode)
+    }
+
+    /// The tokenizer and chat template of `file` around `model`, loaded from it as `mode`
+    /// says: for a caller that checks the model before building the rest (the edge runtime's
+    /// memory budget).
+    pub fn from_gguf_model(
+        file: &GgufFile,
+        model: Box<dyn LanguageModel>,
+        mode: WeightMode,
+    ) -> Result<Self> {
         let tokenizer = Tokenizer::from_gguf(file)?;
         let template = file
             .get("tokenizer.chat_template")

@@ -134,7 +134,7 @@ pub fn run(mut a: Args) -> Result<()> {
 /// `--parallel`: one row per N (see `bench_parallel`), then the memory it took against the
 /// computed budget.
 fn parallel(a: &Args, model: &dyn LanguageModel, threads: usize) -> Result<()> {
-    let base = super::bench_parallel::memory();
+    let base = hanzo_ml::memory::process_memory();
     let mut runs = Vec::new();
     for &n in &a.parallel {
         let r = super::bench_parallel::run(model, n, a.n_prompt, a.n_gen, 1234 + n as u64)?;
@@ -168,13 +168,14 @@ fn parallel(a: &Args, model: &dyn LanguageModel, threads: usize) -> Result<()> {
     }
     // Peak memory against what the largest run needed: the loaded process (weights paged
     // in), its KV pool and the activations of its passes.
-    if let (Some((loaded, _)), Some((_, peak)), Some(big)) = (
+    if let (Some(base), Some(now), Some(big)) = (
         base,
-        super::bench_parallel::memory(),
+        hanzo_ml::memory::process_memory(),
         runs.iter().max_by_key(|r| r.kv_bytes),
     ) {
         let rows = hanzo_transformers::pipeline::PREFILL_CHUNK.max(big.parallel);
-        let scratch = super::bench_parallel::scratch_bytes(model, rows, big.parallel);
+        let scratch = hanzo_transformers::models::scratch_bytes(model.info(), rows, big.parallel);
+        let (loaded, peak) = (base.resident, now.peak);
         let budget = loaded as usize + big.kv_bytes + scratch;
         eprintln!(
             "memory: peak RSS {} MiB; budget {} MiB = loaded {} MiB + KV pool {} MiB + scratch {} MiB ({:.0}% of budget)",

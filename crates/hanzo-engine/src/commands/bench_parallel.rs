@@ -153,28 +153,3 @@ fn argmax_rows(logits: &hanzo_ml::Tensor) -> Result<Vec<u32>> {
     let vocab = logits.dims()[1].max(1);
     Ok(logits.with_contiguous(|flat: &[f32]| flat.chunks_exact(vocab).map(argmax).collect())?)
 }
-
-/// Resident and peak resident bytes of this process (Linux), from /proc/self/status.
-pub fn memory() -> Option<(u64, u64)> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let field = |name: &str| -> Option<u64> {
-        let line = status.lines().find(|l| l.starts_with(name))?;
-        let kb: u64 = line[name.len()..]
-            .trim()
-            .trim_end_matches("kB")
-            .trim()
-            .parse()
-            .ok()?;
-        Some(kb * 1024)
-    };
-    Some((field("VmRSS:")?, field("VmHWM:")?))
-}
-
-/// Bytes a pass of `rows` tokens with `logit_rows` logits rows may hold beyond the weights
-/// and the KV pool: the activations of one layer (hidden states, Q/K/V, the MLP's gate and
-/// up at up to 8x hidden) and the logits. An estimate for the memory check, not a bound.
-pub fn scratch_bytes(model: &dyn LanguageModel, rows: usize, logit_rows: usize) -> usize {
-    let info = model.info();
-    let per_row = info.hidden_size * (6 + 3 * 8) + 2 * info.kv_row;
-    4 * (rows * per_row + 2 * logit_rows * info.vocab_size)
-}

@@ -8,6 +8,7 @@
 
 mod blocks;
 mod paged;
+mod shift;
 
 pub use blocks::BlockId;
 pub use paged::{KvLayout, KvStats, LayerView, PagedKv, SeqId, DEFAULT_BLOCK_SIZE};
@@ -30,6 +31,9 @@ pub enum KvError {
     UnknownSequence(SeqId),
     #[error("sequence {seq}: {positions} positions written or committed without a reserve")]
     Unreserved { seq: SeqId, positions: usize },
+    /// An eviction or truncation the sequence cannot make (`PagedKv::evict`, `truncate`).
+    #[error("{0}")]
+    Shift(String),
 }
 
 /// Which keys a query sees.

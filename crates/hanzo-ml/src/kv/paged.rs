@@ -16,7 +16,7 @@ use std::hash::{BuildHasher, Hash, Hasher};
 pub const DEFAULT_BLOCK_SIZE: usize = 16;
 
 /// A dropped (out-of-window) or never-held table entry.
-const NONE: BlockId = BlockId::MAX;
+pub(super) const NONE: BlockId = BlockId::MAX;
 
 /// The shape of a model's KV state.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,20 +50,28 @@ impl KvLayout {
     /// Blocks one sequence of up to `positions` holds at most, over every layer, when it
     /// runs at most `chunk` tokens per forward pass.
     pub fn blocks_for(&self, positions: usize, chunk: usize) -> usize {
+        self.blocks_pinned(positions, chunk, 0)
+    }
+
+    /// [`Self::blocks_for`] a sequence whose first `pinned` positions stay in every layer
+    /// (`PagedKv::pin`).
+    pub fn blocks_pinned(&self, positions: usize, chunk: usize, pinned: usize) -> usize {
         let per_layer = positions.div_ceil(self.block_size);
+        let pinned = pinned.min(positions).div_ceil(self.block_size);
         self.windows
             .iter()
             .map(|w| match w {
                 // During a pass of `t` tokens a window layer holds the keys from
-                // `len + 1 - w` to `len + t`: at most (t + w - 1) / B + 2 blocks.
-                Some(w) => per_layer.min((chunk.max(1) + w - 1) / self.block_size + 2),
+                // `len + 1 - w` to `len + t`: at most (t + w - 1) / B + 2 blocks, and the
+                // pinned ones before them.
+                Some(w) => per_layer.min(pinned + (chunk.max(1) + w - 1) / self.block_size + 2),
                 None => per_layer,
             })
             .sum()
     }
 
     /// Blocks a sequence at `len` positions holds in `layer` (those its window still sees).
-    fn first_live(&self, layer: usize, len: usize) -> usize {
+    pub(super) fn first_live(&self, layer: usize, len: usize) -> usize {
         match self.windows[layer] {
             // Block b is dropped once (b + 1) * B + w <= len + 1: the next query (at `len`)
             // sees keys from len + 1 - w on.
@@ -75,7 +83,7 @@ impl KvLayout {
 
 /// A sequence in a [`PagedKv`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct SeqId(u32);
+pub struct SeqId(pub(super) u32);
 
 impl std::fmt::Display for SeqId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -84,16 +92,24 @@ impl std::fmt::Display for SeqId {
 }
 
 #[derive(Clone)]
-struct Seq {
+pub(super) struct Seq {
     /// Per layer: logical block → physical block (`NONE` once out of the window).
-    tables: Vec<Vec<BlockId>>,
-    /// Per layer: blocks before this were dropped.
-    live_from: Vec<usize>,
-    len: usize,
+    pub(super) tables: Vec<Vec<BlockId>>,
+    /// Per layer: blocks before this were dropped (except the pinned ones).
+    pub(super) live_from: Vec<usize>,
+    pub(super) len: usize,
     /// Tokens of the block being filled (the full ones are summed up in `chain`).
     partial: Vec<u32>,
     /// Hash of every token in the full blocks so far.
     chain: u64,
+    /// Positions before this stay in every layer, window layers included (`PagedKv::pin`).
+    pub(super) pinned: usize,
+    /// Window layers keep this many positions more than their window sees, so the sequence
+    /// can be truncated by as many (`PagedKv::keep_behind`).
+    pub(super) slack: usize,
+    /// Whether the blocks hold what the token hashes say: false once positions were evicted
+    /// or truncated, and then nothing more enters the prefix cache.
+    pub(super) cacheable: bool,
 }
 
 /// Counters a server reports.
@@ -107,11 +123,11 @@ pub struct KvStats {
 
 /// The paged KV store of one model (see the module docs).
 pub struct PagedKv {
-    layout: KvLayout,
-    k: Vec<f16>,
-    v: Vec<f16>,
-    blocks: Blocks,
-    seqs: Vec<Option<Seq>>,
+    pub(super) layout: KvLayout,
+    pub(super) k: Vec<f16>,
+    pub(super) v: Vec<f16>,
+    pub(super) blocks: Blocks,
+    pub(super) seqs: Vec<Option<Seq>>,
     hasher: RandomState,
     stats: KvStats,
 }
@@ -219,11 +235,11 @@ impl PagedKv {
         self.seqs.iter().flatten().count()
     }
 
-    fn seq(&self, id: SeqId) -> Result<&Seq, KvError> {
+    pub(super) fn seq(&self, id: SeqId) -> Result<&Seq, KvError> {
         find(&self.seqs, id)
     }
 
-    fn seq_mut(&mut self, id: SeqId) -> Result<&mut Seq, KvError> {
+    pub(super) fn seq_mut(&mut self, id: SeqId) -> Result<&mut Seq, KvError> {
         self.seqs
             .get_mut(id.0 as usize)
             .and_then(Option::as_mut)
@@ -252,6 +268,9 @@ impl PagedKv {
             len: 0,
             partial: Vec::new(),
             chain: 0,
+            pinned: 0,
+            slack: 0,
+            cacheable: true,
         })
     }
 
@@ -453,7 +472,7 @@ impl PagedKv {
             for &tok in tokens {
                 s.partial.push(tok);
                 s.len += 1;
-                if s.partial.len() == b {
+                if s.partial.len() == b && s.cacheable {
                     s.chain = self.chain(s.chain, &s.partial);
                     s.partial.clear();
                     let blk = s.len / b - 1;
@@ -465,9 +484,13 @@ impl PagedKv {
                     }
                 }
             }
+            if !s.cacheable {
+                s.partial.clear();
+            }
+            let pinned_blocks = s.pinned.div_ceil(b);
             for l in 0..layers {
-                let to = self.layout.first_live(l, s.len);
-                for blk in s.live_from[l]..to.min(s.tables[l].len()) {
+                let to = self.layout.first_live(l, s.len.saturating_sub(s.slack));
+                for blk in s.live_from[l].max(pinned_blocks)..to.min(s.tables[l].len()) {
                     let block = std::mem::replace(&mut s.tables[l][blk], NONE);
                     if block != NONE {
                         self.blocks.release(block);

@@ -174,3 +174,115 @@ fn a_budget_is_cut_into_whole_blocks() {
         Err(KvError::Budget { bytes: 3, .. })
     ));
 }
+
+/// Asserts that position `p` of every layer holds what `feed` wrote at `old(p)`, for the
+/// positions each layer's window sees at `len` (and the pinned ones).
+fn check_moved(
+    kv: &PagedKv,
+    seq: SeqId,
+    tokens: &[u32],
+    pinned: usize,
+    old: impl Fn(usize) -> usize,
+) {
+    let len = kv.len(seq).unwrap();
+    for l in 0..kv.layout().layers() {
+        let view = kv.layer(seq, l).unwrap();
+        let from = match kv.layout().windows[l] {
+            Some(w) => (len + 1).saturating_sub(w),
+            None => 0,
+        };
+        for p in (0..pinned).chain(from.max(pinned)..len) {
+            let o = old(p);
+            let got: Vec<f32> = view.key(p, 0, ROW).iter().map(|x| x.to_f32()).collect();
+            assert_eq!(got, key(l, o, tokens[o]), "layer {l} position {p}");
+            let val: Vec<f32> = view.value(p, 0, ROW).iter().map(|x| -x.to_f32()).collect();
+            assert_eq!(val, key(l, o, tokens[o]), "layer {l} position {p}");
+        }
+    }
+}
+
+#[test]
+fn eviction_moves_the_positions_after_the_pinned_prefix_down() {
+    // A full layer and a window layer of 6; blocks of 4.
+    let lay = layout(vec![None, Some(6)]);
+    let blocks = lay.blocks_pinned(24, 8, 5);
+    let mut kv = PagedKv::with_blocks(lay, blocks);
+    let seq = kv.add_sequence();
+    kv.pin(seq, 5).unwrap();
+    let tokens: Vec<u32> = (100..124).collect();
+    for chunk in tokens.chunks(8) {
+        feed(&mut kv, seq, chunk).unwrap();
+    }
+    // The window layer kept its pinned blocks (0 and 1) besides its window.
+    let moved = kv.evict(seq, 9).unwrap();
+    assert_eq!(kv.len(seq).unwrap(), 15);
+    assert_eq!(moved, vec![5..15, 10..15]);
+    check_moved(&kv, seq, &tokens, 5, |p| if p < 5 { p } else { p + 9 });
+    // The store is whole again: it takes the next positions and reads them back.
+    let more: Vec<u32> = (200..209).collect();
+    let start = kv.len(seq).unwrap();
+    feed(&mut kv, seq, &more).unwrap();
+    assert_eq!(kv.len(seq).unwrap(), 24);
+    let view = kv.layer(seq, 1).unwrap();
+    let got: Vec<f32> = view.key(23, 0, ROW).iter().map(|x| x.to_f32()).collect();
+    assert_eq!(got, key(1, start + 8, 208));
+    // Evicting more than there is after the pinned prefix changes nothing.
+    assert!(matches!(kv.evict(seq, 20), Err(KvError::Shift(_))));
+    assert_eq!(kv.len(seq).unwrap(), 24);
+}
+
+#[test]
+fn eviction_and_truncation_hold_no_more_blocks_than_the_window_needs() {
+    let lay = layout(vec![None, Some(6), Some(6)]);
+    let blocks = lay.blocks_pinned(32, 4 + 3, 4);
+    let mut kv = PagedKv::with_blocks(lay, blocks);
+    let seq = kv.add_sequence();
+    kv.pin(seq, 4).unwrap();
+    kv.keep_behind(seq, 3).unwrap();
+    let tokens: Vec<u32> = (0..400).collect();
+    let mut fed = 0;
+    // Eviction keeps the sequence inside its 32 positions for 400 tokens.
+    while fed < tokens.len() {
+        if kv.len(seq).unwrap() + 4 > 32 {
+            let len = kv.len(seq).unwrap();
+            kv.evict(seq, (len - 4) / 2).unwrap();
+        }
+        feed(&mut kv, seq, &tokens[fed..fed + 4]).unwrap();
+        fed += 4;
+    }
+    assert!(kv.len(seq).unwrap() <= 32);
+    // Truncating by the slack works; further back than a window layer holds fails.
+    let len = kv.len(seq).unwrap();
+    kv.truncate(seq, len - 3).unwrap();
+    assert_eq!(kv.len(seq).unwrap(), len - 3);
+    assert!(matches!(kv.truncate(seq, 8), Err(KvError::Shift(_))));
+    assert_eq!(kv.len(seq).unwrap(), len - 3);
+    kv.release(seq).unwrap();
+    assert_eq!(kv.free_blocks(), kv.total_blocks());
+}
+
+#[test]
+fn a_shared_sequence_does_not_move() {
+    let mut kv = PagedKv::with_blocks(layout(vec![None]), 16);
+    let a = kv.add_sequence();
+    feed(&mut kv, a, &(0..10).collect::<Vec<u32>>()).unwrap();
+    let b = kv.fork(a).unwrap();
+    assert!(matches!(kv.evict(a, 2), Err(KvError::Shift(_))));
+    kv.release(b).unwrap();
+    kv.evict(a, 2).unwrap();
+    assert_eq!(kv.len(a).unwrap(), 8);
+}
+
+#[test]
+fn set_keys_overwrites_what_keys_reads() {
+    let mut kv = PagedKv::with_blocks(layout(vec![None, None]), 16);
+    let a = kv.add_sequence();
+    let tokens: Vec<u32> = (0..10).collect();
+    feed(&mut kv, a, &tokens).unwrap();
+    let mut k = kv.keys(a, 1, 3..7);
+    assert_eq!(&k[..ROW], key(1, 3, 3).as_slice());
+    k.iter_mut().for_each(|x| *x += 0.5);
+    kv.set_keys(a, 1, 3, &k).unwrap();
+    assert_eq!(kv.keys(a, 1, 3..7), k);
+    assert!(kv.set_keys(a, 1, 9, &k).is_err());
+}

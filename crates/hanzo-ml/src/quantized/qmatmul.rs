@@ -125,6 +125,21 @@ impl QMatMul {
         Self::from_arc_as_stored(w)
     }
 
+    /// Bytes a `[n, k]` weight of `dtype`, `stored` bytes in its file, holds in memory once
+    /// `from_arc` has it the way it multiplies it and it has been used: a repacked copy
+    /// replaces the stored pages (released as they are copied; the IQ3 types grow to
+    /// IQ4_XS's layout, 136 bytes per 256 weights), an F32 weight is copied for the dense
+    /// matmul beside its read pages, the rest stays as stored.
+    pub fn resident_bytes(dtype: GgmlDType, n: usize, k: usize, stored: usize) -> usize {
+        if dtype == GgmlDType::F32 {
+            return 2 * stored;
+        }
+        if interleaved::pays(dtype, n, k) && interleaved::iq4xs_layout(dtype) {
+            return (n * k).div_ceil(256) * 136;
+        }
+        stored
+    }
+
     /// Never repacks: quantized blocks are multiplied as they are stored (interleaved ones
     /// with the interleaved kernels).
     pub fn from_arc_as_stored(w: Arc<QTensor>) -> Result<Self> {

@@ -10,7 +10,7 @@ use super::meta::Embedding;
 use super::numerics::{geglu, rope_tables};
 use super::{check_tokens, rope_heads, Logits, ModelInfo, SeqChunk};
 use crate::{Error, Result};
-use hanzo_ml::kv::{Heads, KvLayout, Mask, PagedKv};
+use hanzo_ml::kv::{Heads, KvLayout, Mask, PagedKv, SeqId};
 use hanzo_ml::quantized::QMatMul;
 use hanzo_ml::{DType, Device, RopeKind, Tensor};
 use hanzo_nn::RotaryEmbedding;
@@ -392,6 +392,44 @@ impl Decoder {
             head,
             places,
         })
+    }
+
+    /// See `LanguageModel::evict`. A key at position `p` was rotated by the angles of `p`;
+    /// moved to `p - count` it is rotated by those of `-count` (rotations by angles linear
+    /// in the position compose), with the tables' magnitude (YaRN's attention factor)
+    /// divided out so only the rotation applies.
+    pub(crate) fn evict(&self, kv: &mut PagedKv, seq: SeqId, count: usize) -> Result<()> {
+        let moved = kv.evict(seq, count)?;
+        let hd = self.cfg.head_dim;
+        let back: Vec<(Vec<f32>, Vec<f32>)> = self
+            .ropes
+            .iter()
+            .map(|r| -> Result<_> {
+                let (cos, sin) = r.tables(&[0, count], hd)?;
+                let (cos, sin) = (cos.to_vec2::<f32>()?, sin.to_vec2::<f32>()?);
+                let unit = &cos[0];
+                let c = cos[1].iter().zip(unit).map(|(c, m)| c / m).collect();
+                let s = sin[1].iter().zip(unit).map(|(s, m)| -s / m).collect();
+                Ok((c, s))
+            })
+            .collect::<Result<_>>()?;
+        for (li, (block, range)) in self.blocks.iter().zip(moved).enumerate() {
+            let t = range.len();
+            if t == 0 {
+                continue;
+            }
+            let (c, s) = &back[block.rope];
+            let half = c.len();
+            let repeat = |v: &[f32]| -> Result<Tensor> {
+                let all: Vec<f32> = (0..t).flat_map(|_| v.iter().copied()).collect();
+                Ok(Tensor::from_vec(all, (t, half), &Device::Cpu)?)
+            };
+            let keys = kv.keys(seq, li, range.clone());
+            let k = Tensor::from_vec(keys, (t, self.cfg.kv_heads, hd), &Device::Cpu)?;
+            let k = rope_heads(&k, &repeat(c)?, &repeat(s)?, self.cfg.rope_kind)?;
+            kv.set_keys(seq, li, range.start, &k.to_vec_flat::<f32>()?)?;
+        }
+        Ok(())
     }
 
     fn qkv(&self, block: &Block, h: &Tensor, rows: &Rows) -> Result<(Tensor, Tensor, Tensor)> {

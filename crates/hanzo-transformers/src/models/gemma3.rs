@@ -14,6 +14,17 @@ const SWA_PATTERN: usize = 6;
 /// RoPE base of the sliding-window layers (fixed by the architecture, not in the file).
 const LOCAL_ROPE_BASE: f32 = 10_000.0;
 
+/// The training context and each layer's sliding window (every `SWA_PATTERN`-th layer
+/// global), from the metadata alone.
+pub(crate) fn context_and_windows(g: &Gguf) -> Result<(usize, Vec<Option<usize>>)> {
+    let window = g.opt_usize("attention.sliding_window")?;
+    let ctx = g.opt_usize("context_length")?.unwrap_or(32_768);
+    let windows = (0..g.usize("block_count")?)
+        .map(|i| window.filter(|_| !(i + 1).is_multiple_of(SWA_PATTERN)))
+        .collect();
+    Ok((ctx, windows))
+}
+
 pub(crate) fn load(g: &Gguf) -> Result<Decoder> {
     let shape = g.decoder_shape()?;
     let super::meta::DecoderShape {
@@ -25,15 +36,14 @@ pub(crate) fn load(g: &Gguf) -> Result<Decoder> {
         head_dim,
     } = shape;
     let eps = g.f64_or("attention.layer_norm_rms_epsilon", 1e-6)?;
-    let window = g.opt_usize("attention.sliding_window")?;
-    let ctx = g.opt_usize("context_length")?.unwrap_or(32_768);
+    let (ctx, windows) = context_and_windows(g)?;
     let base = g.f64_or("rope.freq_base", 1_000_000.0)?;
     let factor = g.f64_or("rope.scaling.factor", 1.0)?.max(1.0);
     let (embed, output) = g.embedding_and_output(hidden)?;
     let vocab = embed.vocab();
     let (global_rope, local_rope) = (0, 1);
     let mut blocks = Vec::with_capacity(n_layers);
-    for i in 0..n_layers {
+    for (i, &window) in windows.iter().enumerate() {
         let n = |s: &str| format!("blk.{i}.{s}.weight");
         let proj = |s: &str, out: usize| -> Result<Proj> {
             Ok(Proj {
@@ -41,8 +51,6 @@ pub(crate) fn load(g: &Gguf) -> Result<Decoder> {
                 bias: None,
             })
         };
-        let sliding = !(i + 1).is_multiple_of(SWA_PATTERN);
-        let window = window.filter(|_| sliding);
         blocks.push(Block {
             attn_norm: g.vector(&n("attn_norm"), hidden)?,
             qkv: Qkv::Split {

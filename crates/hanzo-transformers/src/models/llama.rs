@@ -9,6 +9,24 @@ use crate::{Error, Result};
 use hanzo_ml::RopeKind;
 use hanzo_nn::{RopeScaling, RotaryEmbedding};
 
+/// The context the model runs at and each layer's sliding window, from the metadata alone
+/// (what `load` builds, for `models::describe_gguf`).
+pub(crate) fn context_and_windows(g: &Gguf) -> Result<(usize, Vec<Option<usize>>)> {
+    let ctx = g.opt_usize("context_length")?.unwrap_or(4096);
+    // Phi-3 128k ("LongRoPE"): per-frequency factors, the short ones within the original
+    // context. The long ones would need a rope table per context size; we cap the
+    // context at the original length instead.
+    let long_rope = g.has_tensor("rope_factors_short.weight");
+    let ctx = match g.opt_usize("rope.scaling.original_context_length")? {
+        Some(orig) if long_rope => ctx.min(orig),
+        _ => ctx,
+    };
+    let window = g
+        .opt_usize("attention.sliding_window")?
+        .filter(|&w| w > 0 && w < ctx);
+    Ok((ctx, vec![window; g.usize("block_count")?]))
+}
+
 pub(crate) fn load(g: &Gguf) -> Result<Decoder> {
     let shape = g.decoder_shape()?;
     let super::meta::DecoderShape {
@@ -59,14 +77,7 @@ pub(crate) fn load(g: &Gguf) -> Result<Decoder> {
         "llama" | "mistral" => RopeKind::Interleaved,
         _ => RopeKind::HalfSplit,
     };
-    // Phi-3 128k ("LongRoPE"): per-frequency factors, the short ones within the original
-    // context. The long ones would need a rope table per context size; we cap the
-    // context at the original length instead.
-    let long_rope = g.has_tensor("rope_factors_short.weight");
-    let ctx = match g.opt_usize("rope.scaling.original_context_length")? {
-        Some(orig) if long_rope => ctx.min(orig),
-        _ => ctx,
-    };
+    let (ctx, windows) = context_and_windows(g)?;
     let mut rope = RotaryEmbedding::new(base, rot_dim, &scaling, rope_kind)?;
     for factors in ["rope_freqs.weight", "rope_factors_short.weight"] {
         if g.has_tensor(factors) {
@@ -74,13 +85,10 @@ pub(crate) fn load(g: &Gguf) -> Result<Decoder> {
             rope = rope.with_freq_factors(&f)?;
         }
     }
-    let window = g
-        .opt_usize("attention.sliding_window")?
-        .filter(|&w| w > 0 && w < ctx);
     let (embed, output) = g.embedding_and_output(hidden)?;
     let vocab = embed.vocab();
     let mut layers = Vec::with_capacity(n_layers);
-    for i in 0..n_layers {
+    for (i, &window) in windows.iter().enumerate() {
         let n = |s: &str| format!("blk.{i}.{s}.weight");
         let proj = |s: &str, out: usize| -> Result<Proj> {
             Ok(Proj {

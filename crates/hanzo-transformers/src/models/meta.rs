@@ -74,6 +74,8 @@ impl DecoderShape {
             hidden_size: self.hidden,
             layers: self.layers,
             kv_row: self.kv_heads * self.head_dim,
+            q_row: self.heads * self.head_dim,
+            ffn_size: self.ffn,
         }
     }
 }

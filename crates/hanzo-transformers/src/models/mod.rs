@@ -30,6 +30,22 @@ pub struct ModelInfo {
     pub layers: usize,
     /// KV heads × head dim: cache values per position per layer.
     pub kv_row: usize,
+    /// Query heads × head dim.
+    pub q_row: usize,
+    /// Width of the MLP's hidden layer.
+    pub ffn_size: usize,
+}
+
+/// Bytes a forward pass of `rows` tokens that returns `logit_rows` rows of logits holds
+/// beyond the weights and the KV store, at its peak: one layer's activations (f32; the
+/// residual stream and its norm, queries before and after RoPE, keys, values, the
+/// attention output and its projection; the MLP's gate, up, activated gate and product),
+/// the activations quantized for the integer kernels, the rotary tables, and the logits
+/// with the sampler's copies of them.
+pub fn scratch_bytes(info: &ModelInfo, rows: usize, logit_rows: usize) -> usize {
+    let (h, q, kv, f) = (info.hidden_size, info.q_row, info.kv_row, info.ffn_size);
+    let per_row = 4 * (4 * h + 3 * q + 4 * kv + 4 * f) + 2 * (h + f) + 2 * 4 * q;
+    rows * per_row + 4 * logit_rows * info.vocab_size * 4
 }
 
 /// Which positions' logits a forward pass returns for a sequence.
@@ -151,6 +167,12 @@ pub trait LanguageModel: Send + Sync {
     /// head) instead of logits: what last-token pooling embeds.
     fn hidden_batch(&self, batch: &[SeqChunk], kv: &mut PagedKv) -> Result<Tensor>;
 
+    /// Evicts `count` positions of `seq` right after its pinned prefix (`PagedKv::evict`):
+    /// the later positions move down by `count`, and their keys are rotated back by `count`
+    /// positions, so the store holds what a fresh pass over the kept tokens would have
+    /// written (up to the rounding of the keys to f16).
+    fn evict(&self, kv: &mut PagedKv, seq: SeqId, count: usize) -> Result<()>;
+
     /// A fresh single-sequence cache holding up to `limit` positions (capped at the
     /// training context).
     fn new_cache(&self, limit: usize) -> Cache {
@@ -182,6 +204,10 @@ impl LanguageModel for Decoder {
     fn hidden_batch(&self, batch: &[SeqChunk], kv: &mut PagedKv) -> Result<Tensor> {
         Decoder::hidden_batch(self, batch, kv)
     }
+
+    fn evict(&self, kv: &mut PagedKv, seq: SeqId, count: usize) -> Result<()> {
+        Decoder::evict(self, kv, seq, count)
+    }
 }
 
 const SUPPORTED: &str = "gemma3, llama, mistral, phi3, qwen2, qwen3";
@@ -199,6 +225,25 @@ pub fn load_gguf_with(file: &GgufFile, mode: WeightMode) -> Result<Box<dyn Langu
         "llama" | "mistral" | "phi3" | "qwen2" | "qwen3" => Box::new(llama::load(&g)?),
         other => return Err(Error::UnsupportedArchitecture(other.to_string(), SUPPORTED)),
     })
+}
+
+/// What [`load_gguf`] would build, from the file's metadata and tensor directory alone (no
+/// tensor data is read): the model's [`ModelInfo`] and the [`KvLayout`] of its KV state.
+/// The edge runtime sizes its memory budget from it before loading anything.
+pub fn describe_gguf(file: &GgufFile) -> Result<(ModelInfo, KvLayout)> {
+    let g = meta::Gguf::new(file)?;
+    let shape = g.decoder_shape()?;
+    let (ctx, windows) = match g.arch.as_str() {
+        "gemma3" => gemma3::context_and_windows(&g)?,
+        "llama" | "mistral" | "phi3" | "qwen2" | "qwen3" => llama::context_and_windows(&g)?,
+        other => return Err(Error::UnsupportedArchitecture(other.to_string(), SUPPORTED)),
+    };
+    let vocab = match file.content().tensor_info("token_embd.weight") {
+        Some(t) => t.shape.dims()[0],
+        None => return Err(Error::model(&g.arch, "no token_embd.weight")),
+    };
+    let layout = KvLayout::new(shape.kv_heads * shape.head_dim, windows);
+    Ok((shape.info(&g.arch, vocab, ctx), layout))
 }
 
 /// The model of a Hugging Face directory (config.json + safetensors), weights as `mode` says

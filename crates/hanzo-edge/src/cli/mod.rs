@@ -1,0 +1,160 @@
+//! The commands of the `hanzo-edge` binary.
+
+mod chat;
+mod run;
+mod size;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use hanzo_edge::{EdgeConfig, Eviction};
+use hanzo_transformers::{GenerateOptions, SamplingParams};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "hanzo-edge",
+    version,
+    about = "Hanzo Edge: a model inside a fixed memory budget, on this device"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate a reply to one prompt and print it as it comes.
+    Run(run::RunArgs),
+    /// Chat interactively; shows the budget and how much of the context is in use.
+    Chat(chat::ChatArgs),
+}
+
+pub fn main(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Run(a) => run::run(a),
+        Command::Chat(a) => chat::chat(a),
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum EvictionArg {
+    /// Move the kept keys and rotate them back (fast; llama.cpp's context shift).
+    Rerotate,
+    /// Recompute the kept tokens (exactly a fresh run over them).
+    Recompute,
+    /// Refuse a conversation longer than the context.
+    Off,
+}
+
+/// The model and its budget.
+#[derive(Args)]
+pub struct ModelArgs {
+    /// A GGUF file.
+    #[arg(long, short)]
+    model: PathBuf,
+    /// The memory budget: bytes, or with a unit (500MB, 1.5GiB).
+    #[arg(long, value_parser = size::parse)]
+    max_memory_bytes: u64,
+    /// Positions the KV cache holds (prompt and reply together).
+    #[arg(long, default_value_t = 2048)]
+    max_context_tokens: usize,
+    /// Worker threads (default: one per core).
+    #[arg(long, short)]
+    threads: Option<usize>,
+    /// What happens when a conversation outgrows the context.
+    #[arg(long, value_enum, default_value = "rerotate")]
+    eviction: EvictionArg,
+    /// Tokens kept after the system prompt when older ones are evicted.
+    #[arg(long, default_value_t = 0)]
+    keep: usize,
+    /// Prompt tokens per forward pass (fewer: less memory, slower prompts).
+    #[arg(long, default_value_t = 256)]
+    prefill_chunk: usize,
+}
+
+impl ModelArgs {
+    fn config(&self) -> EdgeConfig {
+        let mut c = EdgeConfig::new(&self.model, self.max_context_tokens, self.max_memory_bytes);
+        c.threads = self.threads;
+        c.keep_tokens = self.keep;
+        c.prefill_chunk = self.prefill_chunk;
+        c.eviction = match self.eviction {
+            EvictionArg::Rerotate => Eviction::Rerotate,
+            EvictionArg::Recompute => Eviction::Recompute,
+            EvictionArg::Off => Eviction::Off,
+        };
+        c
+    }
+}
+
+/// Sampling.
+#[derive(Args)]
+pub struct SampleArgs {
+    /// Tokens to generate at most.
+    #[arg(short = 'n', long, default_value_t = 256)]
+    max_tokens: usize,
+    /// Temperature (0: greedy).
+    #[arg(long, default_value_t = 0.0)]
+    temp: f32,
+    #[arg(long, default_value_t = 0)]
+    top_k: usize,
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+    #[arg(long, default_value_t = 0.0)]
+    min_p: f32,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Stop before this string (repeatable).
+    #[arg(long)]
+    stop: Vec<String>,
+}
+
+impl SampleArgs {
+    fn options(&self) -> GenerateOptions {
+        GenerateOptions {
+            max_tokens: self.max_tokens,
+            sampling: SamplingParams {
+                temperature: self.temp,
+                top_k: self.top_k,
+                top_p: self.top_p,
+                min_p: self.min_p,
+                seed: self.seed,
+                ..SamplingParams::default()
+            },
+            stop: self.stop.clone(),
+            ..GenerateOptions::default()
+        }
+    }
+}
+
+/// Peak memory of this process against the budget, for the log.
+fn memory_line(edge: &hanzo_edge::Edge) -> String {
+    let budget = edge.budget().total();
+    match hanzo_ml::memory::process_memory() {
+        Some(m) => format!(
+            "memory: peak {:.1} MiB of a {:.1} MiB budget ({:.0}%), resident now {:.1} MiB",
+            m.peak as f64 / 1048576.0,
+            budget as f64 / 1048576.0,
+            100.0 * m.peak as f64 / budget as f64,
+            m.resident as f64 / 1048576.0
+        ),
+        None => format!("memory: budget {:.1} MiB", budget as f64 / 1048576.0),
+    }
+}
+
+pub fn init_logging() {
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::prelude::*;
+    let default = Targets::new().with_default(LevelFilter::WARN);
+    let filter = match std::env::var("HANZO_LOG") {
+        Ok(spec) if !spec.trim().is_empty() => spec.parse::<Targets>().unwrap_or(default),
+        _ => default,
+    };
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_target(false),
+        )
+        .with(filter)
+        .init();
+}

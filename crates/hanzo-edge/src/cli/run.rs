@@ -1,0 +1,67 @@
+//! `hanzo-edge run`: one prompt, the reply streamed to stdout, the figures to stderr.
+
+use super::{memory_line, ModelArgs, SampleArgs};
+use clap::Args;
+use hanzo_edge::{Edge, Event};
+use hanzo_transformers::Message;
+use std::io::Write;
+
+#[derive(Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    sample: SampleArgs,
+    /// Send the prompt as a user turn through the model's chat template.
+    #[arg(long)]
+    chat: bool,
+    /// A system prompt (with --chat); it stays when older turns are evicted.
+    #[arg(long)]
+    system: Option<String>,
+    /// The prompt.
+    prompt: String,
+}
+
+pub fn run(a: RunArgs) -> anyhow::Result<()> {
+    let mut edge = Edge::new(a.model.config())?;
+    let opts = a.sample.options();
+    let stream = if a.chat {
+        let mut messages = Vec::new();
+        if let Some(s) = &a.system {
+            messages.push(Message::new("system", s));
+        }
+        messages.push(Message::new("user", &a.prompt));
+        edge.chat(&messages, &opts)?
+    } else {
+        edge.complete(&a.prompt, &opts)?
+    };
+    let mut out = std::io::stdout().lock();
+    let mut summary = None;
+    for event in stream {
+        match event? {
+            Event::Text(t) => {
+                out.write_all(t.as_bytes())?;
+                out.flush()?;
+            }
+            Event::Done(s) => summary = Some(s),
+        }
+    }
+    writeln!(out)?;
+    if let Some(s) = summary {
+        eprintln!(
+            "prompt {} tokens, {} generated ({:?}); load {:.3} s, first token {:.3} s, {:.2} tokens/s; context {}/{}, {} evicted in {} evictions",
+            s.prompt_tokens,
+            s.completion_tokens,
+            s.finish,
+            edge.load_seconds(),
+            s.time_to_first_token_s,
+            s.tokens_per_second,
+            s.context_tokens,
+            s.max_context_tokens,
+            s.evicted_tokens,
+            s.evictions
+        );
+    }
+    eprintln!("{}", memory_line(&edge));
+    Ok(())
+}

@@ -1,0 +1,93 @@
+use std::path::PathBuf;
+
+/// What to do with the KV cache when a conversation outgrows `max_context_tokens`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Eviction {
+    /// Move the later positions down and rotate their keys back (llama.cpp's context
+    /// shift): a few milliseconds. The deeper layers' keys and values still carry what the
+    /// evicted tokens contributed, so the next tokens may differ from a fresh run over the
+    /// kept tokens.
+    Rerotate,
+    /// Recompute the kept tokens after the pinned prefix: a prefill of up to half the
+    /// context, and exactly what a fresh run over the kept tokens computes.
+    Recompute,
+    /// No eviction: a conversation that outgrows the context is an error.
+    Off,
+}
+
+/// How [`crate::Edge`] is set up; every size is fixed at load.
+#[derive(Clone, Debug)]
+pub struct EdgeConfig {
+    /// A GGUF file.
+    pub model: PathBuf,
+    /// Positions the KV cache holds (prompt and reply together, the pinned prefix
+    /// included); at most the model's training context.
+    pub max_context_tokens: usize,
+    /// The most memory the process may hold for the model (bytes): the load fails with
+    /// `EdgeError::OverBudget` when the computed need is larger.
+    pub max_memory_bytes: u64,
+    /// Worker threads (`None`: the global pool as it is).
+    pub threads: Option<usize>,
+    /// Prompt tokens per forward pass, at most a quarter of the context: the activations'
+    /// term of the budget grows with it.
+    pub prefill_chunk: usize,
+    /// The longest prefix that stays when older tokens are evicted (the system prompt plus
+    /// `keep_tokens`); longer system prompts keep their first `max_keep_tokens`. The
+    /// sliding-window layers keep these positions besides their window, so the budget
+    /// counts them.
+    pub max_keep_tokens: usize,
+    /// Tokens kept after the system prompt when evicting (llama.cpp's `--keep`).
+    pub keep_tokens: usize,
+    pub eviction: Eviction,
+}
+
+impl EdgeConfig {
+    /// `model` with a context of `max_context_tokens` inside `max_memory_bytes`; the rest
+    /// at their defaults.
+    pub fn new(
+        model: impl Into<PathBuf>,
+        max_context_tokens: usize,
+        max_memory_bytes: u64,
+    ) -> Self {
+        Self {
+            model: model.into(),
+            max_context_tokens,
+            max_memory_bytes,
+            threads: None,
+            prefill_chunk: 256,
+            max_keep_tokens: (max_context_tokens / 4).min(256),
+            keep_tokens: 0,
+            eviction: Eviction::Rerotate,
+        }
+    }
+
+    /// Prompt tokens per forward pass as run: `prefill_chunk`, at most a quarter of the
+    /// context (an eviction must be able to make room for a whole chunk).
+    pub(crate) fn chunk(&self) -> usize {
+        self.prefill_chunk.min(self.max_context_tokens / 4).max(1)
+    }
+
+    /// The checks that need no model.
+    pub(crate) fn validate(&self) -> Result<(), crate::EdgeError> {
+        let bad = |m: String| Err(crate::EdgeError::Config(m));
+        if self.prefill_chunk == 0 {
+            return bad("prefill_chunk must be at least 1".into());
+        }
+        if self.max_context_tokens < 16 {
+            return bad(format!(
+                "max_context_tokens {} is too small to hold a conversation",
+                self.max_context_tokens
+            ));
+        }
+        if self.max_keep_tokens > self.max_context_tokens / 2 {
+            return bad(format!(
+                "max_keep_tokens {} is over half of max_context_tokens {}: evictions would leave no room",
+                self.max_keep_tokens, self.max_context_tokens
+            ));
+        }
+        if self.threads == Some(0) {
+            return bad("threads must be at least 1".into());
+        }
+        Ok(())
+    }
+}

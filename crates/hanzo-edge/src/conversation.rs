@@ -1,0 +1,203 @@
+//! The one conversation an [`crate::Edge`] holds: its KV store (allocated once), the tokens
+//! at each position, and what was evicted. A new request's prompt (the whole conversation
+//! as the client sends it) is matched against it, so only what is new is computed.
+
+use crate::config::Eviction;
+use crate::EdgeError;
+use hanzo_ml::kv::{KvLayout, PagedKv, SeqId};
+use hanzo_ml::Tensor;
+use hanzo_transformers::{LanguageModel, Logits, SeqChunk};
+use std::collections::hash_map::DefaultHasher;
+use std::hash::Hasher;
+
+pub(crate) struct Conversation {
+    kv: PagedKv,
+    seq: SeqId,
+    /// The token at each position of the store.
+    held: Vec<u32>,
+    /// Tokens evicted after the pinned prefix so far, and their hash in order: a later
+    /// prompt continues this conversation only if it has the same tokens there.
+    evicted: usize,
+    evicted_hash: DefaultHasher,
+    ctx: usize,
+    slack: usize,
+}
+
+/// What an eviction did.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Evicted {
+    pub tokens: usize,
+    pub events: usize,
+}
+
+impl Conversation {
+    pub fn new(layout: KvLayout, blocks: usize, ctx: usize, slack: usize) -> Self {
+        let mut kv = PagedKv::with_blocks(layout, blocks);
+        let seq = kv.add_sequence();
+        let _ = kv.keep_behind(seq, slack);
+        Self {
+            kv,
+            seq,
+            held: Vec::with_capacity(ctx),
+            evicted: 0,
+            evicted_hash: DefaultHasher::new(),
+            ctx,
+            slack,
+        }
+    }
+
+    /// Positions in use.
+    pub fn len(&self) -> usize {
+        self.held.len()
+    }
+
+    pub fn tokens(&self) -> &[u32] {
+        &self.held
+    }
+
+    pub fn pinned(&self) -> usize {
+        self.kv.pinned(self.seq).unwrap_or(0)
+    }
+
+    /// Forgets the conversation (the store keeps its memory).
+    pub fn reset(&mut self) {
+        let _ = self.kv.release(self.seq);
+        self.seq = self.kv.add_sequence();
+        let _ = self.kv.keep_behind(self.seq, self.slack);
+        self.held.clear();
+        self.evicted = 0;
+        self.evicted_hash = DefaultHasher::new();
+    }
+
+    /// Makes the store ready for `prompt`, the whole conversation so far: keeps what it
+    /// holds of it already, or starts over with the first `keep` tokens pinned. Returns
+    /// where in `prompt` the tokens to compute start (at least one is left to compute).
+    pub fn prepare(&mut self, prompt: &[u32], keep: usize) -> usize {
+        if let Some(at) = self.continues(prompt) {
+            return at;
+        }
+        self.reset();
+        let _ = self
+            .kv
+            .pin(self.seq, keep.min(prompt.len().saturating_sub(1)));
+        0
+    }
+
+    /// Where the new tokens of `prompt` start if it continues this conversation (after
+    /// truncating what differs), or `None`.
+    fn continues(&mut self, prompt: &[u32]) -> Option<usize> {
+        let k = self.pinned();
+        let e = self.evicted;
+        if self.held.is_empty() || prompt.len() <= k + e || prompt[..k] != self.held[..k] {
+            return None;
+        }
+        if e > 0 {
+            let mut h = DefaultHasher::new();
+            prompt[k..k + e].iter().for_each(|&t| h.write_u32(t));
+            if h.finish() != self.evicted_hash.finish() {
+                return None;
+            }
+        }
+        let tail = &prompt[k + e..];
+        let same = tail
+            .iter()
+            .zip(&self.held[k..])
+            .take_while(|(a, b)| a == b)
+            .count()
+            .min(tail.len() - 1);
+        let len = k + same;
+        if len < self.held.len() {
+            if self.kv.truncate(self.seq, len).is_err() {
+                return None;
+            }
+            self.held.truncate(len);
+        }
+        Some(k + e + same)
+    }
+
+    /// Runs `tokens` at the next positions in chunks of at most `chunk`, evicting first
+    /// where they would not fit. Returns the last token's logits (when `logits`) and what
+    /// was evicted.
+    pub fn feed(
+        &mut self,
+        model: &dyn LanguageModel,
+        tokens: &[u32],
+        chunk: usize,
+        mode: Eviction,
+    ) -> Result<(Option<Tensor>, Evicted), EdgeError> {
+        let mut out = None;
+        let mut evicted = Evicted::default();
+        let chunks = tokens.chunks(chunk.max(1));
+        let n = chunks.len();
+        for (i, c) in chunks.enumerate() {
+            let e = self.make_room(model, c.len(), chunk, mode)?;
+            evicted.tokens += e.tokens;
+            evicted.events += e.events;
+            let want = if i + 1 == n {
+                Logits::Last
+            } else {
+                Logits::None
+            };
+            let logits = model.forward_batch(&[SeqChunk::new(self.seq, c, want)], &mut self.kv)?;
+            self.held.extend_from_slice(c);
+            out = Some(logits);
+        }
+        Ok((out, evicted))
+    }
+
+    /// Evicts so that `t` more positions fit: at least what is missing, and half of what
+    /// follows the pinned prefix (as llama.cpp's context shift), so that evictions stay rare.
+    fn make_room(
+        &mut self,
+        model: &dyn LanguageModel,
+        t: usize,
+        chunk: usize,
+        mode: Eviction,
+    ) -> Result<Evicted, EdgeError> {
+        let len = self.held.len();
+        if len + t <= self.ctx {
+            return Ok(Evicted::default());
+        }
+        let k = self.pinned();
+        let movable = len - k;
+        let missing = len + t - self.ctx;
+        if mode == Eviction::Off || missing > movable {
+            return Err(EdgeError::Request(format!(
+                "the conversation needs {} positions, the context holds {}{}",
+                len + t,
+                self.ctx,
+                if mode == Eviction::Off {
+                    " (eviction is off)"
+                } else {
+                    " even after evicting everything but the kept prefix"
+                }
+            )));
+        }
+        let n = missing.max(movable / 2).min(movable);
+        for &t in &self.held[k..k + n] {
+            self.evicted_hash.write_u32(t);
+        }
+        match mode {
+            Eviction::Rerotate => {
+                model.evict(&mut self.kv, self.seq, n)?;
+                self.held.drain(k..k + n);
+            }
+            Eviction::Recompute => {
+                self.kv.truncate(self.seq, k)?;
+                let tail: Vec<u32> = self.held[k + n..].to_vec();
+                self.held.truncate(k);
+                for c in tail.chunks(chunk.max(1)) {
+                    model
+                        .forward_batch(&[SeqChunk::new(self.seq, c, Logits::None)], &mut self.kv)?;
+                    self.held.extend_from_slice(c);
+                }
+            }
+            Eviction::Off => unreachable!("refused above"),
+        }
+        self.evicted += n;
+        Ok(Evicted {
+            tokens: n,
+            events: 1,
+        })
+    }
+}

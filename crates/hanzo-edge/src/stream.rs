@@ -1,0 +1,189 @@
+//! A reply as it is generated: text pieces, then one summary.
+
+use crate::conversation::Evicted;
+use crate::edge::Edge;
+use crate::EdgeError;
+use hanzo_ml::Tensor;
+use hanzo_transformers::tokenizer::StreamDecoder;
+use hanzo_transformers::{Finish, Sampler, StopFilter};
+use std::time::Instant;
+
+/// One item of a [`TokenStream`].
+#[derive(Clone, Debug)]
+pub enum Event {
+    /// The next piece of the reply (whole characters; a possible stop string is held back
+    /// until it is decided).
+    Text(String),
+    /// The end of the reply, always the last event.
+    Done(Summary),
+}
+
+/// How a reply went.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Summary {
+    pub finish: Finish,
+    /// Tokens of the prompt (the whole conversation as sent).
+    pub prompt_tokens: usize,
+    /// Of those, the ones computed for this reply (the rest the KV cache held already).
+    pub computed_prompt_tokens: usize,
+    pub completion_tokens: usize,
+    /// Tokens evicted during this reply, and how many evictions that took.
+    pub evicted_tokens: usize,
+    pub evictions: usize,
+    /// The prefix that evictions keep.
+    pub kept_tokens: usize,
+    /// Positions the conversation holds now, of `max_context_tokens`.
+    pub context_tokens: usize,
+    pub max_context_tokens: usize,
+    pub time_to_first_token_s: f64,
+    pub generate_seconds: f64,
+    /// Generated tokens per second after the first.
+    pub tokens_per_second: f64,
+}
+
+/// The reply to [`Edge::chat`] or [`Edge::complete`]: an iterator of [`Event`]s. Dropping
+/// it ends the reply where it is (the conversation keeps what was generated).
+pub struct TokenStream<'a> {
+    pub(crate) edge: &'a mut Edge,
+    pub(crate) sampler: Sampler,
+    pub(crate) decoder: StreamDecoder,
+    pub(crate) stops: StopFilter,
+    pub(crate) max_tokens: usize,
+    pub(crate) stop_tokens: Vec<u32>,
+    pub(crate) logits: Tensor,
+    pub(crate) pending: Option<u32>,
+    pub(crate) generated: usize,
+    pub(crate) tokens: Vec<u32>,
+    pub(crate) finish: Option<Finish>,
+    pub(crate) done: bool,
+    pub(crate) prompt_tokens: usize,
+    pub(crate) computed: usize,
+    pub(crate) evicted: Evicted,
+    pub(crate) started: Instant,
+    pub(crate) first_token: Option<f64>,
+}
+
+impl TokenStream<'_> {
+    /// The tokens generated so far.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// Evictions during this reply so far.
+    pub fn evictions(&self) -> usize {
+        self.evicted.events
+    }
+
+    /// The tokens the KV cache holds now, in position order: the kept prefix, then the
+    /// newest tokens (the last generated token joins when the next one is asked for).
+    pub fn context(&self) -> &[u32] {
+        self.edge.conversation.tokens()
+    }
+
+    /// Runs to the end and returns the whole reply with its summary.
+    pub fn collect_text(self) -> Result<(String, Summary), EdgeError> {
+        let mut text = String::new();
+        for event in self {
+            match event? {
+                Event::Text(t) => text.push_str(&t),
+                Event::Done(s) => return Ok((text, s)),
+            }
+        }
+        Err(EdgeError::Request(
+            "the stream ended without a summary".into(),
+        ))
+    }
+
+    /// Samples the next token and returns the text it completes (see
+    /// `TextGeneration::step`, whose rules this follows).
+    fn step(&mut self) -> Result<String, EdgeError> {
+        if let Some(tok) = self.pending.take() {
+            let (logits, e) = self.edge.feed(&[tok])?;
+            self.evicted.tokens += e.tokens;
+            self.evicted.events += e.events;
+            self.logits = logits;
+        }
+        if self.generated >= self.max_tokens {
+            return Ok(self.end(Finish::Length));
+        }
+        let row = self.logits.flatten_all()?.to_vec1::<f32>()?;
+        let tok = self.sampler.sample(&row);
+        self.first_token
+            .get_or_insert_with(|| self.started.elapsed().as_secs_f64());
+        let tokenizer = &self.edge.pipeline.tokenizer;
+        if tokenizer.vocab().is_end_of_generation(tok) {
+            return Ok(self.end(Finish::EndOfText));
+        }
+        if self.stop_tokens.contains(&tok) {
+            return Ok(self.end(Finish::Stop));
+        }
+        self.generated += 1;
+        self.tokens.push(tok);
+        let (mut out, hit) = self.stops.push(&self.decoder.push(tokenizer, tok));
+        if hit {
+            self.finish = Some(Finish::Stop);
+        } else if self.generated == self.max_tokens {
+            out += &self.end(Finish::Length);
+        } else {
+            self.pending = Some(tok);
+        }
+        Ok(out)
+    }
+
+    fn end(&mut self, why: Finish) -> String {
+        self.finish = Some(why);
+        if why == Finish::Stop {
+            return String::new();
+        }
+        let (out, _) = self.stops.push(&self.decoder.finish());
+        out + &self.stops.flush()
+    }
+
+    fn summary(&self) -> Summary {
+        let total = self.started.elapsed().as_secs_f64();
+        let ttft = self.first_token.unwrap_or(total);
+        let after = self.generated.saturating_sub(1);
+        Summary {
+            finish: self.finish.unwrap_or(Finish::Cancelled),
+            prompt_tokens: self.prompt_tokens,
+            computed_prompt_tokens: self.computed,
+            completion_tokens: self.generated,
+            evicted_tokens: self.evicted.tokens,
+            evictions: self.evicted.events,
+            kept_tokens: self.edge.conversation.pinned(),
+            context_tokens: self.edge.conversation.len(),
+            max_context_tokens: self.edge.config.max_context_tokens,
+            time_to_first_token_s: ttft,
+            generate_seconds: total,
+            tokens_per_second: if total > ttft && after > 0 {
+                after as f64 / (total - ttft)
+            } else {
+                0.0
+            },
+        }
+    }
+}
+
+impl Iterator for TokenStream<'_> {
+    type Item = Result<Event, EdgeError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if self.done {
+                return None;
+            }
+            if self.finish.is_some() {
+                self.done = true;
+                return Some(Ok(Event::Done(self.summary())));
+            }
+            match self.step() {
+                Ok(piece) if piece.is_empty() => continue,
+                Ok(piece) => return Some(Ok(Event::Text(piece))),
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+    }
+}

@@ -32,6 +32,7 @@ mod conversation;
 mod edge;
 mod error;
 mod stream;
+pub mod thermal;
 
 pub use budget::{Breakdown, Budget};
 pub use config::{EdgeConfig, Eviction};

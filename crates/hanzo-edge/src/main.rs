@@ -1,6 +1,7 @@
-//! `hanzo-edge`: the on-device runtime's command line (`run`, `chat`).
+//! `hanzo-edge`: the on-device runtime's command line (`run`, `chat`, `serve`).
 
 mod cli;
+mod serve;
 
 use clap::Parser;
 use std::process::ExitCode;

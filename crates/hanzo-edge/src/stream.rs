@@ -64,6 +64,11 @@ pub struct TokenStream<'a> {
 }
 
 impl TokenStream<'_> {
+    /// Tokens of the prompt (the whole conversation as sent).
+    pub fn prompt_tokens(&self) -> usize {
+        self.prompt_tokens
+    }
+
     /// The tokens generated so far.
     pub fn tokens(&self) -> &[u32] {
         &self.tokens

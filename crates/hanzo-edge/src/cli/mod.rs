@@ -2,7 +2,6 @@
 
 mod chat;
 mod run;
-mod size;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use hanzo_edge::{EdgeConfig, Eviction};
@@ -26,12 +25,15 @@ enum Command {
     Run(run::RunArgs),
     /// Chat interactively; shows the budget and how much of the context is in use.
     Chat(chat::ChatArgs),
+    /// Serve the OpenAI API on this device (loopback only), one conversation at a time.
+    Serve(crate::serve::ServeArgs),
 }
 
 pub fn main(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Run(a) => run::run(a),
         Command::Chat(a) => chat::chat(a),
+        Command::Serve(a) => crate::serve::run(a),
     }
 }
 
@@ -52,7 +54,7 @@ pub struct ModelArgs {
     #[arg(long, short)]
     model: PathBuf,
     /// The memory budget: bytes, or with a unit (500MB, 1.5GiB).
-    #[arg(long, value_parser = size::parse)]
+    #[arg(long, value_parser = hanzo_api::sizes::parse_bytes)]
     max_memory_bytes: u64,
     /// Positions the KV cache holds (prompt and reply together).
     #[arg(long, default_value_t = 2048)]
@@ -72,7 +74,11 @@ pub struct ModelArgs {
 }
 
 impl ModelArgs {
-    fn config(&self) -> EdgeConfig {
+    pub fn path(&self) -> &std::path::Path {
+        &self.model
+    }
+
+    pub fn config(&self) -> EdgeConfig {
         let mut c = EdgeConfig::new(&self.model, self.max_context_tokens, self.max_memory_bytes);
         c.threads = self.threads;
         c.keep_tokens = self.keep;

@@ -77,9 +77,12 @@ fn factory(p: &Arc<TextGeneration>) -> Result<Arc<ParserFactory>, String> {
     Ok(Arc::new(f))
 }
 
-impl Constraint for Matcher {
+/// A JSON schema's matcher, as a choice's constraint.
+struct Schema(Matcher);
+
+impl Constraint for Schema {
     fn mask(&mut self, logits: &mut [f32]) -> Result<(), String> {
-        let allowed = self.compute_mask().map_err(|e| e.to_string())?;
+        let allowed = self.0.compute_mask().map_err(|e| e.to_string())?;
         for (i, l) in logits.iter_mut().enumerate() {
             if !allowed.is_allowed(i as u32) {
                 *l = f32::NEG_INFINITY;
@@ -89,11 +92,11 @@ impl Constraint for Matcher {
     }
 
     fn consume(&mut self, token: u32) -> Result<(), String> {
-        self.consume_token(token).map_err(|e| e.to_string())
+        self.0.consume_token(token).map_err(|e| e.to_string())
     }
 
     fn is_done(&self) -> bool {
-        self.is_stopped()
+        self.0.is_stopped()
     }
 }
 
@@ -113,7 +116,7 @@ impl Grammars {
         };
         obj.insert("x-guidance".into(), json_layout());
         (0..n)
-            .map(|_| Ok(Box::new(matcher(&f, &schema)?) as Box<dyn Constraint>))
+            .map(|_| Ok(Box::new(Schema(matcher(&f, &schema)?)) as Box<dyn Constraint>))
             .collect()
     }
 }
@@ -138,7 +141,7 @@ fn matcher(f: &ParserFactory, schema: &Value) -> Result<Matcher, String> {
 /// A tool call's body under its grammar: done as soon as the JSON object is complete (the
 /// end marker after it is written by the caller, `tools.rs`).
 struct CallBody {
-    matcher: Matcher,
+    matcher: Schema,
     complete: bool,
 }
 
@@ -149,7 +152,7 @@ impl Constraint for CallBody {
 
     fn consume(&mut self, token: u32) -> Result<(), String> {
         self.matcher.consume(token)?;
-        self.complete = self.matcher.is_accepting().map_err(|e| e.to_string())?;
+        self.complete = self.matcher.0.is_accepting().map_err(|e| e.to_string())?;
         Ok(())
     }
 
@@ -187,7 +190,7 @@ impl Grammars {
         let schema = json!({"anyOf": calls, "x-guidance": json_layout()});
         let make: super::tools::ArgsGrammar = Arc::new(move || {
             Ok(Box::new(CallBody {
-                matcher: matcher(&f, &schema)?,
+                matcher: Schema(matcher(&f, &schema)?),
                 complete: false,
             }) as Box<dyn Constraint>)
         });

@@ -5,10 +5,8 @@
 //! submits them and turns the scheduler's events into JSON or server-sent events. Model
 //! compute runs on the rayon pool (`-t`), never on the async runtime.
 
-mod api;
 mod completions;
 mod embeddings;
-mod error;
 #[cfg(feature = "structured-output")]
 mod grammar;
 #[cfg(feature = "mcp")]
@@ -19,7 +17,10 @@ mod metrics;
 mod models;
 mod rerank;
 mod scheduler;
-mod tools;
+
+// The OpenAI API's types, errors and response assembly, shared with hanzo-edge.
+use hanzo_api::request as api;
+use hanzo_api::{error, tools};
 
 use anyhow::{bail, Context, Result};
 use axum::extract::{MatchedPath, Request, State};
@@ -34,6 +35,8 @@ use metrics::Metrics;
 use models::{Models, Sizing};
 use serde_json::json;
 use std::sync::Arc;
+
+pub use hanzo_api::response::unix_time;
 
 /// Reported as `system_fingerprint`: the build that answered.
 pub const FINGERPRINT: &str = concat!("hanzo-engine-", env!("CARGO_PKG_VERSION"));
@@ -111,35 +114,9 @@ pub struct ModelSet {
     pub isq: Option<String>,
 }
 
-/// `512M`, `2G`, `65536`.
+/// `512M`, `2G`, `65536` (`hanzo_api::sizes`).
 fn parse_bytes(s: &str) -> Result<usize, String> {
-    let t = s.trim();
-    let (num, mult) = match t.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => {
-            let m = match c.to_ascii_uppercase() {
-                'K' => 1 << 10,
-                'M' => 1 << 20,
-                'G' => 1 << 30,
-                _ => return Err(format!("unknown size suffix in {s:?} (use K, M or G)")),
-            };
-            (&t[..i], m)
-        }
-        _ => (t, 1),
-    };
-    let n: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size"))?;
-    if !(n > 0.0 && n.is_finite()) {
-        return Err(format!("{s:?} is not a positive size"));
-    }
-    Ok((n * mult as f64) as usize)
-}
-
-pub fn unix_time() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    hanzo_api::sizes::parse_bytes(s).map(|b| b as usize)
 }
 
 pub struct AppState {
@@ -333,16 +310,6 @@ async fn render_metrics(State(app): State<Arc<AppState>>) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_parse_with_binary_suffixes() {
-        assert_eq!(parse_bytes("512M"), Ok(512 << 20));
-        assert_eq!(parse_bytes("1.5G"), Ok(3 << 29));
-        assert_eq!(parse_bytes("4096"), Ok(4096));
-        assert!(parse_bytes("12X").is_err());
-        assert!(parse_bytes("-1").is_err());
-        assert!(parse_bytes("").is_err());
-    }
 
     #[test]
     fn keys_compare_whole() {

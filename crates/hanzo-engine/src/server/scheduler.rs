@@ -16,6 +16,7 @@
 //!   queued or running, and its blocks go back to the pool.
 
 use super::metrics::Metrics;
+pub use hanzo_api::events::{Constraint, Event, FinishReason, TokenLogprob};
 use hanzo_ml::kv::{KvError, PagedKv, SeqId};
 use hanzo_transformers::pipeline::PREFILL_CHUNK;
 use hanzo_transformers::sampler::{log_softmax, top_n};
@@ -48,61 +49,6 @@ pub struct GenRequest {
     pub events: UnboundedSender<Event>,
 }
 
-/// A grammar a choice's tokens must follow (constrained decoding; see `grammar.rs`).
-pub trait Constraint: Send {
-    /// Sets the logits of every token the grammar does not allow next to -inf.
-    fn mask(&mut self, logits: &mut [f32]) -> Result<(), String>;
-    /// Advances past the sampled token.
-    fn consume(&mut self, token: u32) -> Result<(), String>;
-    /// Whether the grammar is complete and allows nothing more.
-    fn is_done(&self) -> bool;
-}
-
-/// A token's log-probability, as the OpenAI API reports it.
-#[derive(Clone, Debug)]
-pub struct TokenLogprob {
-    pub token: String,
-    pub bytes: Vec<u8>,
-    pub logprob: f32,
-    pub top: Vec<(String, Vec<u8>, f32)>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FinishReason {
-    Stop,
-    Length,
-}
-
-impl FinishReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FinishReason::Stop => "stop",
-            FinishReason::Length => "length",
-        }
-    }
-}
-
-/// What the scheduler sends back, per choice.
-#[derive(Debug)]
-pub enum Event {
-    /// Text that is final (never half a character, never part of a stop string), with the
-    /// log-probabilities of the tokens sampled since the last event when asked for.
-    Text {
-        choice: usize,
-        text: String,
-        logprobs: Vec<TokenLogprob>,
-    },
-    Finish {
-        choice: usize,
-        reason: FinishReason,
-        tokens: usize,
-    },
-    /// A scoring request's log-probabilities, in the order of `GenRequest::score`.
-    Scores(Vec<f32>),
-    /// The request failed; no more events follow.
-    Error(String),
-}
-
 /// Why a request was refused at the door.
 #[derive(Debug)]
 pub enum SubmitError {
@@ -110,6 +56,17 @@ pub enum SubmitError {
     Busy,
     /// The scheduler thread has ended.
     Stopped,
+}
+
+impl From<SubmitError> for super::error::ApiError {
+    fn from(e: SubmitError) -> Self {
+        match e {
+            SubmitError::Busy => super::error::ApiError::busy(),
+            SubmitError::Stopped => {
+                super::error::ApiError::unavailable("the model's scheduler has stopped")
+            }
+        }
+    }
 }
 
 /// How the scheduler is sized.

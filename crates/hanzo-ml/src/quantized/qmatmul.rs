@@ -165,6 +165,20 @@ impl QMatMul {
         Ok(QMatMul::Interleaved(Arc::new(r)))
     }
 
+    /// Makes the repacked copy now if this weight repacks lazily and has not yet: a caller
+    /// that wants the memory settled before the first pass (its stored pages are read once,
+    /// here, and released as they are copied, instead of being read whole by a prompt's
+    /// pass first). Returns whether it copied anything.
+    pub fn repack_now(&self) -> bool {
+        match self {
+            QMatMul::Interleaved(r) if r.packed.get().is_none() => {
+                r.packed();
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Whether this weight is held repacked (`interleave`, or a lazily repacking weight after
     /// its first decode product).
     pub fn is_repacked(&self) -> bool {

@@ -394,6 +394,25 @@ impl Decoder {
         })
     }
 
+    /// See `LanguageModel::repack_weights`.
+    pub(crate) fn repack_weights(&self) -> usize {
+        let mut ws: Vec<&QMatMul> = Vec::new();
+        for b in &self.blocks {
+            match &b.qkv {
+                Qkv::Split { q, k, v } => ws.extend([&q.w, &k.w, &v.w]),
+                Qkv::Fused(p) => ws.push(&p.w),
+            }
+            ws.push(&b.o);
+            match &b.gate_up {
+                GateUp::Split { gate, up } => ws.extend([gate, up]),
+                GateUp::Fused(w) => ws.push(w),
+            }
+            ws.push(&b.down);
+        }
+        ws.push(&self.output);
+        ws.into_iter().filter(|w| w.repack_now()).count()
+    }
+
     /// See `LanguageModel::evict`. A key at position `p` was rotated by the angles of `p`;
     /// moved to `p - count` it is rotated by those of `-count` (rotations by angles linear
     /// in the position compose), with the tables' magnitude (YaRN's attention factor)

@@ -167,6 +167,14 @@ pub trait LanguageModel: Send + Sync {
     /// head) instead of logits: what last-token pooling embeds.
     fn hidden_batch(&self, batch: &[SeqChunk], kv: &mut PagedKv) -> Result<Tensor>;
 
+    /// Repacks now every weight that would be repacked at the first decode step
+    /// (`QMatMul::repack_now`), so that the stored pages of those weights are read once and
+    /// released, never read whole by a prompt's pass beside their copies. Returns the
+    /// weights repacked.
+    fn repack_weights(&self) -> usize {
+        0
+    }
+
     /// Evicts `count` positions of `seq` right after its pinned prefix (`PagedKv::evict`):
     /// the later positions move down by `count`, and their keys are rotated back by `count`
     /// positions, so the store holds what a fresh pass over the kept tokens would have
@@ -207,6 +215,10 @@ impl LanguageModel for Decoder {
 
     fn evict(&self, kv: &mut PagedKv, seq: SeqId, count: usize) -> Result<()> {
         Decoder::evict(self, kv, seq, count)
+    }
+
+    fn repack_weights(&self) -> usize {
+        Decoder::repack_weights(self)
     }
 }
 

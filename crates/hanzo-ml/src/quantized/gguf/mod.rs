@@ -167,6 +167,18 @@ impl GgufFile {
         })
     }
 
+    /// Maps this file's pages 4 KiB at a time from now on (`MADV_NOHUGEPAGE`), however the
+    /// page cache holds them: a process that counts its memory (the edge runtime) then holds
+    /// only the pages it reads, and giving back a repacked weight's stored pages is not undone
+    /// by a neighbour's read mapping their whole 2 MiB folio again. Decoding from weights
+    /// read this way is a little slower. Nothing happens for bytes in memory or off Linux.
+    pub fn prefer_small_pages(&self) {
+        #[cfg(target_os = "linux")]
+        if let Some(map) = self.map.mmap() {
+            let _ = map.advise(memmap2::Advice::NoHugePage);
+        }
+    }
+
     pub fn content(&self) -> &GgufContent {
         &self.content
     }

@@ -2,8 +2,8 @@
 //! are ignored, as the OpenAI API does; fields it knows but cannot honour are a 400, never
 //! silently dropped.
 
-use super::error::{ApiError, ApiResult};
-use super::tools::ToolPlan;
+use crate::error::{ApiError, ApiResult};
+use crate::tools::ToolPlan;
 use hanzo_transformers::{FunctionCall, Message, SamplingParams, ToolCall};
 use serde::Deserialize;
 use std::collections::HashMap;

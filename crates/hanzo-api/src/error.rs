@@ -116,17 +116,6 @@ impl ApiError {
     }
 }
 
-impl From<super::scheduler::SubmitError> for ApiError {
-    fn from(e: super::scheduler::SubmitError) -> Self {
-        match e {
-            super::scheduler::SubmitError::Busy => ApiError::busy(),
-            super::scheduler::SubmitError::Stopped => {
-                ApiError::unavailable("the model's scheduler has stopped")
-            }
-        }
-    }
-}
-
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut r = (self.status, axum::Json(self.body())).into_response();

@@ -10,8 +10,8 @@
 //! - closes the call, and after it allows only the end of the turn unless parallel calls
 //!   are allowed.
 
-use super::error::{ApiError, ApiResult};
-use super::scheduler::Constraint;
+use crate::error::{ApiError, ApiResult};
+use crate::events::Constraint;
 use hanzo_transformers::tools::TOOL_CALL_TAGS;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -30,7 +30,6 @@ pub struct ToolPlan {
     /// The `tools` entries as the chat template takes them.
     pub tools: Vec<Value>,
     /// Each function's name and parameter schema, in order (what the grammar holds calls to).
-    #[cfg_attr(not(feature = "structured-output"), allow(dead_code))]
     pub functions: Vec<(String, Value)>,
     pub choice: ToolChoice,
     pub parallel: bool,
@@ -145,7 +144,6 @@ impl ToolPlan {
     }
 
     /// The functions a call may name: all, or the one `tool_choice` names.
-    #[cfg_attr(not(feature = "structured-output"), allow(dead_code))]
     pub fn callable(&self) -> Vec<&(String, Value)> {
         match &self.choice {
             ToolChoice::Named(n) => self.functions.iter().filter(|(f, _)| f == n).collect(),

@@ -1,0 +1,31 @@
+//! `hanzo-edge serve` end to end: `tests/server/*.py` start it on a loopback port and drive
+//! it with the official `openai` Python package (installed by `scripts/test.sh`).
+
+#[path = "../../../scripts/fixture_path.rs"]
+mod fixture_path;
+
+use std::process::Command;
+
+#[test]
+fn openai_clients_get_the_local_api() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/server");
+    let deps = Command::new("python3")
+        .args(["-c", "import openai, pytest"])
+        .status()
+        .expect("python3");
+    assert!(
+        deps.success(),
+        "the server tests need Python's openai and pytest packages: \
+         python3 -m pip install openai pytest (scripts/test.sh installs them)"
+    );
+    let status = Command::new("python3")
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", dir])
+        .env("HANZO_EDGE_BIN", env!("CARGO_BIN_EXE_hanzo-edge"))
+        .env("HANZO_SMOLLM", fixture_path::fixture("smollm2"))
+        .status()
+        .expect("run pytest");
+    assert!(
+        status.success(),
+        "the local API's tests failed (output above)"
+    );
+}

@@ -174,6 +174,7 @@ impl Conversation {
             )));
         }
         let n = missing.max(movable / 2).min(movable);
+        let t0 = std::time::Instant::now();
         for &t in &self.held[k..k + n] {
             self.evicted_hash.write_u32(t);
         }
@@ -195,6 +196,11 @@ impl Conversation {
             Eviction::Off => unreachable!("refused above"),
         }
         self.evicted += n;
+        tracing::debug!(
+            "evicted {n} tokens after {k} kept ({mode:?}): {:.1} ms, {} positions left",
+            t0.elapsed().as_secs_f64() * 1e3,
+            self.held.len()
+        );
         Ok(Evicted {
             tokens: n,
             events: 1,

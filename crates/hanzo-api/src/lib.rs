@@ -9,9 +9,11 @@
 //! - [`tools`]: `tools` / `tool_choice` checked, and the constraint that holds the model to them;
 //! - [`events`]: what a generation sends back, choice by choice;
 //! - [`response`]: those events as one JSON answer or as server-sent events;
+//! - [`embeddings`]: `/v1/embeddings` requests checked and answers built;
 //! - [`sizes`]: byte sizes on command lines.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod embeddings;
 pub mod error;
 pub mod events;
 pub mod request;

@@ -2,6 +2,7 @@
 //! allocated (docs/EDGE.md says how each term is computed and what it was checked against).
 
 use crate::config::EdgeConfig;
+use crate::EdgeError;
 use hanzo_ml::kv::KvLayout;
 use hanzo_ml::quantized::gguf::GgufFile;
 use hanzo_ml::quantized::QMatMul;
@@ -67,8 +68,11 @@ pub struct Budget {
 impl Budget {
     /// The budget of `file`'s model (its `info` and `layout` read by the lazy loader, no
     /// tensor data touched) with `cfg`'s context, chunk and kept prefix.
+    ///
+    /// A mapped file's weights count as they will be resident; a file in memory counts
+    /// whole, plus what its weights take beyond their stored bytes.
     pub fn compute(file: &GgufFile, info: &ModelInfo, layout: &KvLayout, cfg: &EdgeConfig) -> Self {
-        let weights = file
+        let resident: u64 = file
             .tensor_infos()
             .iter()
             .map(|t| match t.shape.dims() {
@@ -77,13 +81,27 @@ impl Budget {
                 d => (t.size + 4 * d.iter().product::<usize>()) as u64,
             })
             .sum();
+        let weights = if file.is_mapped() {
+            resident
+        } else {
+            let stored: u64 = file.tensor_infos().iter().map(|t| t.size as u64).sum();
+            let file_len = file
+                .tensor_infos()
+                .iter()
+                .map(|t| t.offset + t.size as u64)
+                .max()
+                .unwrap_or(0);
+            file_len + resident.saturating_sub(stored)
+        };
         let ctx = cfg.max_context_tokens;
         let chunk = cfg.chunk();
         let kv_blocks = layout.blocks_pinned(ctx, chunk + TRUNCATE_SLACK, cfg.max_keep_tokens);
         let kv_cache = (kv_blocks * layout.block_bytes()) as u64;
-        // An eviction copies one layer's moved keys and values (f16) aside.
-        let eviction = (ctx * layout.row * 2 * 2) as u64;
-        let activations = scratch_bytes(info, chunk, 1) as u64 + eviction;
+        // Attention over a long context reads one layer's visible keys and values as f32
+        // copies (a prompt pass, and every pass of a Q8_0 cache); an eviction's copy of the
+        // moved rows and its f32 keys to re-rotate are no larger.
+        let attention = (ctx * layout.row * 2 * 4) as u64;
+        let activations = scratch_bytes(info, chunk, 1) as u64 + attention;
         let header = file
             .tensor_infos()
             .iter()
@@ -104,5 +122,36 @@ impl Budget {
 
     pub fn total(&self) -> u64 {
         self.breakdown.total()
+    }
+
+    /// The budget of `file`'s model under `config` (the file may be header-only,
+    /// `GgufFile::header_only`: nothing but the header is read), and the KV layout it was
+    /// computed for; [`EdgeError::OverBudget`] when it is over `config.max_memory_bytes`.
+    pub fn check(file: &GgufFile, config: &EdgeConfig) -> Result<(Self, KvLayout), EdgeError> {
+        let (info, layout) = hanzo_transformers::describe_gguf(file)?;
+        let layout = layout.with_dtype(config.kv_dtype);
+        if config.max_context_tokens > info.context_length {
+            return Err(EdgeError::Config(format!(
+                "max_context_tokens {} is over the model's context of {}",
+                config.max_context_tokens, info.context_length
+            )));
+        }
+        if !layout.row.is_multiple_of(config.kv_dtype.granule()) {
+            return Err(EdgeError::Config(format!(
+                "a {} KV cache needs {} values per position to be a multiple of {}",
+                config.kv_dtype,
+                layout.row,
+                config.kv_dtype.granule()
+            )));
+        }
+        let budget = Self::compute(file, &info, &layout, config);
+        if budget.total() > config.max_memory_bytes {
+            return Err(EdgeError::OverBudget {
+                needed: budget.total(),
+                limit: config.max_memory_bytes,
+                breakdown: budget.breakdown.clone(),
+            });
+        }
+        Ok((budget, layout))
     }
 }

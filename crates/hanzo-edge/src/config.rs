@@ -1,3 +1,4 @@
+use hanzo_ml::kv::KvDtype;
 use std::path::PathBuf;
 
 /// What to do with the KV cache when a conversation outgrows `max_context_tokens`.
@@ -39,6 +40,14 @@ pub struct EdgeConfig {
     /// Tokens kept after the system prompt when evicting (llama.cpp's `--keep`).
     pub keep_tokens: usize,
     pub eviction: Eviction,
+    /// How the KV cache holds keys and values: f16, or Q8_0 at 53% of the bytes (its
+    /// perplexity cost and speed are measured in docs/EDGE.md).
+    pub kv_dtype: KvDtype,
+    /// Above this thermal state (0 nominal, 1 fair, 2 serious, 3 critical) forward passes
+    /// run on half the threads until the device cools; `None` never lowers them.
+    pub thermal_limit: Option<u8>,
+    /// Where the thermal zones are read (`/sys/class/thermal`; tests point it elsewhere).
+    pub thermal_zones: PathBuf,
 }
 
 impl EdgeConfig {
@@ -58,6 +67,9 @@ impl EdgeConfig {
             max_keep_tokens: (max_context_tokens / 4).min(256),
             keep_tokens: 0,
             eviction: Eviction::Rerotate,
+            kv_dtype: KvDtype::F16,
+            thermal_limit: Some(1),
+            thermal_zones: PathBuf::from("/sys/class/thermal"),
         }
     }
 

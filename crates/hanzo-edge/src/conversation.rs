@@ -69,6 +69,48 @@ impl Conversation {
         self.evicted_hash = DefaultHasher::new();
     }
 
+    /// The final-normed hidden state after `tokens` (at most the context), computed in a
+    /// sequence of its own beside the conversation when the store has the blocks for it;
+    /// otherwise the conversation is set aside first (its next turn is computed afresh).
+    /// The sequence's blocks go back to the store.
+    pub fn last_hidden(
+        &mut self,
+        model: &dyn LanguageModel,
+        tokens: &[u32],
+        chunk: usize,
+    ) -> Result<Vec<f32>, EdgeError> {
+        if tokens.is_empty() || tokens.len() > self.ctx {
+            return Err(EdgeError::Request(format!(
+                "an input of {} tokens; 1 to {} fit the context",
+                tokens.len(),
+                self.ctx
+            )));
+        }
+        if self.kv.layout().blocks_for(tokens.len(), chunk) > self.kv.free_blocks() {
+            self.reset();
+        }
+        let seq = self.kv.add_sequence();
+        let mut out = Ok(Vec::new());
+        let n = tokens.len().div_ceil(chunk.max(1));
+        for (i, c) in tokens.chunks(chunk.max(1)).enumerate() {
+            let want = if i + 1 == n {
+                Logits::Last
+            } else {
+                Logits::None
+            };
+            match model.hidden_batch(&[SeqChunk::new(seq, c, want)], &mut self.kv) {
+                Ok(h) if i + 1 == n => out = h.to_vec_flat::<f32>().map_err(EdgeError::from),
+                Ok(_) => {}
+                Err(e) => {
+                    out = Err(e.into());
+                    break;
+                }
+            }
+        }
+        let _ = self.kv.release(seq);
+        out
+    }
+
     /// Makes the store ready for `prompt`, the whole conversation so far: keeps what it
     /// holds of it already, or starts over with the first `keep` tokens pinned. Returns
     /// where in `prompt` the tokens to compute start (at least one is left to compute).
@@ -174,7 +216,7 @@ impl Conversation {
             )));
         }
         let n = missing.max(movable / 2).min(movable);
-        let t0 = std::time::Instant::now();
+        let t0 = web_time::Instant::now();
         for &t in &self.held[k..k + n] {
             self.evicted_hash.write_u32(t);
         }

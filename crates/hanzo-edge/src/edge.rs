@@ -3,22 +3,24 @@
 use crate::budget::{Budget, TRUNCATE_SLACK};
 use crate::config::EdgeConfig;
 use crate::conversation::{Conversation, Evicted};
-use crate::stream::TokenStream;
+use crate::stream::{Reply, TokenStream};
+use crate::thermal::Throttle;
 use crate::EdgeError;
 use hanzo_ml::quantized::gguf::GgufFile;
 use hanzo_ml::Tensor;
 use hanzo_transformers::tokenizer::StreamDecoder;
 use hanzo_transformers::{
-    describe_gguf, load_gguf_with, GenerateOptions, Message, Sampler, StopFilter, TextGeneration,
-    WeightMode,
+    l2_normalize, load_gguf_with, Embeddings, GenerateOptions, Message, Sampler, StopFilter,
+    TextGeneration, WeightMode,
 };
-use std::time::Instant;
+use web_time::Instant;
 
 /// The on-device runtime (see the crate docs).
 pub struct Edge {
     pub(crate) pipeline: TextGeneration,
     pub(crate) conversation: Conversation,
     pub(crate) config: EdgeConfig,
+    throttle: Throttle,
     budget: Budget,
     load_seconds: f64,
 }
@@ -33,6 +35,29 @@ impl Edge {
         let t0 = Instant::now();
         config.validate()?;
         log_memory("start");
+        let path = &config.model;
+        if path.is_dir() {
+            return Err(EdgeError::Config(format!(
+                "{} is a directory; hanzo-edge loads GGUF files (`hanzo-engine quantize` makes one)",
+                path.display()
+            )));
+        }
+        let file = GgufFile::open(path)?;
+        // Only the pages read are held, and a repacked weight's released pages stay released
+        // (decode speed measured the same on the fixtures: docs/EDGE.md).
+        file.prefer_small_pages();
+        Self::load(file, config, t0)
+    }
+
+    /// As [`Self::new`], for a GGUF file already in memory (`GgufFile::from_blob`, as in
+    /// the browser): its bytes count in the budget whole. `config.model` only names it.
+    pub fn from_gguf(file: GgufFile, config: EdgeConfig) -> Result<Self, EdgeError> {
+        let t0 = Instant::now();
+        config.validate()?;
+        Self::load(file, config, t0)
+    }
+
+    fn load(file: GgufFile, config: EdgeConfig, t0: Instant) -> Result<Self, EdgeError> {
         if let Some(n) = config.threads {
             // The global pool can be built once per process; a second `Edge` shares it.
             if rayon::ThreadPoolBuilder::new()
@@ -47,33 +72,8 @@ impl Edge {
                 );
             }
         }
-        let path = &config.model;
-        if path.is_dir() {
-            return Err(EdgeError::Config(format!(
-                "{} is a directory; hanzo-edge loads GGUF files (`hanzo-engine quantize` makes one)",
-                path.display()
-            )));
-        }
-        let file = GgufFile::open(path)?;
-        // Only the pages read are held, and a repacked weight's released pages stay released
-        // (decode speed measured the same on the fixtures: docs/EDGE.md).
-        file.prefer_small_pages();
-        let (info, layout) = describe_gguf(&file)?;
+        let (budget, layout) = Budget::check(&file, &config)?;
         log_memory("header read");
-        if config.max_context_tokens > info.context_length {
-            return Err(EdgeError::Config(format!(
-                "max_context_tokens {} is over the model's context of {}",
-                config.max_context_tokens, info.context_length
-            )));
-        }
-        let budget = Budget::compute(&file, &info, &layout, &config);
-        if budget.total() > config.max_memory_bytes {
-            return Err(EdgeError::OverBudget {
-                needed: budget.total(),
-                limit: config.max_memory_bytes,
-                breakdown: budget.breakdown.clone(),
-            });
-        }
         tracing::info!(
             "budget {} of {} bytes: {}",
             budget.total(),
@@ -97,9 +97,11 @@ impl Edge {
             TRUNCATE_SLACK,
         );
         log_memory("KV cache allocated");
+        let throttle = Throttle::new(config.thermal_zones.clone(), config.thermal_limit);
         Ok(Self {
             pipeline,
             conversation,
+            throttle,
             config,
             budget,
             load_seconds: t0.elapsed().as_secs_f64(),
@@ -122,6 +124,18 @@ impl Edge {
     /// The model, tokenizer and chat template.
     pub fn pipeline(&self) -> &TextGeneration {
         &self.pipeline
+    }
+
+    /// Threads forward passes run on now: all of them, or half while the device is hotter
+    /// than `EdgeConfig::thermal_limit`.
+    pub fn threads(&self) -> usize {
+        self.throttle.threads()
+    }
+
+    /// The thermal state as last read (0 nominal to 3 critical; `None` where the platform
+    /// reports none or `thermal_limit` is off).
+    pub fn thermal_state(&self) -> Option<u8> {
+        self.throttle.state()
     }
 
     /// Positions the conversation holds now.
@@ -188,6 +202,37 @@ impl Edge {
         self.start(prompt, keep, opts)
     }
 
+    /// One unit vector per text, in order: the model's final-normed hidden state at each
+    /// text's last token, L2-normalized (last-token pooling, as `hanzo-engine serve` embeds
+    /// with a language model and as decoder embedders such as Qwen3-Embedding are read).
+    /// Each text runs in the one KV store, beside the conversation when there is room and
+    /// in its place when there is not; a text longer than the context is an error.
+    pub fn embed(&mut self, texts: &[&str]) -> Result<Embeddings, EdgeError> {
+        let mut vectors = Vec::with_capacity(texts.len());
+        let mut tokens = Vec::with_capacity(texts.len());
+        for (i, text) in texts.iter().enumerate() {
+            let ids = self.pipeline.text_tokens(text);
+            if ids.is_empty() {
+                return Err(EdgeError::Request(format!("input {i} has no tokens")));
+            }
+            let mut v = self
+                .conversation
+                .last_hidden(self.pipeline.model.as_ref(), &ids, self.config.chunk())
+                .map_err(|e| match e {
+                    EdgeError::Request(m) => EdgeError::Request(format!("input {i}: {m}")),
+                    e => e,
+                })?;
+            l2_normalize(&mut v);
+            tokens.push(ids.len());
+            vectors.push(v);
+        }
+        Ok(Embeddings {
+            truncated: vec![false; vectors.len()],
+            vectors,
+            tokens,
+        })
+    }
+
     /// Tokens of the conversation's leading system turn(s): where the chat rendered with
     /// only them stops agreeing with the whole prompt.
     fn system_prefix(&self, messages: &[Message], prompt: &[u32]) -> Result<usize, EdgeError> {
@@ -225,7 +270,7 @@ impl Edge {
         if opts.penalize_prompt {
             sampler.observe(&prompt);
         }
-        Ok(TokenStream {
+        let reply = Reply {
             sampler,
             decoder: StreamDecoder::new(),
             stops: StopFilter::new(opts.stop.clone()),
@@ -242,18 +287,25 @@ impl Edge {
             evicted,
             started,
             first_token: None,
-            edge: self,
-        })
+        };
+        Ok(TokenStream { edge: self, reply })
     }
 
     /// Runs `tokens` after the conversation, evicting where needed.
+    /// On as many threads as the device's temperature allows (`EdgeConfig::thermal_limit`).
     pub(crate) fn feed(&mut self, tokens: &[u32]) -> Result<(Tensor, Evicted), EdgeError> {
-        let (logits, evicted) = self.conversation.feed(
-            self.pipeline.model.as_ref(),
-            tokens,
-            self.config.chunk(),
-            self.config.eviction,
-        )?;
+        self.throttle.update();
+        let Self {
+            conversation,
+            pipeline,
+            config,
+            throttle,
+            ..
+        } = self;
+        let model = pipeline.model.as_ref();
+        let (chunk, eviction) = (config.chunk(), config.eviction);
+        let (logits, evicted) =
+            throttle.run(|| conversation.feed(model, tokens, chunk, eviction))?;
         Ok((logits.expect("at least one token"), evicted))
     }
 }

@@ -38,4 +38,5 @@ pub use budget::{Breakdown, Budget};
 pub use config::{EdgeConfig, Eviction};
 pub use edge::Edge;
 pub use error::EdgeError;
-pub use stream::{Event, Summary, TokenStream};
+pub use hanzo_ml::kv::KvDtype;
+pub use stream::{Event, Reply, Summary, TokenStream};

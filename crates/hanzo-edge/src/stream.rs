@@ -6,7 +6,7 @@ use crate::EdgeError;
 use hanzo_ml::Tensor;
 use hanzo_transformers::tokenizer::StreamDecoder;
 use hanzo_transformers::{Finish, Sampler, StopFilter};
-use std::time::Instant;
+use web_time::Instant;
 
 /// One item of a [`TokenStream`].
 #[derive(Clone, Debug)]
@@ -45,6 +45,13 @@ pub struct Summary {
 /// it ends the reply where it is (the conversation keeps what was generated).
 pub struct TokenStream<'a> {
     pub(crate) edge: &'a mut Edge,
+    pub(crate) reply: Reply,
+}
+
+/// A reply in progress apart from the [`Edge`] it runs on: what a host that cannot hold a
+/// [`TokenStream`]'s borrow keeps (the JavaScript bindings), with [`Reply::next_event`]
+/// called with the same `Edge` that started it, and no other reply started meanwhile.
+pub struct Reply {
     pub(crate) sampler: Sampler,
     pub(crate) decoder: StreamDecoder,
     pub(crate) stops: StopFilter,
@@ -66,17 +73,22 @@ pub struct TokenStream<'a> {
 impl TokenStream<'_> {
     /// Tokens of the prompt (the whole conversation as sent).
     pub fn prompt_tokens(&self) -> usize {
-        self.prompt_tokens
+        self.reply.prompt_tokens()
     }
 
     /// The tokens generated so far.
     pub fn tokens(&self) -> &[u32] {
-        &self.tokens
+        self.reply.tokens()
     }
 
     /// Evictions during this reply so far.
     pub fn evictions(&self) -> usize {
-        self.evicted.events
+        self.reply.evicted.events
+    }
+
+    /// The reply without the borrow of its `Edge` (see [`Reply`]).
+    pub fn into_reply(self) -> Reply {
+        self.reply
     }
 
     /// The tokens the KV cache holds now, in position order: the kept prefix, then the
@@ -98,12 +110,45 @@ impl TokenStream<'_> {
             "the stream ended without a summary".into(),
         ))
     }
+}
+
+impl Reply {
+    /// The next event, as [`TokenStream`]'s iterator gives it; `None` after the summary.
+    pub fn next_event(&mut self, edge: &mut Edge) -> Option<Result<Event, EdgeError>> {
+        loop {
+            if self.done {
+                return None;
+            }
+            if self.finish.is_some() {
+                self.done = true;
+                return Some(Ok(Event::Done(self.summary(edge))));
+            }
+            match self.step(edge) {
+                Ok(piece) if piece.is_empty() => continue,
+                Ok(piece) => return Some(Ok(Event::Text(piece))),
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+    }
+
+    /// Tokens of the prompt (the whole conversation as sent).
+    pub fn prompt_tokens(&self) -> usize {
+        self.prompt_tokens
+    }
+
+    /// The tokens generated so far.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
 
     /// Samples the next token and returns the text it completes (see
     /// `TextGeneration::step`, whose rules this follows).
-    fn step(&mut self) -> Result<String, EdgeError> {
+    fn step(&mut self, edge: &mut Edge) -> Result<String, EdgeError> {
         if let Some(tok) = self.pending.take() {
-            let (logits, e) = self.edge.feed(&[tok])?;
+            let (logits, e) = edge.feed(&[tok])?;
             self.evicted.tokens += e.tokens;
             self.evicted.events += e.events;
             self.logits = logits;
@@ -115,7 +160,7 @@ impl TokenStream<'_> {
         let tok = self.sampler.sample(&row);
         self.first_token
             .get_or_insert_with(|| self.started.elapsed().as_secs_f64());
-        let tokenizer = &self.edge.pipeline.tokenizer;
+        let tokenizer = &edge.pipeline.tokenizer;
         if tokenizer.vocab().is_end_of_generation(tok) {
             return Ok(self.end(Finish::EndOfText));
         }
@@ -144,7 +189,8 @@ impl TokenStream<'_> {
         out + &self.stops.flush()
     }
 
-    fn summary(&self) -> Summary {
+    /// How the reply went so far (`Finish::Cancelled` while it has not finished).
+    pub fn summary(&self, edge: &Edge) -> Summary {
         let total = self.started.elapsed().as_secs_f64();
         let ttft = self.first_token.unwrap_or(total);
         let after = self.generated.saturating_sub(1);
@@ -155,9 +201,9 @@ impl TokenStream<'_> {
             completion_tokens: self.generated,
             evicted_tokens: self.evicted.tokens,
             evictions: self.evicted.events,
-            kept_tokens: self.edge.conversation.pinned(),
-            context_tokens: self.edge.conversation.len(),
-            max_context_tokens: self.edge.config.max_context_tokens,
+            kept_tokens: edge.conversation.pinned(),
+            context_tokens: edge.conversation.len(),
+            max_context_tokens: edge.config.max_context_tokens,
             time_to_first_token_s: ttft,
             generate_seconds: total,
             tokens_per_second: if total > ttft && after > 0 {
@@ -169,26 +215,32 @@ impl TokenStream<'_> {
     }
 }
 
+/// With the `async` feature (on by default) a [`TokenStream`] is also a
+/// `futures_core::Stream` of the same events. The model runs on the thread that polls: each
+/// poll computes the next token there (one decode step, a few to tens of milliseconds) and
+/// is ready at once, never pending. Poll it where blocking that long is fine (a dedicated
+/// thread, `tokio::task::spawn_blocking`, a local executor) rather than on an executor
+/// thread others wait on. Dropping it cancels the reply, as with the iterator.
+#[cfg(feature = "async")]
+impl futures_core::Stream for TokenStream<'_> {
+    type Item = Result<Event, EdgeError>;
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        std::task::Poll::Ready(self.get_mut().next())
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (usize::from(!self.reply.done), None)
+    }
+}
+
 impl Iterator for TokenStream<'_> {
     type Item = Result<Event, EdgeError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        loop {
-            if self.done {
-                return None;
-            }
-            if self.finish.is_some() {
-                self.done = true;
-                return Some(Ok(Event::Done(self.summary())));
-            }
-            match self.step() {
-                Ok(piece) if piece.is_empty() => continue,
-                Ok(piece) => return Some(Ok(Event::Text(piece))),
-                Err(e) => {
-                    self.done = true;
-                    return Some(Err(e));
-                }
-            }
-        }
+        self.reply.next_event(self.edge)
     }
 }

@@ -5,7 +5,8 @@
 //! has them (`passive` throttling: serious; `hot` or `critical`: critical) and against fixed
 //! temperatures where it has none (70, 85 and 95 °C).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use web_time::{Duration, Instant};
 
 /// The thermal state now, or `None` where the platform reports no thermal zones.
 pub fn state() -> Option<u8> {
@@ -56,6 +57,103 @@ fn zone_state(zone: &Path) -> Option<u8> {
         t if t >= fair => 1,
         _ => 0,
     })
+}
+
+/// How often a generation reads the thermal state again.
+const RECHECK: Duration = Duration::from_secs(1);
+
+/// Fewer threads while the device is hot: above `limit`, forward passes run in a rayon pool
+/// of `cool_threads / 2` (at least one) with the decode team switched off
+/// (`hanzo_ml::cpu::team::set_enabled`), and back on all threads once it has cooled.
+pub(crate) struct Throttle {
+    zones: PathBuf,
+    limit: Option<u8>,
+    cool_threads: usize,
+    hot_pool: Option<rayon::ThreadPool>,
+    state: Option<u8>,
+    checked: Option<Instant>,
+}
+
+impl Throttle {
+    pub fn new(zones: PathBuf, limit: Option<u8>) -> Self {
+        Self {
+            zones,
+            limit,
+            cool_threads: rayon::current_num_threads(),
+            hot_pool: None,
+            state: None,
+            checked: None,
+        }
+    }
+
+    /// Threads forward passes run on now.
+    pub fn threads(&self) -> usize {
+        match self.is_hot() {
+            true => self.hot_threads(),
+            false => self.cool_threads,
+        }
+    }
+
+    /// The thermal state as last read (`None` where the platform reports none).
+    pub fn state(&self) -> Option<u8> {
+        self.state
+    }
+
+    fn hot_threads(&self) -> usize {
+        (self.cool_threads / 2).max(1)
+    }
+
+    fn is_hot(&self) -> bool {
+        matches!((self.state, self.limit), (Some(s), Some(l)) if s > l)
+    }
+
+    /// Reads the thermal state again if a second has passed, and says so in the log when
+    /// the thread count changes.
+    pub fn update(&mut self) {
+        if self.limit.is_none() || self.checked.is_some_and(|t| t.elapsed() < RECHECK) {
+            return;
+        }
+        self.checked = Some(Instant::now());
+        let was_hot = self.is_hot();
+        self.state = state_in(&self.zones);
+        let hot = self.is_hot();
+        if hot && !was_hot {
+            tracing::warn!(
+                "thermal state {} is above {}: generating on {} threads of {}",
+                self.state.unwrap_or(0),
+                self.limit.unwrap_or(0),
+                self.hot_threads(),
+                self.cool_threads
+            );
+        } else if was_hot && !hot {
+            tracing::info!(
+                "thermal state {}: back to {} threads",
+                self.state.unwrap_or(0),
+                self.cool_threads
+            );
+        }
+    }
+
+    /// Runs `f` on as many threads as the thermal state allows.
+    pub fn run<R: Send>(&mut self, f: impl FnOnce() -> R + Send) -> R {
+        if !self.is_hot() || self.hot_threads() >= self.cool_threads {
+            return f();
+        }
+        if self.hot_pool.is_none() {
+            self.hot_pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(self.hot_threads())
+                .thread_name(|i| format!("hanzo-edge-cool-{i}"))
+                .build()
+                .ok();
+        }
+        let Some(pool) = &self.hot_pool else {
+            return f();
+        };
+        hanzo_ml::cpu::team::set_enabled(false);
+        let out = pool.install(f);
+        hanzo_ml::cpu::team::set_enabled(true);
+        out
+    }
 }
 
 #[cfg(test)]

@@ -298,7 +298,7 @@ impl Embedder {
 }
 
 /// Scales `v` to unit length (a zero vector stays zero).
-pub(crate) fn l2_normalize(v: &mut [f32]) {
+pub fn l2_normalize(v: &mut [f32]) {
     let norm = v
         .iter()
         .map(|&x| (x as f64) * (x as f64))

@@ -17,7 +17,7 @@ pub mod tokenizer;
 pub mod tools;
 
 pub use chat_template::{ChatTemplate, FunctionCall, Message, ToolCall};
-pub use embedding::{EmbedOptions, Embedder, Embeddings, EncoderFiles, Pooling};
+pub use embedding::{l2_normalize, EmbedOptions, Embedder, Embeddings, EncoderFiles, Pooling};
 pub use error::{Error, Result};
 pub use models::{
     describe_gguf, load_dir, load_gguf, load_gguf_with, Cache, Decoder, LanguageModel, Logits,

@@ -19,7 +19,7 @@ pub struct ChatArgs {
 }
 
 pub fn chat(a: ChatArgs) -> anyhow::Result<()> {
-    let mut edge = Edge::new(a.model.config())?;
+    let mut edge = Edge::new(a.model.config()?)?;
     let opts = a.sample.options();
     eprintln!(
         "budget {:.1} MiB ({}); context {} tokens. An empty line or end of input quits; /reset starts over.",

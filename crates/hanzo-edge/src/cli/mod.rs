@@ -5,6 +5,7 @@ mod run;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use hanzo_edge::{EdgeConfig, Eviction};
+use hanzo_ml::kv::KvDtype;
 use hanzo_transformers::{GenerateOptions, SamplingParams};
 use std::path::PathBuf;
 
@@ -50,7 +51,7 @@ enum EvictionArg {
 /// The model and its budget.
 #[derive(Args)]
 pub struct ModelArgs {
-    /// A GGUF file.
+    /// A GGUF file, or the name of a model `hanzo-engine pull` put in the store.
     #[arg(long, short)]
     model: PathBuf,
     /// The memory budget: bytes, or with a unit (500MB, 1.5GiB).
@@ -71,24 +72,58 @@ pub struct ModelArgs {
     /// Prompt tokens per forward pass (fewer: less memory, slower prompts).
     #[arg(long, default_value_t = 256)]
     prefill_chunk: usize,
+    /// How the KV cache holds keys and values: f16, or q8_0 (53% of the bytes).
+    #[arg(long, default_value = "f16")]
+    kv_dtype: KvDtype,
+    /// Above this thermal state (0 nominal, 1 fair, 2 serious, 3 critical) generate on half
+    /// the threads until the device cools; `off` never.
+    #[arg(long, default_value = "1", value_parser = thermal_limit)]
+    thermal_limit: ThermalLimit,
+}
+
+/// `--thermal-limit`: a state, or none (`off`).
+#[derive(Clone, Copy)]
+struct ThermalLimit(Option<u8>);
+
+fn thermal_limit(s: &str) -> Result<ThermalLimit, String> {
+    match s {
+        "off" => Ok(ThermalLimit(None)),
+        _ => match s.parse::<u8>() {
+            Ok(n) if n <= 3 => Ok(ThermalLimit(Some(n))),
+            _ => Err(format!("{s:?}: a thermal state 0 to 3, or off")),
+        },
+    }
 }
 
 impl ModelArgs {
-    pub fn path(&self) -> &std::path::Path {
-        &self.model
+    /// What clients call the model by default: the file's name without `.gguf`, or the
+    /// store name as given.
+    pub fn display_name(&self) -> String {
+        match self.model.is_file() {
+            true => self
+                .model
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned()),
+            false => Some(self.model.to_string_lossy().into_owned()),
+        }
+        .unwrap_or_else(|| "model".into())
     }
 
-    pub fn config(&self) -> EdgeConfig {
-        let mut c = EdgeConfig::new(&self.model, self.max_context_tokens, self.max_memory_bytes);
+    /// The configuration, the model's path resolved (a path as it is, else a store name).
+    pub fn config(&self) -> anyhow::Result<EdgeConfig> {
+        let model = hanzo_store::resolve_model(&self.model)?;
+        let mut c = EdgeConfig::new(model, self.max_context_tokens, self.max_memory_bytes);
         c.threads = self.threads;
         c.keep_tokens = self.keep;
         c.prefill_chunk = self.prefill_chunk;
+        c.kv_dtype = self.kv_dtype;
+        c.thermal_limit = self.thermal_limit.0;
         c.eviction = match self.eviction {
             EvictionArg::Rerotate => Eviction::Rerotate,
             EvictionArg::Recompute => Eviction::Recompute,
             EvictionArg::Off => Eviction::Off,
         };
-        c
+        Ok(c)
     }
 }
 

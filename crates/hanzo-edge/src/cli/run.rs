@@ -23,7 +23,7 @@ pub struct RunArgs {
 }
 
 pub fn run(a: RunArgs) -> anyhow::Result<()> {
-    let mut edge = Edge::new(a.model.config())?;
+    let mut edge = Edge::new(a.model.config()?)?;
     let opts = a.sample.options();
     let stream = if a.chat {
         let mut messages = Vec::new();

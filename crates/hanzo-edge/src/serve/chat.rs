@@ -13,7 +13,6 @@ use hanzo_api::response::{Job, Kind};
 use hanzo_edge::{Edge, EdgeError, Event, Summary, TokenStream};
 use hanzo_transformers::{Finish, GenerateOptions, Message};
 use serde_json::{json, Value};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -91,7 +90,7 @@ pub async fn completions(State(app): State<Arc<AppState>>, body: Bytes) -> ApiRe
     job.respond(req.stream, usage).await
 }
 
-fn check_model(app: &AppState, model: &str) -> ApiResult<()> {
+pub(super) fn check_model(app: &AppState, model: &str) -> ApiResult<()> {
     if model != app.name {
         return Err(ApiError::model_not_found(
             model,
@@ -139,14 +138,9 @@ async fn start(app: &Arc<AppState>, kind: Kind, input: Input, s: GenSettings) ->
         if let Some(summary) = pump(stream, &tx) {
             state.metrics.finished(&summary);
         }
-        state
-            .context_used
-            .store(edge.context_used(), Ordering::SeqCst);
+        state.metrics.threads(edge.threads());
     });
-    let sent = app.worker.lock().is_ok_and(|w| w.send(work).is_ok());
-    if !sent {
-        return Err(ApiError::unavailable("the generation thread has stopped"));
-    }
+    app.submit(work)?;
     let prompt_tokens = started
         .await
         .map_err(|_| ApiError::internal("the generation thread ended"))??;

@@ -16,6 +16,7 @@ pub struct Metrics {
     evictions: Counter,
     evicted_tokens: Counter,
     context_tokens: Gauge,
+    threads: Gauge,
 }
 
 /// Why a request would go to the cloud (`hanzo_edge_cloud_fallback_total{reason}`).
@@ -100,12 +101,22 @@ impl Metrics {
                 "hanzo_edge_context_tokens",
                 "Positions of the context the conversation holds now.",
             )?,
+            threads: gauge(
+                "hanzo_edge_threads",
+                "Threads generation runs on now (halved while the device is too hot).",
+            )?,
             registry,
         })
     }
 
-    pub fn loaded(&self, seconds: f64) {
+    pub fn loaded(&self, seconds: f64, threads: usize) {
         self.load_duration.observe(seconds);
+        self.threads.set(threads as f64);
+    }
+
+    /// The thread count after a request (lowered or restored by the thermal state).
+    pub fn threads(&self, threads: usize) {
+        self.threads.set(threads as f64);
     }
 
     pub fn finished(&self, s: &hanzo_edge::Summary) {

@@ -7,6 +7,7 @@
 //! its generation at the next token and frees the slot.
 
 mod chat;
+mod embeddings;
 mod metrics;
 
 use crate::cli::ModelArgs;
@@ -73,11 +74,14 @@ pub struct AppState {
     pub worker: Mutex<std::sync::mpsc::Sender<Work>>,
     pub name: String,
     pub vocab: usize,
+    /// Dimensions of the model's embeddings (its hidden size).
+    pub width: usize,
     pub metrics: Metrics,
     /// Copies of the figures `/health` reports, so that it answers during a generation.
     budget: Budget,
     limit: u64,
     max_context: usize,
+    kv_dtype: hanzo_ml::kv::KvDtype,
     pub context_used: AtomicUsize,
     slot: Arc<Semaphore>,
     waiting: AtomicUsize,
@@ -94,6 +98,21 @@ impl Drop for Waiting<'_> {
 }
 
 impl AppState {
+    /// Hands `work` to the generation thread; the context in use is noted after it.
+    pub fn submit(self: &Arc<Self>, work: Work) -> Result<(), ApiError> {
+        let state = self.clone();
+        let work: Work = Box::new(move |edge: &mut Edge| {
+            work(edge);
+            state
+                .context_used
+                .store(edge.context_used(), Ordering::SeqCst);
+        });
+        match self.worker.lock().is_ok_and(|w| w.send(work).is_ok()) {
+            true => Ok(()),
+            false => Err(ApiError::unavailable("the generation thread has stopped")),
+        }
+    }
+
     /// The right to generate: now, after the requests ahead in the queue, or 429.
     pub async fn slot(&self) -> Result<OwnedSemaphorePermit, ApiError> {
         if let Ok(p) = self.slot.clone().try_acquire_owned() {
@@ -115,23 +134,18 @@ impl AppState {
 pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let ip = loopback(&a.host).map_err(anyhow::Error::msg)?;
     let metrics = Metrics::new()?;
-    let mut edge = Edge::new(a.model.config())?;
-    metrics.loaded(edge.load_seconds());
-    let name = a.name.clone().unwrap_or_else(|| {
-        let stem = a
-            .model
-            .path()
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned());
-        stem.unwrap_or_else(|| "model".into())
-    });
+    let mut edge = Edge::new(a.model.config()?)?;
+    metrics.loaded(edge.load_seconds(), edge.threads());
+    let name = a.name.clone().unwrap_or_else(|| a.model.display_name());
     let (worker, work) = std::sync::mpsc::channel::<Work>();
     let state = Arc::new(AppState {
         budget: edge.budget().clone(),
         limit: edge.config().max_memory_bytes,
         max_context: edge.config().max_context_tokens,
+        kv_dtype: edge.config().kv_dtype,
         context_used: AtomicUsize::new(0),
         vocab: edge.pipeline().model.info().vocab_size,
+        width: edge.pipeline().model.info().hidden_size,
         worker: Mutex::new(worker),
         name,
         metrics,
@@ -175,6 +189,7 @@ fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat::chat))
         .route("/v1/completions", post(chat::completions))
+        .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/v1/models", get(models))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
@@ -221,6 +236,7 @@ async fn health(State(app): State<Arc<AppState>>) -> Response {
         "context": {
             "used_tokens": app.context_used.load(Ordering::SeqCst),
             "max_tokens": app.max_context,
+            "kv_dtype": app.kv_dtype.name(),
         },
     }))
     .into_response()

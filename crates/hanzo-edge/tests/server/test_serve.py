@@ -119,6 +119,22 @@ def test_a_long_conversation_evicts_and_says_so(server):
     assert r.usage.prompt_tokens > 512
 
 
+def test_embeddings_through_the_openai_client(server):
+    c = server.client()
+    # The client asks for base64 by default; floats too.
+    r = c.embeddings.create(model="smol", input=["The sea is wide.", "Bees make honey."])
+    f = c.embeddings.create(model="smol", input="The sea is wide.", encoding_format="float")
+    a, b = r.data[0].embedding, r.data[1].embedding
+    assert len(a) == len(b) == len(f.data[0].embedding) == 576  # SmolLM2-135M's hidden size
+    assert abs(sum(x * x for x in a) - 1.0) < 1e-4
+    assert max(abs(x - y) for x, y in zip(a, f.data[0].embedding)) < 1e-6
+    assert sum(x * y for x, y in zip(a, b)) < 0.999
+    assert r.usage.prompt_tokens > 4
+    with pytest.raises(openai.BadRequestError) as e:
+        c.embeddings.create(model="smol", input="x", dimensions=8)
+    assert e.value.body["param"] == "dimensions"
+
+
 def test_health_reports_memory_and_context(server):
     status, body = server.request("GET", "/health")
     h = json.loads(body)
@@ -128,6 +144,7 @@ def test_health_reports_memory_and_context(server):
     assert m["budget_bytes"] == sum(m["budget"].values())
     assert m["peak_bytes"] <= m["budget_bytes"] * 1.05
     assert h["context"]["max_tokens"] == 512
+    assert h["context"]["kv_dtype"] == "f16"
 
 
 def test_metrics_have_every_name_with_its_type(server):
@@ -143,6 +160,7 @@ def test_metrics_have_every_name_with_its_type(server):
         "hanzo_edge_memory_used_bytes": "gauge",
         "hanzo_edge_model_load_duration_seconds": "histogram",
         "hanzo_edge_cloud_fallback_total": "counter",
+        "hanzo_edge_threads": "gauge",
     }
     for name, kind in want.items():
         assert types.get(name) == kind, (name, types.get(name))
@@ -152,6 +170,7 @@ def test_metrics_have_every_name_with_its_type(server):
     assert "hanzo_edge_gpu_utilization" not in types
     used = float(re.search(r"^hanzo_edge_memory_used_bytes (\S+)$", text, re.M).group(1))
     assert used > 50e6
+    assert float(re.search(r"^hanzo_edge_threads (\S+)$", text, re.M).group(1)) >= 1
 
 
 def test_bad_requests_get_openai_errors(server):

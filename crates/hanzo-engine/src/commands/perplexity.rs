@@ -5,6 +5,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Args as ClapArgs;
+use hanzo_ml::kv::KvDtype;
 use hanzo_transformers::{Logits, TextGeneration};
 use std::path::PathBuf;
 
@@ -18,6 +19,10 @@ pub struct Args {
     /// Tokens per chunk.
     #[arg(short = 'c', long = "ctx-size", default_value_t = 512)]
     pub ctx: usize,
+    /// How the KV cache holds keys and values: f16 or q8_0 (llama.cpp's
+    /// `--cache-type-k/v`), to measure what a quantized cache costs.
+    #[arg(long = "kv-dtype", default_value = "f16")]
+    pub kv_dtype: KvDtype,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -32,6 +37,7 @@ pub fn compute(
     p: &TextGeneration,
     text: &str,
     ctx: usize,
+    kv_dtype: KvDtype,
     mut on_chunk: impl FnMut(usize, f64),
 ) -> Result<Perplexity> {
     if ctx < 4 {
@@ -60,7 +66,7 @@ pub fn compute(
         if let Some(b) = bos {
             chunk[0] = b;
         }
-        let mut cache = p.model.new_cache(ctx);
+        let mut cache = p.model.new_cache_as(ctx, kv_dtype);
         let logits = p.model.forward(chunk, &mut cache, Logits::All)?;
         chunk[0] = saved;
         let rows = logits.to_vec_flat::<f32>()?;
@@ -100,7 +106,7 @@ pub fn run(a: Args) -> Result<()> {
     super::settle_weights(&p)?;
     let t0 = std::time::Instant::now();
     let bar = crate::progress::bar(0, "perplexity");
-    let r = compute(&p, &text, a.ctx, |c, running| {
+    let r = compute(&p, &text, a.ctx, a.kv_dtype, |c, running| {
         bar.inc(1);
         eprintln!("[{}] {running:.4}", c + 1);
     })?;

@@ -55,6 +55,19 @@ thread_local! {
     static IN_TEAM: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+/// Set while the process runs its loops on fewer threads than the team has (a device too
+/// hot, `set_enabled`): every `run` then declines, so `par_for` falls back to rayon, whose
+/// current pool the caller chose.
+static DISABLED: AtomicBool = AtomicBool::new(false);
+
+/// Whether team loops run (`true`, the default) or every `Team::run` declines and the
+/// parallel loops go to the rayon pool the caller runs in (`ThreadPool::install` of a
+/// smaller pool: how the edge runtime lowers its thread count when the device is hot). The
+/// team's workers park once idle for [`SPIN`].
+pub fn set_enabled(on: bool) {
+    DISABLED.store(!on, Ordering::Relaxed);
+}
+
 /// The process-wide team: as many threads in all (the caller included) as rayon's global
 /// pool, so `-t N` governs both.
 pub fn global() -> &'static Team {
@@ -103,7 +116,7 @@ impl Team {
     /// anything if the team is busy or this is a team thread. A panic in `body` is re-raised
     /// here after every thread has left the loop.
     pub fn run(&self, tasks: usize, body: &(dyn Fn(usize) + Sync)) -> bool {
-        if IN_TEAM.with(|t| t.get()) {
+        if IN_TEAM.with(|t| t.get()) || DISABLED.load(Ordering::Relaxed) {
             return false;
         }
         let _guard = match self.caller.try_lock() {

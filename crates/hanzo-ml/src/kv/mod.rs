@@ -6,10 +6,12 @@
 //! [`PagedKv::attention`] is the attention operation over it; each device brings its own
 //! kernel (the CPU one is `cpu::attention`, the numerics of ggml's CPU flash attention).
 
+mod arena;
 mod blocks;
 mod paged;
 mod shift;
 
+pub use arena::KvDtype;
 pub use blocks::BlockId;
 pub use paged::{KvLayout, KvStats, LayerView, PagedKv, SeqId, DEFAULT_BLOCK_SIZE};
 

@@ -3,12 +3,13 @@
 //! sliding-window layers that give back the blocks their window has left behind.
 //!
 //! A block holds `block_size` positions of one layer's keys and values
-//! (`[position][kv_head][head_dim]`, f16). Every layer of a sequence has its own table, so
+//! (`[position][kv_head][head_dim]`, f16 or Q8_0: [`KvDtype`]). Every layer of a sequence has its own table, so
 //! a window layer can drop its old blocks while the full-attention layers keep theirs.
 
+use super::arena::{Arena, KvDtype};
 use super::blocks::{BlockId, Blocks};
 use super::KvError;
-use half::{f16, slice::HalfFloatSliceExt};
+use half::f16;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hash, Hasher};
 
@@ -27,6 +28,8 @@ pub struct KvLayout {
     /// for full attention.
     pub windows: Vec<Option<usize>>,
     pub block_size: usize,
+    /// How keys and values are held (f16 unless the caller asks for Q8_0).
+    pub dtype: KvDtype,
 }
 
 impl KvLayout {
@@ -35,7 +38,19 @@ impl KvLayout {
             row,
             windows,
             block_size: DEFAULT_BLOCK_SIZE,
+            dtype: KvDtype::F16,
         }
+    }
+
+    /// This layout with keys and values held as `dtype`.
+    pub fn with_dtype(self, dtype: KvDtype) -> Self {
+        Self { dtype, ..self }
+    }
+
+    /// Whether a store of this layout can hold a model's state: the same rows and layers,
+    /// whatever the dtype.
+    pub fn fits(&self, model: &KvLayout) -> bool {
+        self.row == model.row && self.windows == model.windows
     }
 
     pub fn layers(&self) -> usize {
@@ -44,7 +59,7 @@ impl KvLayout {
 
     /// Bytes of one block (keys and values of `block_size` positions of one layer).
     pub fn block_bytes(&self) -> usize {
-        self.block_size * self.row * 2 * std::mem::size_of::<f16>()
+        2 * self.dtype.bytes(self.block_size * self.row)
     }
 
     /// Blocks one sequence of up to `positions` holds at most, over every layer, when it
@@ -124,8 +139,8 @@ pub struct KvStats {
 /// The paged KV store of one model (see the module docs).
 pub struct PagedKv {
     pub(super) layout: KvLayout,
-    pub(super) k: Vec<f16>,
-    pub(super) v: Vec<f16>,
+    pub(super) k: Arena,
+    pub(super) v: Arena,
     pub(super) blocks: Blocks,
     pub(super) seqs: Vec<Option<Seq>>,
     hasher: RandomState,
@@ -135,8 +150,8 @@ pub struct PagedKv {
 /// One layer of one sequence, as attention reads it.
 #[derive(Clone, Copy)]
 pub struct LayerView<'a> {
-    k: &'a [f16],
-    v: &'a [f16],
+    k: &'a Arena,
+    v: &'a Arena,
     table: &'a [BlockId],
     block_size: usize,
     row: usize,
@@ -150,16 +165,36 @@ impl<'a> LayerView<'a> {
         at..at + len
     }
 
-    /// `len` key values of position `pos` from `offset` within its row (a head's slice).
-    #[inline]
-    pub fn key(&self, pos: usize, offset: usize, len: usize) -> &'a [f16] {
-        &self.k[self.at(pos, offset, len)]
+    pub fn dtype(&self) -> KvDtype {
+        self.k.dtype()
     }
 
-    /// As [`Self::key`], for values.
+    /// `len` key values of position `pos` from `offset` within its row (a head's slice),
+    /// as stored in an f16 store; `None` in a quantized one.
     #[inline]
-    pub fn value(&self, pos: usize, offset: usize, len: usize) -> &'a [f16] {
-        &self.v[self.at(pos, offset, len)]
+    pub fn key_f16(&self, pos: usize, offset: usize, len: usize) -> Option<&'a [f16]> {
+        let r = self.at(pos, offset, len);
+        self.k.f16(r.start, len)
+    }
+
+    /// As [`Self::key_f16`], for values.
+    #[inline]
+    pub fn value_f16(&self, pos: usize, offset: usize, len: usize) -> Option<&'a [f16]> {
+        let r = self.at(pos, offset, len);
+        self.v.f16(r.start, len)
+    }
+
+    /// `out.len()` key values of position `pos` from `offset` within its row, as f32 (exact
+    /// for f16, dequantized for Q8_0).
+    #[inline]
+    pub fn key_into(&self, pos: usize, offset: usize, out: &mut [f32]) {
+        self.k.read(self.at(pos, offset, out.len()).start, out)
+    }
+
+    /// As [`Self::key_into`], for values.
+    #[inline]
+    pub fn value_into(&self, pos: usize, offset: usize, out: &mut [f32]) {
+        self.v.read(self.at(pos, offset, out.len()).start, out)
     }
 }
 
@@ -173,6 +208,14 @@ fn find(seqs: &[Option<Seq>], id: SeqId) -> Result<&Seq, KvError> {
 impl PagedKv {
     /// A store of as many blocks as `budget_bytes` holds.
     pub fn new(layout: KvLayout, budget_bytes: usize) -> Result<Self, KvError> {
+        if !layout.row.is_multiple_of(layout.dtype.granule()) {
+            return Err(KvError::Shift(format!(
+                "a {} KV cache needs rows of a multiple of {} values, not {}",
+                layout.dtype,
+                layout.dtype.granule(),
+                layout.row
+            )));
+        }
         let n = budget_bytes / layout.block_bytes();
         if n == 0 {
             return Err(KvError::Budget {
@@ -183,18 +226,20 @@ impl PagedKv {
         Ok(Self::with_blocks(layout, n))
     }
 
-    /// A store of `n` blocks.
+    /// A store of `n` blocks. The layout's rows are a multiple of its dtype's granule (32
+    /// values for Q8_0; [`Self::new`] says so as an error).
     pub fn with_blocks(layout: KvLayout, n: usize) -> Self {
         assert!(
-            layout.block_size > 0 && layout.row > 0,
-            "a non-empty layout"
+            layout.block_size > 0
+                && layout.row > 0
+                && layout.row.is_multiple_of(layout.dtype.granule()),
+            "a non-empty layout of whole {} rows",
+            layout.dtype
         );
         let elems = n * layout.block_size * layout.row;
-        // Zeroed memory comes from the OS untouched, so a large pool costs resident memory
-        // only as blocks fill.
         Self {
-            k: vec![f16::ZERO; elems],
-            v: vec![f16::ZERO; elems],
+            k: Arena::zeroed(layout.dtype, elems),
+            v: Arena::zeroed(layout.dtype, elems),
             blocks: Blocks::new(n),
             seqs: Vec::new(),
             hasher: RandomState::new(),
@@ -401,8 +446,8 @@ impl PagedKv {
                 if old != NONE && self.blocks.refs(old) > 1 {
                     let new = self.blocks.alloc();
                     let (from, to) = (old as usize * block_elems, new as usize * block_elems);
-                    self.k.copy_within(from..from + block_elems, to);
-                    self.v.copy_within(from..from + block_elems, to);
+                    self.k.copy_within(from, block_elems, to);
+                    self.v.copy_within(from, block_elems, to);
                     self.blocks.release(old);
                     tb[last] = new;
                 }
@@ -419,7 +464,7 @@ impl PagedKv {
     }
 
     /// Writes keys and values of positions `len..len + t` of one layer (`[t][row]` f32,
-    /// rounded to f16) into blocks [`Self::reserve`] made.
+    /// rounded to f16 or quantized) into blocks [`Self::reserve`] made.
     pub fn write(&mut self, id: SeqId, layer: usize, k: &[f32], v: &[f32]) -> Result<(), KvError> {
         let row = self.layout.row;
         let b = self.layout.block_size;
@@ -436,8 +481,8 @@ impl PagedKv {
         for (i, (kr, vr)) in k.chunks_exact(row).zip(v.chunks_exact(row)).enumerate() {
             let p = s.len + i;
             let at = (table[p / b] as usize * b + p % b) * row;
-            self.k[at..at + row].convert_from_f32_slice(kr); // F16C, round to nearest even
-            self.v[at..at + row].convert_from_f32_slice(vr);
+            self.k.write(at, kr);
+            self.v.write(at, vr);
         }
         Ok(())
     }

@@ -6,9 +6,9 @@
 //! sequence); a moved sequence stops registering blocks in the prefix cache, since its
 //! blocks no longer hold what the token hashes say.
 
+use super::arena::Arena;
 use super::paged::{PagedKv, NONE};
 use super::{KvError, SeqId};
-use half::{f16, slice::HalfFloatSliceExt};
 use std::ops::Range;
 
 impl PagedKv {
@@ -62,7 +62,7 @@ impl PagedKv {
             };
             let rows = self.read_rows(id, l, from + count..len);
             self.relayout(id, l, new_len)?;
-            self.write_rows(id, l, from, &rows);
+            self.write_rows(id, l, from, len.saturating_sub(from + count), &rows);
             moved.push(from..new_len);
         }
         let s = self.seq_mut(id)?;
@@ -111,14 +111,14 @@ impl PagedKv {
         let mut out = vec![0f32; positions.len() * row];
         if let Ok(view) = self.layer(id, layer) {
             for (p, o) in positions.zip(out.chunks_exact_mut(row)) {
-                view.key(p, 0, row).convert_to_f32_slice(o);
+                view.key_into(p, 0, o);
             }
         }
         out
     }
 
     /// Overwrites the keys of positions `from..` of one layer (`[positions][row]`, rounded
-    /// to f16); the positions must be held.
+    /// to f16 or quantized); the positions must be held.
     pub fn set_keys(
         &mut self,
         id: SeqId,
@@ -141,7 +141,7 @@ impl PagedKv {
             .map(|p| (table[p / b] as usize * b + p % b) * row)
             .collect();
         for (a, kr) in at.into_iter().zip(keys.chunks_exact(row)) {
-            self.k[a..a + row].convert_from_f32_slice(kr);
+            self.k.write(a, kr);
         }
         Ok(())
     }
@@ -161,28 +161,40 @@ impl PagedKv {
         Ok(())
     }
 
-    /// Keys and values of `positions` of one layer (f16, as held).
-    fn read_rows(&self, id: SeqId, layer: usize, positions: Range<usize>) -> (Vec<f16>, Vec<f16>) {
-        let row = self.layout.row;
-        let view = self.layer(id, layer).expect("checked by the caller");
-        let mut k = Vec::with_capacity(positions.len() * row);
-        let mut v = Vec::with_capacity(positions.len() * row);
+    /// Where position `p` of `layer` starts in the arenas.
+    fn row_at(&self, id: SeqId, layer: usize, p: usize) -> usize {
+        let (row, b) = (self.layout.row, self.layout.block_size);
+        let table = &self.seqs[id.0 as usize].as_ref().expect("checked").tables[layer];
+        (table[p / b] as usize * b + p % b) * row
+    }
+
+    /// Keys and values of `positions` of one layer, as held (no rounding).
+    fn read_rows(&self, id: SeqId, layer: usize, positions: Range<usize>) -> (Arena, Arena) {
+        let (row, dtype) = (self.layout.row, self.layout.dtype);
+        let mut k = Arena::with_capacity(dtype, positions.len() * row);
+        let mut v = Arena::with_capacity(dtype, positions.len() * row);
         for p in positions {
-            k.extend_from_slice(view.key(p, 0, row));
-            v.extend_from_slice(view.value(p, 0, row));
+            let at = self.row_at(id, layer, p);
+            k.push_from(&self.k, at, row);
+            v.push_from(&self.v, at, row);
         }
         (k, v)
     }
 
-    /// Writes rows read by `read_rows` at positions `from..` of one layer.
-    fn write_rows(&mut self, id: SeqId, layer: usize, from: usize, (k, v): &(Vec<f16>, Vec<f16>)) {
-        let (row, b) = (self.layout.row, self.layout.block_size);
-        let table = &self.seqs[id.0 as usize].as_ref().expect("checked").tables[layer];
-        for (i, (kr, vr)) in k.chunks_exact(row).zip(v.chunks_exact(row)).enumerate() {
-            let p = from + i;
-            let at = (table[p / b] as usize * b + p % b) * row;
-            self.k[at..at + row].copy_from_slice(kr);
-            self.v[at..at + row].copy_from_slice(vr);
+    /// Writes rows read by `read_rows` (`n` positions) at positions `from..` of one layer.
+    fn write_rows(
+        &mut self,
+        id: SeqId,
+        layer: usize,
+        from: usize,
+        n: usize,
+        (k, v): &(Arena, Arena),
+    ) {
+        let row = self.layout.row;
+        for i in 0..n {
+            let at = self.row_at(id, layer, from + i);
+            self.k.put(at, k, i * row, row);
+            self.v.put(at, v, i * row, row);
         }
     }
 

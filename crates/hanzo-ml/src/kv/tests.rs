@@ -33,9 +33,9 @@ fn check(kv: &PagedKv, seq: SeqId, tokens: &[u32], positions: std::ops::Range<us
             None => positions.start,
         };
         for (p, &tok) in tokens.iter().enumerate().take(positions.end).skip(from) {
-            let got: Vec<f32> = view.key(p, 0, ROW).iter().map(|x| x.to_f32()).collect();
+            let got: Vec<f32> = key_row(&view, p, 0, ROW);
             assert_eq!(got, key(l, p, tok), "layer {l} position {p}");
-            let val: Vec<f32> = view.value(p, 0, ROW).iter().map(|x| x.to_f32()).collect();
+            let val: Vec<f32> = value_row(&view, p, 0, ROW);
             assert_eq!(
                 val,
                 key(l, p, tokens[p]).iter().map(|x| -x).collect::<Vec<_>>()
@@ -44,11 +44,24 @@ fn check(kv: &PagedKv, seq: SeqId, tokens: &[u32], positions: std::ops::Range<us
     }
 }
 
+/// `len` values of a position's key row from `offset`, as stored (f16) and widened.
+fn key_row(view: &LayerView, p: usize, offset: usize, len: usize) -> Vec<f32> {
+    let row = view.key_f16(p, offset, len).expect("an f16 store");
+    row.iter().map(|x| x.to_f32()).collect()
+}
+
+/// As [`key_row`], for values.
+fn value_row(view: &LayerView, p: usize, offset: usize, len: usize) -> Vec<f32> {
+    let row = view.value_f16(p, offset, len).expect("an f16 store");
+    row.iter().map(|x| x.to_f32()).collect()
+}
+
 fn layout(windows: Vec<Option<usize>>) -> KvLayout {
     KvLayout {
         row: ROW,
         windows,
         block_size: 4,
+        dtype: KvDtype::F16,
     }
 }
 
@@ -193,9 +206,9 @@ fn check_moved(
         };
         for p in (0..pinned).chain(from.max(pinned)..len) {
             let o = old(p);
-            let got: Vec<f32> = view.key(p, 0, ROW).iter().map(|x| x.to_f32()).collect();
+            let got: Vec<f32> = key_row(&view, p, 0, ROW);
             assert_eq!(got, key(l, o, tokens[o]), "layer {l} position {p}");
-            let val: Vec<f32> = view.value(p, 0, ROW).iter().map(|x| -x.to_f32()).collect();
+            let val: Vec<f32> = value_row(&view, p, 0, ROW).iter().map(|x| -x).collect();
             assert_eq!(val, key(l, o, tokens[o]), "layer {l} position {p}");
         }
     }
@@ -224,7 +237,7 @@ fn eviction_moves_the_positions_after_the_pinned_prefix_down() {
     feed(&mut kv, seq, &more).unwrap();
     assert_eq!(kv.len(seq).unwrap(), 24);
     let view = kv.layer(seq, 1).unwrap();
-    let got: Vec<f32> = view.key(23, 0, ROW).iter().map(|x| x.to_f32()).collect();
+    let got: Vec<f32> = key_row(&view, 23, 0, ROW);
     assert_eq!(got, key(1, start + 8, 208));
     // Evicting more than there is after the pinned prefix changes nothing.
     assert!(matches!(kv.evict(seq, 20), Err(KvError::Shift(_))));

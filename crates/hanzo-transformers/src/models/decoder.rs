@@ -134,7 +134,7 @@ impl Decoder {
         if batch.is_empty() {
             return Err(Error::Invalid("forward needs at least one sequence".into()));
         }
-        if kv.layout() != &self.kv_layout() {
+        if !kv.layout().fits(&self.kv_layout()) {
             return Err(Error::Invalid(format!(
                 "the KV store was made for {:?}, not for this model ({:?})",
                 kv.layout(),

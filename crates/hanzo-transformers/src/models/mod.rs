@@ -15,7 +15,7 @@ pub use decoder::Decoder;
 pub use meta::WeightMode;
 
 use crate::{Error, Result};
-use hanzo_ml::kv::{KvLayout, PagedKv, SeqId};
+use hanzo_ml::kv::{KvDtype, KvLayout, PagedKv, SeqId};
 use hanzo_ml::quantized::gguf::GgufFile;
 use hanzo_ml::{RopeKind, Tensor};
 
@@ -184,7 +184,13 @@ pub trait LanguageModel: Send + Sync {
     /// A fresh single-sequence cache holding up to `limit` positions (capped at the
     /// training context).
     fn new_cache(&self, limit: usize) -> Cache {
-        Cache::new(self.kv_layout(), limit.min(self.info().context_length))
+        self.new_cache_as(limit, KvDtype::F16)
+    }
+
+    /// [`Self::new_cache`] holding keys and values as `dtype`.
+    fn new_cache_as(&self, limit: usize, dtype: KvDtype) -> Cache {
+        let layout = self.kv_layout().with_dtype(dtype);
+        Cache::new(layout, limit.min(self.info().context_length))
     }
 
     /// Runs `tokens` at positions `cache.len()..` and returns logits `[n, vocab]` (n = 1

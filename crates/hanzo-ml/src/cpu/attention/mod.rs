@@ -16,8 +16,8 @@ mod x86;
 #[cfg(target_arch = "x86_64")]
 use crate::cpu::features;
 use crate::cpu::par::for_each_chunk;
-use crate::kv::{Heads, LayerView, Mask};
-use half::{f16, slice::HalfFloatSliceExt};
+use crate::kv::{Heads, KvDtype, LayerView, Mask};
+use half::f16;
 
 /// Queries per call from which ggml uses its tiled kernel.
 const TILED_FROM: usize = 64;
@@ -48,17 +48,17 @@ pub fn attend(
     // path reads each key and value row once per query block, so it first widens the visible
     // ones into head-major f32 copies (f16 → f32 is exact); the per-query path (decode among
     // others) reads each row once per task and converts it as it goes.
-    let f16_sums = run.max(t) < TILED_FROM;
+    // A Q8_0 cache is always read through the widened copies (dequantized once per call).
+    let f16_sums = run.max(t) < TILED_FROM && kv.dtype() == KvDtype::F16;
     let widen = |value: bool| -> Vec<f32> {
         let mut out = vec![0f32; kv_heads * n * d];
         for_each_chunk(&mut out, n * d, &|h, o| {
             for (j, row) in o.chunks_mut(d).enumerate() {
-                let src = if value {
-                    kv.value(k0 + j, h * d, d)
+                if value {
+                    kv.value_into(k0 + j, h * d, row); // F16C, 8 at a time
                 } else {
-                    kv.key(k0 + j, h * d, d)
-                };
-                src.convert_to_f32_slice(row); // F16C, 8 at a time
+                    kv.key_into(k0 + j, h * d, row);
+                }
             }
         });
         out
@@ -172,10 +172,12 @@ impl Call<'_> {
         match self.wide {
             None => {
                 for j in from..to {
-                    let (key, val) = (
-                        self.kv.key(self.k0 + j, kh * d, d),
-                        self.kv.value(self.k0 + j, kh * d, d),
-                    );
+                    let (Some(key), Some(val)) = (
+                        self.kv.key_f16(self.k0 + j, kh * d, d),
+                        self.kv.value_f16(self.k0 + j, kh * d, d),
+                    ) else {
+                        unreachable!("only an f16 cache is read in place (see `attend`)")
+                    };
                     for (_, _, q) in group.iter_mut().filter(|q| q.2.keys.contains(&j)) {
                         q.step(key, val);
                     }

@@ -1,5 +1,5 @@
 use super::*;
-use crate::kv::{KvLayout, PagedKv, SeqId};
+use crate::kv::{KvDtype, KvLayout, PagedKv, SeqId};
 
 /// Deterministic values in [-1, 1).
 fn values(n: usize, seed: u64) -> Vec<f32> {
@@ -22,7 +22,13 @@ fn spread_keys(n: usize, d: usize, seed: u64) -> Vec<f32> {
 /// A one-layer store holding `n` positions of keys `k` and values `v` (`[n][row]`), its
 /// blocks interleaved with another sequence's so the block table is not the identity.
 fn store(k: &[f32], v: &[f32], row: usize, n: usize) -> (PagedKv, SeqId) {
-    let mut kv = PagedKv::with_blocks(KvLayout::new(row, vec![None]), 2 * n.div_ceil(16) + 2);
+    store_as(KvDtype::F16, k, v, row, n)
+}
+
+/// [`store`] holding keys and values as `dtype`.
+fn store_as(dtype: KvDtype, k: &[f32], v: &[f32], row: usize, n: usize) -> (PagedKv, SeqId) {
+    let layout = KvLayout::new(row, vec![None]).with_dtype(dtype);
+    let mut kv = PagedKv::with_blocks(layout, 2 * n.div_ceil(16) + 2);
     let (a, other) = (kv.add_sequence(), kv.add_sequence());
     for (i, (kc, vc)) in k.chunks(16 * row).zip(v.chunks(16 * row)).enumerate() {
         let t = kc.len() / row;
@@ -39,13 +45,25 @@ fn store(k: &[f32], v: &[f32], row: usize, n: usize) -> (PagedKv, SeqId) {
 
 /// Softmax attention in f64 over keys and values rounded to f16.
 fn naive(q: &[f32], k: &[f32], v: &[f32], start: usize, mask: Mask, dims: Heads) -> Vec<f32> {
+    naive_with(|x| f16::from_f32(x).to_f64(), q, k, v, start, mask, dims)
+}
+
+/// Softmax attention in f64 over keys and values as `r` gives them.
+fn naive_with(
+    r: impl Fn(f32) -> f64,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    start: usize,
+    mask: Mask,
+    dims: Heads,
+) -> Vec<f32> {
     let Heads {
         heads,
         kv_heads,
         head_dim: d,
     } = dims;
     let t = q.len() / (heads * d);
-    let r = |x: f32| f16::from_f32(x).to_f64();
     let mut out = vec![0f32; q.len()];
     for i in 0..t {
         let p = start + i;
@@ -263,6 +281,50 @@ fn grouped_queries_give_each_query_its_own_softmax() {
             for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                 assert!(
                     (g - w).abs() <= tol,
+                    "start {start} t {t} {mask:?} element {i}: {g} vs {w}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_q8_0_cache_attends_over_its_dequantized_keys_and_values() {
+    use crate::quantized::format::{quantize_q8_0_ref, BlockQ8_0, GgmlBlock};
+    let dims = Heads {
+        heads: 4,
+        kv_heads: 2,
+        head_dim: 64,
+    };
+    let row = dims.kv_heads * dims.head_dim;
+    let q8 = |xs: &[f32]| {
+        let mut blocks = vec![
+            BlockQ8_0 {
+                d: f16::ZERO,
+                qs: [0; 32]
+            };
+            xs.len() / 32
+        ];
+        quantize_q8_0_ref(xs, &mut blocks);
+        let mut out = vec![0f32; xs.len()];
+        BlockQ8_0::dequantize(&blocks, &mut out);
+        out
+    };
+    // A prefill, a short continuation and a decode step: every one through f32 sums.
+    for (start, t) in [(0, 70), (70, 9), (79, 1)] {
+        for mask in [Mask::Causal, Mask::Sliding(16)] {
+            let n = start + t;
+            let (k, v) = (values(n * row, 41), values(n * row, 42));
+            let (kv, seq) = store_as(KvDtype::Q8_0, &k, &v, row, n);
+            let q: Vec<f32> = values(t * dims.heads * dims.head_dim, 43)
+                .iter()
+                .map(|x| x * 2.0)
+                .collect();
+            let got = attend(&q, kv.layer(seq, 0).unwrap(), start, t, mask, dims);
+            let want = naive_with(|x| x as f64, &q, &q8(&k), &q8(&v), start, mask, dims);
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (g - w).abs() <= 1e-5,
                     "start {start} t {t} {mask:?} element {i}: {g} vs {w}"
                 );
             }

@@ -108,6 +108,37 @@ impl GgufFile {
         })
     }
 
+    /// The header and tensor directory of a file of `file_len` bytes from its first bytes,
+    /// with no tensor data: what a caller reads to decide whether to load the file at all
+    /// (the edge runtime's budget, before a browser downloads the rest). An error when the
+    /// header runs past `prefix`, and reading a tensor of it is an error.
+    pub fn header_only(prefix: &[u8], file_len: u64) -> Result<Self> {
+        let content = GgufContent::parse_prefix(prefix, file_len)
+            .map_err(|e| Error::format("gguf", e.to_string()))?;
+        Ok(Self {
+            content,
+            map: Arc::new(Blob::zeroed(0)),
+            file: None,
+            promoting: Default::default(),
+            interleaved: Default::default(),
+        })
+    }
+
+    /// Whether the file is mapped (its pages read on demand) rather than held in memory.
+    pub fn is_mapped(&self) -> bool {
+        self.file.is_some()
+    }
+
+    /// Bytes of the file.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether the file holds no bytes (a [`Self::header_only`] one).
+    pub fn is_empty(&self) -> bool {
+        self.map.len() == 0
+    }
+
     /// `from_blob`, with every 2-D tensor of a type the interleaved kernels read (Q4_0, Q4_1,
     /// Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, in whole groups of eight rows) rearranged into
     /// `format::interleaved`'s layout where it lies. Those tensors come out `is_interleaved`:
@@ -203,8 +234,11 @@ impl GgufFile {
             .tensor_info(name)
             .ok_or_else(|| Error::format("gguf", format!("no tensor named {name:?}")))?;
         let start = info.offset as usize;
-        // In bounds: the parser checked every tensor's span against the file length.
-        Ok(&self.map[start..start + info.size])
+        // In bounds for a whole file (the parser checked every span against its length);
+        // out of them for a header-only one.
+        self.map
+            .get(start..start + info.size)
+            .ok_or_else(|| no_data(name))
     }
 
     /// The named tensor, borrowing the file's memory (no copy when aligned).
@@ -213,6 +247,9 @@ impl GgufFile {
             .content
             .tensor_info(name)
             .ok_or_else(|| Error::format("gguf", format!("no tensor named {name:?}")))?;
+        if info.offset as usize + info.size > self.map.len() {
+            return Err(no_data(name));
+        }
         let t = QTensor::from_mmap(
             info.dtype,
             info.shape.clone(),
@@ -225,4 +262,12 @@ impl GgufFile {
             false => t,
         })
     }
+}
+
+/// The error for a tensor of a header-only file.
+fn no_data(name: &str) -> Error {
+    Error::format(
+        "gguf",
+        format!("tensor {name:?}: only the file's header was read"),
+    )
 }

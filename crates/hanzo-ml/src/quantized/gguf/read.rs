@@ -174,6 +174,13 @@ pub struct GgufContent {
 impl GgufContent {
     /// Parses and validates a whole GGUF file held in `buf`.
     pub fn parse(buf: &[u8]) -> Result<Self> {
+        Self::parse_prefix(buf, buf.len() as u64)
+    }
+
+    /// Parses the header and tensor directory from the first bytes of a file of `file_len`
+    /// bytes (`buf` holds at least the header; the tensors' spans are checked against
+    /// `file_len`).
+    pub fn parse_prefix(buf: &[u8], file_len: u64) -> Result<Self> {
         let mut c = Cursor { buf, pos: 0 };
         let magic = c.array::<4>("magic")?;
         if magic != MAGIC {
@@ -244,7 +251,6 @@ impl GgufContent {
         let data_offset = (c.pos as u64)
             .checked_next_multiple_of(alignment)
             .ok_or_else(|| err("data offset overflows"))?;
-        let file_len = buf.len() as u64;
         let mut tensors = Vec::with_capacity(raw_infos.len());
         for (name, ggml_dims, dtype, offset) in raw_infos {
             let info = tensor_info(

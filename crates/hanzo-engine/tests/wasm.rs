@@ -1,6 +1,7 @@
 //! The WebAssembly build against this native binary: `crates/hanzo-wasm/tests/*.test.mjs`
-//! under Node's test runner (token ids, greedy text, embeddings, errors) and the chat page in
-//! headless Chromium. `scripts/test_wasm.sh` builds the packages and installs what these need.
+//! under Node's test runner (token ids, greedy text, embeddings, errors, the Edge SDK against
+//! the native `hanzo-edge`) and the chat page and the Edge SDK in headless Chromium.
+//! `scripts/test_wasm.sh` builds the packages and installs what these need.
 
 mod common;
 
@@ -25,6 +26,14 @@ fn the_webassembly_build_computes_what_the_native_one_does() {
         dir.join("node_modules/playwright-core").exists(),
         "playwright-core is not installed: run scripts/test_wasm.sh (scripts/test.sh does)"
     );
+    // The native `hanzo-edge` the Edge SDK's tests compare with: the workspace's build of it,
+    // beside this binary.
+    let edge = Path::new(env!("CARGO_BIN_EXE_hanzo-engine")).with_file_name("hanzo-edge");
+    assert!(
+        edge.exists(),
+        "no {}: build the workspace's binaries (cargo test --workspace does)",
+        edge.display()
+    );
     // Every file with the SIMD128 build; the scalar build's greedy and embedding checks again.
     for (build, files) in [
         ("simd", &["tests/"][..]),
@@ -39,6 +48,7 @@ fn the_webassembly_build_computes_what_the_native_one_does() {
             .current_dir(&dir)
             .env("HANZO_WASM_BUILD", build)
             .env("HANZO_ENGINE_BIN", env!("CARGO_BIN_EXE_hanzo-engine"))
+            .env("HANZO_EDGE_BIN", &edge)
             .env("HANZO_SMOLLM2", fixture("smollm2"))
             .env("HANZO_GEMMA3", fixture("gemma3"))
             .env("HANZO_MINILM", fixture("minilm"))

@@ -11,6 +11,8 @@ export interface InitOptions {
   build?: Build;
   /** Force the SIMD128 build (true) or the scalar one (false). */
   simd?: boolean;
+  /** Where the module's .wasm lies, if not in the package's `pkg/<build>/`. */
+  wasmUrl?: string | URL;
 }
 
 /** Loads the WebAssembly module once; later calls return the same one. */

@@ -2,6 +2,8 @@
 // browser. `init` loads the build that fits the engine (relaxed SIMD where it validates, else
 // SIMD128, else scalar); `Model` and `Embedder` wrap the raw bindings of `../pkg/<build>/`.
 
+import { yieldToEventLoop } from "./tick.js";
+
 // A module whose one function returns `i8x16.splat(0)`: valid exactly where SIMD128 is.
 const SIMD_PROBE = new Uint8Array([
   0, 97, 115, 109, 1, 0, 0, 0, // "\0asm", version 1
@@ -44,15 +46,16 @@ export function relaxedSimdSupported() {
  * Loads the WebAssembly module once (later calls return the same one). `build` picks one of
  * "relaxed", "simd" (SIMD128 alone) and "scalar"; `simd: true` or `false` is "simd" or
  * "scalar". By default the engine decides. All three compute the same numbers, bit for bit.
+ * `wasmUrl` loads the module's `.wasm` from elsewhere than the package's `pkg/<build>/`.
  */
-export async function init({ simd, build } = {}) {
+export async function init({ simd, build, wasmUrl } = {}) {
   if (bindings) return bindings;
   build ??= simd === undefined
     ? (relaxedSimdSupported() ? "relaxed" : simdSupported() ? "simd" : "scalar")
     : (simd ? "simd" : "scalar");
   if (!BUILDS.includes(build)) throw new Error(`unknown build ${build} (one of ${BUILDS})`);
   const glue = await import(`../pkg/${build}/hanzo_wasm.js`);
-  const url = new URL(`../pkg/${build}/hanzo_wasm_bg.wasm`, import.meta.url);
+  const url = wasmUrl ? new URL(wasmUrl, import.meta.url) : new URL(`../pkg/${build}/hanzo_wasm_bg.wasm`, import.meta.url);
   if (isNode) {
     const { readFile } = await import("node:fs/promises");
     exports = await glue.default({ module_or_path: await readFile(url) });
@@ -82,18 +85,6 @@ export function repackedBytes() {
 /** Bytes of WebAssembly memory the module holds now (it grows, never shrinks). */
 export function memoryBytes() {
   return exports ? exports.memory.buffer.byteLength : 0;
-}
-
-// Lets other work run (a cancel message, a repaint) between tokens without the 4 ms clamp
-// nested timers get in browsers.
-const channel = !isNode && typeof MessageChannel !== "undefined" ? new MessageChannel() : null;
-function yieldToEventLoop() {
-  if (isNode) return new Promise((resolve) => setImmediate(resolve));
-  if (!channel) return new Promise((resolve) => setTimeout(resolve, 0));
-  return new Promise((resolve) => {
-    channel.port1.onmessage = () => resolve();
-    channel.port2.postMessage(null);
-  });
 }
 
 /**

@@ -2,10 +2,12 @@
 //! `hanzo-transformers`, exported to JavaScript with `wasm-bindgen`.
 //!
 //! These are the raw bindings; `js/index.js` is the API users import (it loads the right
-//! build, SIMD128 or scalar, and turns generation into an async, cancellable stream). Every
+//! build, SIMD128 or scalar, and turns generation into an async, cancellable stream), and
+//! `js/edge.js` Hanzo Edge's `HanzoEdge` over [`edge::EdgeRuntime`]. Every
 //! error reaches JavaScript as an exception carrying the library's message.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod edge;
 mod options;
 
 use hanzo_ml::cpu::Blob;

@@ -136,14 +136,9 @@ impl Budget {
                 config.max_context_tokens, info.context_length
             )));
         }
-        if !layout.row.is_multiple_of(config.kv_dtype.granule()) {
-            return Err(EdgeError::Config(format!(
-                "a {} KV cache needs {} values per position to be a multiple of {}",
-                config.kv_dtype,
-                layout.row,
-                config.kv_dtype.granule()
-            )));
-        }
+        layout
+            .check_dtype()
+            .map_err(|e| EdgeError::Config(e.to_string()))?;
         let budget = Self::compute(file, &info, &layout, config);
         if budget.total() > config.max_memory_bytes {
             return Err(EdgeError::OverBudget {

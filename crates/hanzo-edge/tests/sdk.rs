@@ -34,6 +34,12 @@ fn text_of(events: Vec<Event>) -> (String, usize) {
     (text, tokens)
 }
 
+/// The greedy continuation of `prompt` (`max_tokens` at most) and its token count.
+fn complete_greedy(edge: &mut Edge, prompt: &str, max_tokens: usize) -> (String, usize) {
+    let events = edge.complete(prompt, &greedy(max_tokens)).unwrap();
+    text_of(events.collect::<Result<_, _>>().unwrap())
+}
+
 #[test]
 fn the_async_stream_gives_the_iterators_events() {
     use futures_core::Stream;
@@ -42,11 +48,7 @@ fn the_async_stream_gives_the_iterators_events() {
     let cfg = EdgeConfig::new(fixture_path::fixture("smollm2"), 512, 1 << 30);
     let mut edge = Edge::new(cfg).unwrap();
     let prompt = "The three primary colours are";
-    let by_iter: Vec<Event> = edge
-        .complete(prompt, &greedy(24))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let (a, na) = complete_greedy(&mut edge, prompt, 24);
     edge.reset();
     let mut stream = edge.complete(prompt, &greedy(24)).unwrap();
     let mut cx = Context::from_waker(Waker::noop());
@@ -58,7 +60,6 @@ fn the_async_stream_gives_the_iterators_events() {
             Poll::Pending => panic!("the stream is never pending"),
         }
     }
-    let (a, na) = text_of(by_iter);
     let (b, nb) = text_of(by_stream);
     assert_eq!((a.as_str(), na), (b.as_str(), nb));
     assert!(na > 0 && !a.is_empty());
@@ -151,12 +152,7 @@ fn a_q8_0_cache_takes_about_half_the_kv_bytes() {
     // A model whose rows are not whole Q8_0 blocks would be refused, not mis-stored; the
     // fixtures' rows all are, so the greedy reply of a Q8_0 cache is checked to be sane.
     let mut edge = Edge::new(cfg).unwrap();
-    let (text, n) = text_of(
-        edge.complete("def fibonacci(n):", &greedy(24))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap(),
-    );
+    let (text, n) = complete_greedy(&mut edge, "def fibonacci(n):", 24);
     assert_eq!(n, 24);
     assert!(
         text.contains("fibonacci") || text.contains("return"),
@@ -175,24 +171,14 @@ fn a_hot_device_generates_on_half_the_threads_and_the_same_tokens() {
     cfg.thermal_zones = zones.clone();
     let mut edge = Edge::new(cfg).unwrap();
     let cool = rayon::current_num_threads();
-    let hot_text = text_of(
-        edge.complete("The three primary colours are", &greedy(16))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap(),
-    );
+    let hot_text = complete_greedy(&mut edge, "The three primary colours are", 16);
     assert_eq!(edge.thermal_state(), Some(3));
     assert_eq!(edge.threads(), (cool / 2).max(1));
     // Cooled down: all threads again at the next check (a second later), the same tokens.
     set_temp(40_000);
     std::thread::sleep(std::time::Duration::from_millis(1100));
     edge.reset();
-    let cool_text = text_of(
-        edge.complete("The three primary colours are", &greedy(16))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap(),
-    );
+    let cool_text = complete_greedy(&mut edge, "The three primary colours are", 16);
     assert_eq!(edge.thermal_state(), Some(0));
     assert_eq!(edge.threads(), cool);
     assert_eq!(hot_text, cool_text);

@@ -8,6 +8,7 @@
 //   for await (const piece of edge.chat([{ role: "user", content: "Hi!" }])) show(piece);
 
 import { init } from "./index.js";
+import { openSource } from "./source.js";
 import { yieldToEventLoop } from "./tick.js";
 
 /** The first bytes read for the header; four times more each time it runs past them. */
@@ -22,102 +23,6 @@ export class BudgetError extends Error {
     this.limit = limit;
     this.breakdown = breakdown;
   }
-}
-
-/**
- * A model source read in two steps: a prefix (for the header), then the whole into
- * WebAssembly memory, piece by piece where the source allows it (the file is never held in
- * WebAssembly memory before its budget is known). `cancel` stops a download.
- */
-async function openSource(source) {
-  if (typeof source === "string" || source instanceof URL) source = await fetch(source);
-  if (source instanceof ArrayBuffer) source = new Uint8Array(source);
-  if (source instanceof Uint8Array) {
-    const bytes = source;
-    return {
-      length: bytes.length,
-      prefix: async (n) => bytes.subarray(0, n),
-      whole: async (Bytes, report) => {
-        const out = Bytes.copyOf(bytes);
-        report(bytes.length, bytes.length);
-        return out;
-      },
-      cancel: () => {},
-    };
-  }
-  if (typeof Blob !== "undefined" && source instanceof Blob) {
-    const blob = source;
-    return {
-      length: blob.size,
-      prefix: async (n) => new Uint8Array(await blob.slice(0, n).arrayBuffer()),
-      whole: async (Bytes, report) => {
-        const out = new Bytes(blob.size);
-        const piece = 16 << 20;
-        for (let at = 0; at < blob.size; at += piece) {
-          const chunk = new Uint8Array(await blob.slice(at, at + piece).arrayBuffer());
-          out.write(at, chunk);
-          report(at + chunk.length, blob.size);
-        }
-        return out;
-      },
-      cancel: () => {},
-    };
-  }
-  if (typeof Response !== "undefined" && source instanceof Response) {
-    const response = source;
-    if (!response.ok) throw new Error(`fetching ${response.url}: HTTP ${response.status}`);
-    const total = Number(response.headers.get("content-length"));
-    if (!(total > 0) || response.headers.get("content-encoding")) {
-      // No usable length: the whole download first (in JavaScript memory), then as bytes.
-      return openSource(new Uint8Array(await response.arrayBuffer()));
-    }
-    const reader = response.body.getReader();
-    const chunks = [];
-    let have = 0;
-    const readUntil = async (n) => {
-      while (have < n) {
-        const { done, value } = await reader.read();
-        if (done) break;
-        chunks.push(value);
-        have += value.length;
-      }
-    };
-    return {
-      length: total,
-      prefix: async (n) => {
-        await readUntil(n);
-        const out = new Uint8Array(Math.min(n, have));
-        let at = 0;
-        for (const c of chunks) {
-          if (at >= out.length) break;
-          const part = c.subarray(0, out.length - at);
-          out.set(part, at);
-          at += part.length;
-        }
-        return out;
-      },
-      whole: async (Bytes, report) => {
-        const out = new Bytes(total);
-        let at = 0;
-        for (const c of chunks.splice(0)) {
-          out.write(at, c);
-          at += c.length;
-        }
-        report(at, total);
-        for (;;) {
-          const { done, value } = await reader.read();
-          if (done) break;
-          out.write(at, value);
-          at += value.length;
-          report(at, total);
-        }
-        if (at !== total) throw new Error(`fetching ${response.url}: got ${at} of ${total} bytes`);
-        return out;
-      },
-      cancel: () => reader.cancel().catch(() => {}),
-    };
-  }
-  throw new TypeError("a model source is a Uint8Array, ArrayBuffer, Blob, Response, URL or URL string");
 }
 
 /** One model and its conversation inside a fixed memory budget. */
@@ -144,7 +49,7 @@ export class HanzoEdge {
     if (!(maxMemoryBytes > 0)) throw new TypeError("HanzoEdge.init needs `maxMemoryBytes`, a number of bytes");
     const b = await init({ build, wasmUrl });
     const settings = JSON.stringify({ maxContextTokens, maxMemoryBytes, ...rest });
-    const source = await openSource(model);
+    const source = await openSource(model, onProgress);
     let verdict;
     for (let n = FIRST_PROBE; ; n *= 4) {
       const prefix = await source.prefix(Math.min(n, source.length));
@@ -156,7 +61,7 @@ export class HanzoEdge {
       source.cancel();
       throw new BudgetError(verdict);
     }
-    const bytes = await source.whole(b.Bytes, onProgress ?? (() => {}));
+    const bytes = await source.whole(b.Bytes);
     return new HanzoEdge(b.EdgeRuntime.load(bytes, settings));
   }
 

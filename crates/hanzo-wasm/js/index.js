@@ -2,6 +2,7 @@
 // browser. `init` loads the build that fits the engine (relaxed SIMD where it validates, else
 // SIMD128, else scalar); `Model` and `Embedder` wrap the raw bindings of `../pkg/<build>/`.
 
+import { openSource } from "./source.js";
 import { yieldToEventLoop } from "./tick.js";
 
 // A module whose one function returns `i8x16.splat(0)`: valid exactly where SIMD128 is.
@@ -95,60 +96,7 @@ export function memoryBytes() {
  */
 async function toBytes(source, onProgress) {
   const { Bytes } = loaded();
-  const report = onProgress ?? (() => {});
-  if (source instanceof ArrayBuffer) source = new Uint8Array(source);
-  if (source instanceof Uint8Array) {
-    const bytes = Bytes.copyOf(source);
-    report(source.length, source.length);
-    return bytes;
-  }
-  if (typeof Blob !== "undefined" && source instanceof Blob) {
-    const bytes = new Bytes(source.size);
-    const piece = 16 << 20;
-    for (let at = 0; at < source.size; at += piece) {
-      const chunk = new Uint8Array(await source.slice(at, at + piece).arrayBuffer());
-      bytes.write(at, chunk);
-      report(at + chunk.length, source.size);
-    }
-    return bytes;
-  }
-  if (typeof source === "string" || source instanceof URL) source = await fetch(source);
-  if (typeof Response !== "undefined" && source instanceof Response) {
-    if (!source.ok) throw new Error(`fetching ${source.url}: HTTP ${source.status}`);
-    const total = Number(source.headers.get("content-length"));
-    const reader = source.body.getReader();
-    if (total > 0 && !source.headers.get("content-encoding")) {
-      const bytes = new Bytes(total);
-      let at = 0;
-      for (;;) {
-        const { done, value } = await reader.read();
-        if (done) break;
-        bytes.write(at, value);
-        at += value.length;
-        report(at, total);
-      }
-      if (at !== total) throw new Error(`fetching ${source.url}: got ${at} of ${total} bytes`);
-      return bytes;
-    }
-    // No length given: gather the pieces, then copy once.
-    const chunks = [];
-    let at = 0;
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      chunks.push(value);
-      at += value.length;
-      report(at, 0);
-    }
-    const bytes = new Bytes(at);
-    let offset = 0;
-    for (const c of chunks) {
-      bytes.write(offset, c);
-      offset += c.length;
-    }
-    return bytes;
-  }
-  throw new TypeError("a model source is a Uint8Array, ArrayBuffer, Blob, Response or URL");
+  return (await openSource(source, onProgress)).whole(Bytes);
 }
 
 const toIds = (ids) => Uint32Array.from(ids);

@@ -5,7 +5,7 @@
 use crate::{js_err, options, Bytes};
 use hanzo_edge::{Budget, Edge, EdgeConfig, EdgeError, Event, Eviction, KvDtype, Reply, Summary};
 use hanzo_ml::quantized::gguf::GgufFile;
-use hanzo_transformers::Message;
+use hanzo_transformers::{GenerateOptions, Message};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use wasm_bindgen::prelude::*;
@@ -135,22 +135,16 @@ impl EdgeRuntime {
     pub fn chat(&mut self, messages: &str, options: &str) -> Result<usize, JsError> {
         let messages: Vec<Message> =
             serde_json::from_str(messages).map_err(|e| js_err(format!("messages: {e}")))?;
-        let opts = options::parse(options).map_err(js_err)?;
-        self.reply = None;
-        let stream = self.edge.chat(&messages, &opts).map_err(js_err)?;
-        let prompt = stream.prompt_tokens();
-        self.reply = Some(stream.into_reply());
-        Ok(prompt)
+        self.begin(options, |edge, opts| {
+            edge.chat(&messages, opts).map(|s| s.into_reply())
+        })
     }
 
     /// Starts a continuation of raw `text` (no chat template), as [`Self::chat`] does.
     pub fn complete(&mut self, text: &str, options: &str) -> Result<usize, JsError> {
-        let opts = options::parse(options).map_err(js_err)?;
-        self.reply = None;
-        let stream = self.edge.complete(text, &opts).map_err(js_err)?;
-        let prompt = stream.prompt_tokens();
-        self.reply = Some(stream.into_reply());
-        Ok(prompt)
+        self.begin(options, |edge, opts| {
+            edge.complete(text, opts).map(|s| s.into_reply())
+        })
     }
 
     /// The next piece of the reply's text; `undefined` once it has finished (then
@@ -232,5 +226,22 @@ impl EdgeRuntime {
     pub fn reset(&mut self) {
         self.reply = None;
         self.edge.reset();
+    }
+}
+
+impl EdgeRuntime {
+    /// Drops a reply still running, starts the one `start` makes with the options (JSON),
+    /// and returns its prompt's tokens.
+    fn begin(
+        &mut self,
+        options: &str,
+        start: impl FnOnce(&mut Edge, &GenerateOptions) -> Result<Reply, EdgeError>,
+    ) -> Result<usize, JsError> {
+        let opts = options::parse(options).map_err(js_err)?;
+        self.reply = None;
+        let reply = start(&mut self.edge, &opts).map_err(js_err)?;
+        let prompt = reply.prompt_tokens();
+        self.reply = Some(reply);
+        Ok(prompt)
     }
 }

@@ -109,12 +109,11 @@ impl Metrics {
         })
     }
 
-    pub fn loaded(&self, seconds: f64, threads: usize) {
+    pub fn loaded(&self, seconds: f64) {
         self.load_duration.observe(seconds);
-        self.threads.set(threads as f64);
     }
 
-    /// The thread count after a request (lowered or restored by the thermal state).
+    /// The thread count generation runs on (lowered or restored by the thermal state).
     pub fn threads(&self, threads: usize) {
         self.threads.set(threads as f64);
     }

@@ -135,7 +135,8 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let ip = loopback(&a.host).map_err(anyhow::Error::msg)?;
     let metrics = Metrics::new()?;
     let mut edge = Edge::new(a.model.config()?)?;
-    metrics.loaded(edge.load_seconds(), edge.threads());
+    metrics.loaded(edge.load_seconds());
+    metrics.threads(edge.threads());
     let name = a.name.clone().unwrap_or_else(|| a.model.display_name());
     let (worker, work) = std::sync::mpsc::channel::<Work>();
     let state = Arc::new(AppState {

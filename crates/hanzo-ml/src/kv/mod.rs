@@ -36,6 +36,9 @@ pub enum KvError {
     /// An eviction or truncation the sequence cannot make (`PagedKv::evict`, `truncate`).
     #[error("{0}")]
     Shift(String),
+    /// A layout the store cannot hold (`KvLayout::check_dtype`).
+    #[error("{0}")]
+    Layout(String),
 }
 
 /// Which keys a query sees.

@@ -53,6 +53,18 @@ impl KvLayout {
         self.row == model.row && self.windows == model.windows
     }
 
+    /// Whether rows are whole units of the dtype (32 values for Q8_0), as a store needs.
+    pub fn check_dtype(&self) -> Result<(), KvError> {
+        let unit = self.dtype.granule();
+        if self.row.is_multiple_of(unit) {
+            return Ok(());
+        }
+        Err(KvError::Layout(format!(
+            "a {} KV cache needs a multiple of {unit} values per position, not {}",
+            self.dtype, self.row
+        )))
+    }
+
     pub fn layers(&self) -> usize {
         self.windows.len()
     }
@@ -208,14 +220,7 @@ fn find(seqs: &[Option<Seq>], id: SeqId) -> Result<&Seq, KvError> {
 impl PagedKv {
     /// A store of as many blocks as `budget_bytes` holds.
     pub fn new(layout: KvLayout, budget_bytes: usize) -> Result<Self, KvError> {
-        if !layout.row.is_multiple_of(layout.dtype.granule()) {
-            return Err(KvError::Shift(format!(
-                "a {} KV cache needs rows of a multiple of {} values, not {}",
-                layout.dtype,
-                layout.dtype.granule(),
-                layout.row
-            )));
-        }
+        layout.check_dtype()?;
         let n = budget_bytes / layout.block_bytes();
         if n == 0 {
             return Err(KvError::Budget {
@@ -230,9 +235,7 @@ impl PagedKv {
     /// values for Q8_0; [`Self::new`] says so as an error).
     pub fn with_blocks(layout: KvLayout, n: usize) -> Self {
         assert!(
-            layout.block_size > 0
-                && layout.row > 0
-                && layout.row.is_multiple_of(layout.dtype.granule()),
+            layout.block_size > 0 && layout.row > 0 && layout.check_dtype().is_ok(),
             "a non-empty layout of whole {} rows",
             layout.dtype
         );

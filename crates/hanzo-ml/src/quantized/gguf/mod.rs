@@ -129,16 +129,6 @@ impl GgufFile {
         self.file.is_some()
     }
 
-    /// Bytes of the file.
-    pub fn len(&self) -> usize {
-        self.map.len()
-    }
-
-    /// Whether the file holds no bytes (a [`Self::header_only`] one).
-    pub fn is_empty(&self) -> bool {
-        self.map.len() == 0
-    }
-
     /// `from_blob`, with every 2-D tensor of a type the interleaved kernels read (Q4_0, Q4_1,
     /// Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, in whole groups of eight rows) rearranged into
     /// `format::interleaved`'s layout where it lies. Those tensors come out `is_interleaved`:
@@ -226,30 +216,33 @@ impl GgufFile {
         &self.content.tensors
     }
 
-    /// The stored bytes of the named tensor, straight from the map (interleaved for the
-    /// tensors `from_blob_interleaved` rearranged).
-    pub fn tensor_bytes(&self, name: &str) -> Result<&[u8]> {
-        let info = self
-            .content
-            .tensor_info(name)
-            .ok_or_else(|| Error::format("gguf", format!("no tensor named {name:?}")))?;
-        let start = info.offset as usize;
-        // In bounds for a whole file (the parser checked every span against its length);
-        // out of them for a header-only one.
-        self.map
-            .get(start..start + info.size)
-            .ok_or_else(|| no_data(name))
-    }
-
-    /// The named tensor, borrowing the file's memory (no copy when aligned).
-    pub fn tensor(&self, name: &str) -> Result<QTensor> {
+    /// The named tensor's entry, its bytes in the map: always for a whole file (the parser
+    /// checked every span against its length), never for a header-only one.
+    fn held_tensor(&self, name: &str) -> Result<&TensorInfo> {
         let info = self
             .content
             .tensor_info(name)
             .ok_or_else(|| Error::format("gguf", format!("no tensor named {name:?}")))?;
         if info.offset as usize + info.size > self.map.len() {
-            return Err(no_data(name));
+            return Err(Error::format(
+                "gguf",
+                format!("tensor {name:?}: only the file's header was read"),
+            ));
         }
+        Ok(info)
+    }
+
+    /// The stored bytes of the named tensor, straight from the map (interleaved for the
+    /// tensors `from_blob_interleaved` rearranged).
+    pub fn tensor_bytes(&self, name: &str) -> Result<&[u8]> {
+        let info = self.held_tensor(name)?;
+        let start = info.offset as usize;
+        Ok(&self.map[start..start + info.size])
+    }
+
+    /// The named tensor, borrowing the file's memory (no copy when aligned).
+    pub fn tensor(&self, name: &str) -> Result<QTensor> {
+        let info = self.held_tensor(name)?;
         let t = QTensor::from_mmap(
             info.dtype,
             info.shape.clone(),
@@ -262,12 +255,4 @@ impl GgufFile {
             false => t,
         })
     }
-}
-
-/// The error for a tensor of a header-only file.
-fn no_data(name: &str) -> Error {
-    Error::format(
-        "gguf",
-        format!("tensor {name:?}: only the file's header was read"),
-    )
 }

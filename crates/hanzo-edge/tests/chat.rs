@@ -2,17 +2,18 @@
 //! goes on without an error, evicting old turns, and its memory stays where it was after
 //! the first turns.
 
+mod common;
 #[path = "../../../scripts/fixture_path.rs"]
 mod fixture_path;
 
 use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 #[test]
 fn forty_turns_past_the_context_keep_the_same_memory() {
     let model = fixture_path::fixture("smollm2");
     let ctx = 256;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hanzo-edge"))
+    let mut child = common::edge_command()
         .args([
             "chat",
             "-m",
@@ -28,7 +29,6 @@ fn forty_turns_past_the_context_keep_the_same_memory() {
             "--system",
             "You are a friendly assistant who answers at length.",
         ])
-        .env("HANZO_LOG", "warn")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -171,13 +171,20 @@ impl SampleArgs {
 fn memory_line(edge: &hanzo_edge::Edge) -> String {
     let budget = edge.budget().total();
     match hanzo_ml::memory::process_memory() {
-        Some(m) => format!(
-            "memory: peak {:.1} MiB of a {:.1} MiB budget ({:.0}%), resident now {:.1} MiB",
-            m.peak as f64 / 1048576.0,
-            budget as f64 / 1048576.0,
-            100.0 * m.peak as f64 / budget as f64,
-            m.resident as f64 / 1048576.0
-        ),
+        Some(m) => {
+            let mut line = format!(
+                "memory: peak {:.1} MiB of a {:.1} MiB budget ({:.0}%), resident now {:.1} MiB",
+                m.peak as f64 / 1048576.0,
+                budget as f64 / 1048576.0,
+                100.0 * m.peak as f64 / budget as f64,
+                m.resident as f64 / 1048576.0
+            );
+            if m.emulator > 0 {
+                let mib = m.emulator as f64 / 1048576.0;
+                line.push_str(&format!(" (and the emulator's own {mib:.1} MiB)"));
+            }
+            line
+        }
         None => format!("memory: budget {:.1} MiB", budget as f64 / 1048576.0),
     }
 }

@@ -1,0 +1,28 @@
+//! How the tests start the `hanzo-edge` binary, and how long they run.
+#![allow(dead_code)] // each test file uses its part
+
+use std::process::Command;
+
+/// The `hanzo-edge` binary as a command: through `$HANZO_TEST_RUNNER` when the tests run
+/// under an emulator (`qemu-aarch64 -L /usr/aarch64-linux-gnu` for the AArch64 build, whose
+/// binary the host cannot start by itself), with warnings only in the log.
+pub fn edge_command() -> Command {
+    let bin = env!("CARGO_BIN_EXE_hanzo-edge");
+    let runner = std::env::var("HANZO_TEST_RUNNER").unwrap_or_default();
+    let mut runner = runner.split_whitespace();
+    let mut command = match runner.next() {
+        Some(program) => {
+            let mut c = Command::new(program);
+            c.args(runner).arg(bin);
+            c
+        }
+        None => Command::new(bin),
+    };
+    command.env("HANZO_LOG", "warn");
+    command
+}
+
+/// `$HANZO_TEST_QUICK`: the smallest fixture and short replies only, for emulated runs.
+pub fn quick() -> bool {
+    std::env::var_os("HANZO_TEST_QUICK").is_some()
+}

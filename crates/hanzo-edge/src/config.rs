@@ -19,7 +19,7 @@ pub enum Eviction {
 /// How [`crate::Edge`] is set up; every size is fixed at load.
 #[derive(Clone, Debug)]
 pub struct EdgeConfig {
-    /// A GGUF file.
+    /// A GGUF file, or one sealed by `hanzo-edge seal` (then `key` opens it).
     pub model: PathBuf,
     /// Positions the KV cache holds (prompt and reply together, the pinned prefix
     /// included); at most the model's training context.
@@ -48,6 +48,9 @@ pub struct EdgeConfig {
     pub thermal_limit: Option<u8>,
     /// Where the thermal zones are read (`/sys/class/thermal`; tests point it elsewhere).
     pub thermal_zones: PathBuf,
+    /// The key of a sealed model (`hanzo-edge seal`); asked for only when the file is one.
+    #[cfg(feature = "seal")]
+    pub key: Option<crate::seal::KeySource>,
 }
 
 impl EdgeConfig {
@@ -70,6 +73,8 @@ impl EdgeConfig {
             kv_dtype: KvDtype::F16,
             thermal_limit: Some(1),
             thermal_zones: PathBuf::from("/sys/class/thermal"),
+            #[cfg(feature = "seal")]
+            key: None,
         }
     }
 

@@ -42,6 +42,10 @@ impl Edge {
                 path.display()
             )));
         }
+        #[cfg(feature = "seal")]
+        if crate::seal::is_sealed(path) {
+            return Self::load_sealed(config, t0);
+        }
         let file = GgufFile::open(path)?;
         // Only the pages read are held, and a repacked weight's released pages stay released
         // (decode speed measured the same on the fixtures: docs/EDGE.md).
@@ -54,6 +58,54 @@ impl Edge {
     pub fn from_gguf(file: GgufFile, config: EdgeConfig) -> Result<Self, EdgeError> {
         let t0 = Instant::now();
         config.validate()?;
+        Self::load(file, config, t0)
+    }
+
+    /// A sealed model: decrypted chunk by chunk into the memory it runs from, as a file in
+    /// memory counts in the budget (whole). The header's chunks come first and the budget is
+    /// checked on them, before the buffer for the rest is touched.
+    #[cfg(feature = "seal")]
+    fn load_sealed(config: EdgeConfig, t0: Instant) -> Result<Self, EdgeError> {
+        use crate::seal::SealedFile;
+        /// The most header decrypted before giving up on parsing it (a vocabulary of 262k
+        /// tokens with its scores takes under 8 MiB).
+        const MAX_HEADER: usize = 64 << 20;
+        let path = &config.model;
+        let key = config.key.as_ref().ok_or_else(|| {
+            EdgeError::Config(format!(
+                "{} is a sealed model: a key is needed (EdgeConfig::key, --key-file or --key-env)",
+                path.display()
+            ))
+        })?;
+        let mut sealed = SealedFile::open(path, &key.key()?)?;
+        let len = sealed.plaintext_len();
+        let mut prefix = Vec::new();
+        let header = loop {
+            let n = sealed.chunk_len().min(len - sealed.position()) as usize;
+            let at = prefix.len();
+            prefix.resize(at + n, 0);
+            sealed.read_next(&mut prefix[at..])?;
+            match GgufFile::header_only(&prefix, len) {
+                Ok(file) => break file,
+                Err(e) if prefix.len() as u64 == len || prefix.len() >= MAX_HEADER => {
+                    return Err(e.into())
+                }
+                Err(_) => {}
+            }
+        };
+        Budget::check(&header, &config)?;
+        let len = usize::try_from(len)
+            .map_err(|_| EdgeError::Config(format!("{len} bytes do not fit this address space")))?;
+        let mut blob = hanzo_ml::cpu::Blob::zeroed(len);
+        let dst = blob.as_mut_slice().expect("a blob in memory is writable");
+        dst[..prefix.len()].copy_from_slice(&prefix);
+        let at = prefix.len();
+        drop(prefix);
+        sealed.read_next(&mut dst[at..])?;
+        log_memory("model decrypted");
+        // The types the decode kernels repack are rearranged where they lie: a repacked
+        // copy would hold them twice.
+        let file = GgufFile::from_blob_interleaved(blob)?;
         Self::load(file, config, t0)
     }
 

@@ -20,6 +20,10 @@ pub enum EdgeError {
     Model(#[from] hanzo_transformers::Error),
     #[error(transparent)]
     Core(#[from] hanzo_ml::Error),
+    /// A sealed model that could not be opened: no key, the wrong key, or a damaged chunk.
+    #[cfg(feature = "seal")]
+    #[error(transparent)]
+    Sealed(#[from] crate::seal::SealError),
 }
 
 impl From<hanzo_ml::kv::KvError> for EdgeError {

@@ -31,6 +31,8 @@ mod config;
 mod conversation;
 mod edge;
 mod error;
+#[cfg(feature = "seal")]
+pub mod seal;
 mod stream;
 pub mod thermal;
 

@@ -2,6 +2,7 @@
 
 mod chat;
 mod run;
+mod seal;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use hanzo_edge::{EdgeConfig, Eviction};
@@ -28,6 +29,10 @@ enum Command {
     Chat(chat::ChatArgs),
     /// Serve the OpenAI API on this device (loopback only), one conversation at a time.
     Serve(crate::serve::ServeArgs),
+    /// Encrypt a model at rest (AES-256-GCM in authenticated chunks) for `--key-file`.
+    Seal(seal::SealArgs),
+    /// Write a new random key for `seal`.
+    Keygen(seal::KeygenArgs),
 }
 
 pub fn main(cli: Cli) -> anyhow::Result<()> {
@@ -35,6 +40,8 @@ pub fn main(cli: Cli) -> anyhow::Result<()> {
         Command::Run(a) => run::run(a),
         Command::Chat(a) => chat::chat(a),
         Command::Serve(a) => crate::serve::run(a),
+        Command::Seal(a) => seal::seal(a),
+        Command::Keygen(a) => seal::keygen(a),
     }
 }
 
@@ -79,6 +86,18 @@ pub struct ModelArgs {
     /// the threads until the device cools; `off` never.
     #[arg(long, default_value = "1", value_parser = thermal_limit)]
     thermal_limit: ThermalLimit,
+    /// The key of a sealed model: a file of 64 hexadecimal digits or 32 raw bytes.
+    #[arg(long, conflicts_with = "key_env")]
+    key_file: Option<PathBuf>,
+    /// The key of a sealed model from this environment variable.
+    #[arg(long)]
+    key_env: Option<String>,
+}
+
+/// `--key-file` or `--key-env`, where one is given.
+fn key_source(file: Option<PathBuf>, env: Option<String>) -> Option<hanzo_edge::seal::KeySource> {
+    use hanzo_edge::seal::KeySource;
+    file.map(KeySource::File).or(env.map(KeySource::Env))
 }
 
 /// `--thermal-limit`: a state, or none (`off`).
@@ -100,10 +119,15 @@ impl ModelArgs {
     /// store name as given.
     pub fn display_name(&self) -> String {
         match self.model.is_file() {
+            // `model.gguf` and its sealed `model.gguf.sealed` are both `model`.
             true => self
                 .model
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned()),
+                .file_name()
+                .map(|s| s.to_string_lossy())
+                .map(|s| {
+                    let s = s.strip_suffix(".sealed").unwrap_or(&s);
+                    s.strip_suffix(".gguf").unwrap_or(s).to_string()
+                }),
             false => Some(self.model.to_string_lossy().into_owned()),
         }
         .unwrap_or_else(|| "model".into())
@@ -118,6 +142,7 @@ impl ModelArgs {
         c.prefill_chunk = self.prefill_chunk;
         c.kv_dtype = self.kv_dtype;
         c.thermal_limit = self.thermal_limit.0;
+        c.key = key_source(self.key_file.clone(), self.key_env.clone());
         c.eviction = match self.eviction {
             EvictionArg::Rerotate => Eviction::Rerotate,
             EvictionArg::Recompute => Eviction::Recompute,

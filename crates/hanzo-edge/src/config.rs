@@ -48,6 +48,11 @@ pub struct EdgeConfig {
     pub thermal_limit: Option<u8>,
     /// Where the thermal zones are read (`/sys/class/thermal`; tests point it elsewhere).
     pub thermal_zones: PathBuf,
+    /// The tools the model may call on this device ([`Edge::chat_with_tools`]); none
+    /// unless granted.
+    ///
+    /// [`Edge::chat_with_tools`]: crate::Edge::chat_with_tools
+    pub tools: crate::tools::LocalTools,
     /// The key of a sealed model (`hanzo-edge seal`); asked for only when the file is one.
     #[cfg(feature = "seal")]
     pub key: Option<crate::seal::KeySource>,
@@ -73,6 +78,7 @@ impl EdgeConfig {
             kv_dtype: KvDtype::F16,
             thermal_limit: Some(1),
             thermal_zones: PathBuf::from("/sys/class/thermal"),
+            tools: Default::default(),
             #[cfg(feature = "seal")]
             key: None,
         }

@@ -213,13 +213,14 @@ impl Edge {
         messages: &[Message],
         opts: &GenerateOptions,
     ) -> Result<TokenStream<'_>, EdgeError> {
-        self.chat_with_tools(messages, &[], opts)
+        self.chat_offering_tools(messages, &[], opts)
     }
 
     /// As [`Self::chat`], with functions the model may call (OpenAI's `tools` entries): the
     /// reply then holds calls in `hanzo_transformers::tools::TOOL_CALL_TAGS`, which
-    /// `hanzo_transformers::tools::ToolCallParser` reads out.
-    pub fn chat_with_tools(
+    /// `hanzo_transformers::tools::ToolCallParser` reads out. The caller runs them
+    /// ([`Self::chat_with_tools`] runs the device's own tools).
+    pub fn chat_offering_tools(
         &mut self,
         messages: &[Message],
         tools: &[serde_json::Value],

@@ -35,6 +35,7 @@ mod error;
 pub mod seal;
 mod stream;
 pub mod thermal;
+pub mod tools;
 
 pub use budget::{Breakdown, Budget};
 pub use config::{EdgeConfig, Eviction};

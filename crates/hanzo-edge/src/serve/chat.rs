@@ -161,7 +161,7 @@ fn begin<'a>(
     opts: &GenerateOptions,
 ) -> Result<TokenStream<'a>, EdgeError> {
     match input {
-        Input::Chat { messages, tools } => edge.chat_with_tools(&messages, &tools, opts),
+        Input::Chat { messages, tools } => edge.chat_offering_tools(&messages, &tools, opts),
         Input::Text(t) => edge.complete(&t, opts),
         Input::Tokens(ids) => {
             let keep = edge.config().keep_tokens;

@@ -1,5 +1,6 @@
-//! `hanzo-edge serve` end to end: `tests/server/*.py` start it on a loopback port and drive
-//! it with the official `openai` Python package (installed by `scripts/test.sh`).
+//! `hanzo-edge serve` and `hanzo-edge mcp` end to end: `tests/server/*.py` start them and
+//! drive them with the official `openai` and `mcp` Python packages (installed by
+//! `scripts/test.sh`).
 
 #[path = "../../../scripts/fixture_path.rs"]
 mod fixture_path;
@@ -10,13 +11,13 @@ use std::process::Command;
 fn openai_clients_get_the_local_api() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/server");
     let deps = Command::new("python3")
-        .args(["-c", "import openai, pytest"])
+        .args(["-c", "import openai, pytest, mcp"])
         .status()
         .expect("python3");
     assert!(
         deps.success(),
-        "the server tests need Python's openai and pytest packages: \
-         python3 -m pip install openai pytest (scripts/test.sh installs them)"
+        "the server tests need Python's openai, pytest and mcp packages: \
+         python3 -m pip install openai pytest mcp (scripts/test.sh installs them)"
     );
     let status = Command::new("python3")
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", dir])

@@ -1,10 +1,12 @@
 //! The commands of the `hanzo-edge` binary.
 
 mod chat;
+mod mcp;
 mod run;
 mod seal;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use hanzo_edge::tools::{LocalTool, LocalTools, Sandbox};
 use hanzo_edge::{EdgeConfig, Eviction};
 use hanzo_ml::kv::KvDtype;
 use hanzo_transformers::{GenerateOptions, SamplingParams};
@@ -33,6 +35,8 @@ enum Command {
     Seal(seal::SealArgs),
     /// Write a new random key for `seal`.
     Keygen(seal::KeygenArgs),
+    /// Offer the device's file tools, confined to one folder, to MCP clients on stdio.
+    Mcp(mcp::McpArgs),
 }
 
 pub fn main(cli: Cli) -> anyhow::Result<()> {
@@ -42,6 +46,7 @@ pub fn main(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(a) => crate::serve::run(a),
         Command::Seal(a) => seal::seal(a),
         Command::Keygen(a) => seal::keygen(a),
+        Command::Mcp(a) => mcp::mcp(a),
     }
 }
 
@@ -86,12 +91,49 @@ pub struct ModelArgs {
     /// the threads until the device cools; `off` never.
     #[arg(long, default_value = "1", value_parser = thermal_limit)]
     thermal_limit: ThermalLimit,
+    /// A folder the model's file tools are confined to (with --allow and --chat).
+    #[arg(long)]
+    sandbox: Option<PathBuf>,
+    /// Tools the model may call (comma-separated): file_read, file_write, file_list.
+    #[arg(long, value_delimiter = ',')]
+    allow: Vec<LocalTool>,
     /// The key of a sealed model: a file of 64 hexadecimal digits or 32 raw bytes.
     #[arg(long, conflicts_with = "key_env")]
     key_file: Option<PathBuf>,
     /// The key of a sealed model from this environment variable.
     #[arg(long)]
     key_env: Option<String>,
+}
+
+/// The tools `--allow` grants, the file tools confined to `--sandbox`.
+fn local_tools(
+    sandbox: Option<&std::path::Path>,
+    allow: &[LocalTool],
+    max_write_bytes: u64,
+) -> anyhow::Result<LocalTools> {
+    use anyhow::bail;
+    let mut tools = LocalTools::default();
+    for &t in allow {
+        match t {
+            LocalTool::FileRead | LocalTool::FileWrite | LocalTool::FileList => {
+                if sandbox.is_none() {
+                    bail!("--allow {} needs --sandbox DIR, the folder it is confined to", t.name());
+                }
+            }
+            _ => bail!(
+                "{} is backed by the host app (hanzo_edge::tools::LocalTools in the SDK); the command line grants the file tools",
+                t.name()
+            ),
+        }
+        tools.allow.insert(t);
+    }
+    if let Some(dir) = sandbox {
+        let mut s =
+            Sandbox::new(dir).map_err(|e| anyhow::anyhow!("--sandbox {}: {e}", dir.display()))?;
+        s.max_write_bytes = max_write_bytes;
+        tools.sandbox = Some(s);
+    }
+    Ok(tools)
 }
 
 /// `--key-file` or `--key-env`, where one is given.
@@ -143,6 +185,7 @@ impl ModelArgs {
         c.kv_dtype = self.kv_dtype;
         c.thermal_limit = self.thermal_limit.0;
         c.key = key_source(self.key_file.clone(), self.key_env.clone());
+        c.tools = local_tools(self.sandbox.as_deref(), &self.allow, 1 << 20)?;
         c.eviction = match self.eviction {
             EvictionArg::Rerotate => Eviction::Rerotate,
             EvictionArg::Recompute => Eviction::Recompute,

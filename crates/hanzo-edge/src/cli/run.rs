@@ -18,6 +18,9 @@ pub struct RunArgs {
     /// A system prompt (with --chat); it stays when older turns are evicted.
     #[arg(long)]
     system: Option<String>,
+    /// With tools granted (--allow): the most replies, the tools' calls run between them.
+    #[arg(long, default_value_t = 8)]
+    max_tool_steps: usize,
     /// The prompt.
     prompt: String,
 }
@@ -31,6 +34,9 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
             messages.push(Message::new("system", s));
         }
         messages.push(Message::new("user", &a.prompt));
+        if !edge.config().tools.available().is_empty() {
+            return run_tools(&mut edge, &messages, &opts, a.max_tool_steps);
+        }
         edge.chat(&messages, &opts)?
     } else {
         edge.complete(&a.prompt, &opts)?
@@ -63,5 +69,34 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         );
     }
     eprintln!("{}", memory_line(&edge));
+    Ok(())
+}
+
+/// `--chat` with tools: the calls run to completion, each shown on stderr, then the answer.
+fn run_tools(
+    edge: &mut Edge,
+    messages: &[Message],
+    opts: &hanzo_transformers::GenerateOptions,
+    max_steps: usize,
+) -> anyhow::Result<()> {
+    let run = edge.chat_with_tools(messages, opts, max_steps)?;
+    for c in &run.calls {
+        match &c.result {
+            Ok(r) => eprintln!("tool {}({}): {} bytes", c.name, c.arguments, r.len()),
+            Err(e) => eprintln!("tool {}({}): refused: {e}", c.name, c.arguments),
+        }
+    }
+    println!("{}", run.reply);
+    eprintln!(
+        "{} replies, {} tool calls{}",
+        run.steps,
+        run.calls.len(),
+        if run.stopped_at_limit {
+            " (stopped at --max-tool-steps)"
+        } else {
+            ""
+        }
+    );
+    eprintln!("{}", memory_line(edge));
     Ok(())
 }

@@ -53,6 +53,10 @@ pub struct EdgeConfig {
     ///
     /// [`Edge::chat_with_tools`]: crate::Edge::chat_with_tools
     pub tools: crate::tools::LocalTools,
+    /// An OpenAI-compatible server that answers what the device should not
+    /// (`hanzo_edge::cloud`); none by default.
+    #[cfg(feature = "cloud")]
+    pub cloud: Option<crate::cloud::Cloud>,
     /// The key of a sealed model (`hanzo-edge seal`); asked for only when the file is one.
     #[cfg(feature = "seal")]
     pub key: Option<crate::seal::KeySource>,
@@ -79,6 +83,8 @@ impl EdgeConfig {
             thermal_limit: Some(1),
             thermal_zones: PathBuf::from("/sys/class/thermal"),
             tools: Default::default(),
+            #[cfg(feature = "cloud")]
+            cloud: None,
             #[cfg(feature = "seal")]
             key: None,
         }

@@ -204,7 +204,7 @@ impl Conversation {
         let movable = len - k;
         let missing = len + t - self.ctx;
         if mode == Eviction::Off || missing > movable {
-            return Err(EdgeError::Request(format!(
+            return Err(EdgeError::ContextFull(format!(
                 "the conversation needs {} positions, the context holds {}{}",
                 len + t,
                 self.ctx,

@@ -23,6 +23,9 @@ pub struct Edge {
     throttle: Throttle,
     budget: Budget,
     load_seconds: f64,
+    /// Where the cloud fallback keeps deterministic answers.
+    #[cfg(feature = "cloud")]
+    cloud_cache: Option<crate::cloud::Cache>,
 }
 
 impl Edge {
@@ -150,6 +153,17 @@ impl Edge {
         );
         log_memory("KV cache allocated");
         let throttle = Throttle::new(config.thermal_zones.clone(), config.thermal_limit);
+        #[cfg(feature = "cloud")]
+        let cloud_cache = match config
+            .cloud
+            .as_ref()
+            .and_then(|c| Some((c.cache_dir.as_ref()?, c)))
+        {
+            Some((dir, c)) => Some(crate::cloud::Cache::new(dir, c.cache_max_bytes).map_err(
+                |e| EdgeError::Config(format!("the cloud cache {}: {e}", dir.display())),
+            )?),
+            None => None,
+        };
         Ok(Self {
             pipeline,
             conversation,
@@ -157,6 +171,8 @@ impl Edge {
             config,
             budget,
             load_seconds: t0.elapsed().as_secs_f64(),
+            #[cfg(feature = "cloud")]
+            cloud_cache,
         })
     }
 
@@ -226,9 +242,131 @@ impl Edge {
         tools: &[serde_json::Value],
         opts: &GenerateOptions,
     ) -> Result<TokenStream<'_>, EdgeError> {
+        self.chat_routed(messages, tools, opts, true, false)
+    }
+
+    /// As [`Self::chat`], answered by the cloud fallback's model (`EdgeConfig::cloud`), or
+    /// by the device if the cloud cannot answer (the summary says why).
+    #[cfg(feature = "cloud")]
+    pub fn chat_in_cloud(
+        &mut self,
+        messages: &[Message],
+        opts: &GenerateOptions,
+    ) -> Result<TokenStream<'_>, EdgeError> {
+        self.chat_routed(messages, &[], opts, true, true)
+    }
+
+    /// A chat reply from the device or, where `EdgeConfig::cloud` says so, the cloud (what
+    /// [`Self::chat_offering_tools`] does with `seeded` and not `to_cloud`). `seeded`: the
+    /// caller chose the sampling seed (a sampled reply is cached only then); `to_cloud`: the
+    /// caller asked for the cloud's model.
+    pub fn chat_routed(
+        &mut self,
+        messages: &[Message],
+        tools: &[serde_json::Value],
+        opts: &GenerateOptions,
+        seeded: bool,
+        to_cloud: bool,
+    ) -> Result<TokenStream<'_>, EdgeError> {
         let prompt = self.pipeline.chat_tokens_with_tools(messages, tools)?;
         let keep = self.system_prefix(messages, &prompt)? + self.config.keep_tokens;
+        #[cfg(feature = "cloud")]
+        if let Some(cloud) = self.config.cloud.clone() {
+            return self.start_routed(cloud, messages, tools, opts, seeded, to_cloud, prompt, keep);
+        }
+        let _ = (seeded, to_cloud);
         self.start(prompt, keep, opts)
+    }
+
+    #[cfg(feature = "cloud")]
+    #[allow(clippy::too_many_arguments)]
+    fn start_routed(
+        &mut self,
+        cloud: crate::cloud::Cloud,
+        messages: &[Message],
+        tools: &[serde_json::Value],
+        opts: &GenerateOptions,
+        seeded: bool,
+        to_cloud: bool,
+        prompt: Vec<u32>,
+        keep: usize,
+    ) -> Result<TokenStream<'_>, EdgeError> {
+        use crate::cloud::{CloudRequest, Reason, Route};
+        opts.sampling
+            .validate()
+            .map_err(|e| EdgeError::Request(e.to_string()))?;
+        let request = CloudRequest::new(&cloud, messages, tools, opts, seeded);
+        self.throttle.update();
+        let hot = match (cloud.thermal_level, self.thermal_state()) {
+            (Some(level), Some(state)) => state > level,
+            _ => false,
+        };
+        let first = if to_cloud {
+            Some(Reason::Requested)
+        } else if cloud.on_context && prompt.len() >= self.config.max_context_tokens {
+            Some(Reason::Context)
+        } else if hot {
+            Some(Reason::Thermal)
+        } else {
+            None
+        };
+        if let Some(reason) = first {
+            let mut reply = self.placeholder(opts, prompt.len());
+            let route = Route::to_cloud(cloud, request, reason, Some((prompt, keep, opts.clone())));
+            reply.route = Some(Box::new(route));
+            return Ok(TokenStream { edge: self, reply });
+        }
+        let judged = cloud.fallback_entropy.is_some();
+        let on_context = cloud.on_context;
+        let prompt_len = prompt.len();
+        match self.begin(prompt, keep, opts) {
+            Ok(mut reply) => {
+                if judged {
+                    reply.entropies = Some(Vec::new());
+                    let started = reply.started;
+                    reply.route = Some(Box::new(Route::judged(cloud, request, started)));
+                }
+                Ok(TokenStream { edge: self, reply })
+            }
+            Err(EdgeError::ContextFull(message)) if on_context => {
+                let mut reply = self.placeholder(opts, prompt_len);
+                reply.route = Some(Box::new(Route::refused(cloud, request, message)));
+                Ok(TokenStream { edge: self, reply })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A reply with nothing computed on the device (the cloud answers it) to a prompt of
+    /// `prompt_tokens`.
+    #[cfg(feature = "cloud")]
+    fn placeholder(&self, opts: &GenerateOptions, prompt_tokens: usize) -> Reply {
+        Reply {
+            sampler: Sampler::new(opts.sampling.clone()),
+            decoder: StreamDecoder::new(),
+            stops: StopFilter::new(Vec::new()),
+            max_tokens: opts.max_tokens,
+            stop_tokens: Vec::new(),
+            logits: Tensor::zeros(1, hanzo_ml::DType::F32, &hanzo_ml::Device::Cpu)
+                .expect("a one-element tensor"),
+            pending: None,
+            generated: 0,
+            tokens: Vec::new(),
+            finish: None,
+            done: false,
+            prompt_tokens,
+            computed: 0,
+            evicted: Evicted::default(),
+            started: Instant::now(),
+            first_token: None,
+            entropies: None,
+            route: None,
+        }
+    }
+
+    #[cfg(feature = "cloud")]
+    pub(crate) fn cloud_cache(&self) -> Option<&crate::cloud::Cache> {
+        self.cloud_cache.as_ref()
     }
 
     /// Streams a continuation of raw `text` (no chat template); `keep_tokens` of it (and a
@@ -309,6 +447,18 @@ impl Edge {
         keep: usize,
         opts: &GenerateOptions,
     ) -> Result<TokenStream<'_>, EdgeError> {
+        let reply = self.begin(prompt, keep, opts)?;
+        Ok(TokenStream { edge: self, reply })
+    }
+
+    /// Reads `prompt` (after what the KV cache holds of it) and returns the reply, ready to
+    /// sample its first token.
+    pub(crate) fn begin(
+        &mut self,
+        prompt: Vec<u32>,
+        keep: usize,
+        opts: &GenerateOptions,
+    ) -> Result<Reply, EdgeError> {
         opts.sampling
             .validate()
             .map_err(|e| EdgeError::Request(e.to_string()))?;
@@ -340,8 +490,11 @@ impl Edge {
             evicted,
             started,
             first_token: None,
+            entropies: None,
+            #[cfg(feature = "cloud")]
+            route: None,
         };
-        Ok(TokenStream { edge: self, reply })
+        Ok(reply)
     }
 
     /// Runs `tokens` after the conversation, evicting where needed.

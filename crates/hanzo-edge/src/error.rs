@@ -16,6 +16,9 @@ pub enum EdgeError {
     /// A request that cannot be served as asked (the conversation is unchanged).
     #[error("{0}")]
     Request(String),
+    /// The conversation does not fit the context, eviction or not.
+    #[error("{0}")]
+    ContextFull(String),
     #[error(transparent)]
     Model(#[from] hanzo_transformers::Error),
     #[error(transparent)]

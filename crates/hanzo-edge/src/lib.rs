@@ -27,6 +27,8 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod budget;
+#[cfg(feature = "cloud")]
+pub mod cloud;
 mod config;
 mod conversation;
 mod edge;
@@ -42,4 +44,4 @@ pub use config::{EdgeConfig, Eviction};
 pub use edge::Edge;
 pub use error::EdgeError;
 pub use hanzo_ml::kv::KvDtype;
-pub use stream::{Event, Reply, Summary, TokenStream};
+pub use stream::{Event, Reply, Source, Summary, TokenStream};

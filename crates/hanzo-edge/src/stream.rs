@@ -18,6 +18,24 @@ pub enum Event {
     Done(Summary),
 }
 
+/// Where a reply came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// This device's model.
+    Local,
+    /// The cloud fallback (`EdgeConfig::cloud`), or its cache.
+    Cloud,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Local => "local",
+            Source::Cloud => "cloud",
+        }
+    }
+}
+
 /// How a reply went.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Summary {
@@ -39,6 +57,15 @@ pub struct Summary {
     pub generate_seconds: f64,
     /// Generated tokens per second after the first.
     pub tokens_per_second: f64,
+    /// Where the reply came from.
+    pub source: Source,
+    /// Why it went to the cloud (`context`, `entropy`, `model`, `thermal`), where it did or
+    /// was meant to.
+    pub fallback_reason: Option<&'static str>,
+    /// Why the cloud did not answer, where it was asked and the device answered instead.
+    pub cloud_error: Option<String>,
+    /// The cloud's answer came from the cache on disk.
+    pub cached: bool,
 }
 
 /// The reply to [`Edge::chat`] or [`Edge::complete`]: an iterator of [`Event`]s. Dropping
@@ -68,6 +95,12 @@ pub struct Reply {
     pub(crate) evicted: Evicted,
     pub(crate) started: Instant,
     pub(crate) first_token: Option<f64>,
+    /// The entropy (nats) of each sampled token's distribution, where the cloud fallback
+    /// judges the local draft by it.
+    pub(crate) entropies: Option<Vec<f32>>,
+    /// The cloud fallback's state for this reply.
+    #[cfg(feature = "cloud")]
+    pub(crate) route: Option<Box<crate::cloud::Route>>,
 }
 
 impl TokenStream<'_> {
@@ -115,6 +148,15 @@ impl TokenStream<'_> {
 impl Reply {
     /// The next event, as [`TokenStream`]'s iterator gives it; `None` after the summary.
     pub fn next_event(&mut self, edge: &mut Edge) -> Option<Result<Event, EdgeError>> {
+        #[cfg(feature = "cloud")]
+        if self.route.is_some() {
+            return crate::cloud::route::next_event(self, edge);
+        }
+        self.next_local(edge)
+    }
+
+    /// The next event of the device's own reply.
+    pub(crate) fn next_local(&mut self, edge: &mut Edge) -> Option<Result<Event, EdgeError>> {
         loop {
             if self.done {
                 return None;
@@ -157,6 +199,9 @@ impl Reply {
             return Ok(self.end(Finish::Length));
         }
         let row = self.logits.flatten_all()?.to_vec1::<f32>()?;
+        if let Some(e) = self.entropies.as_mut() {
+            e.push(entropy(&row));
+        }
         let tok = self.sampler.sample(&row);
         self.first_token
             .get_or_insert_with(|| self.started.elapsed().as_secs_f64());
@@ -191,6 +236,16 @@ impl Reply {
 
     /// How the reply went so far (`Finish::Cancelled` while it has not finished).
     pub fn summary(&self, edge: &Edge) -> Summary {
+        #[allow(unused_mut)]
+        let mut s = self.local_summary(edge);
+        #[cfg(feature = "cloud")]
+        if let Some(route) = &self.route {
+            route.annotate(&mut s);
+        }
+        s
+    }
+
+    fn local_summary(&self, edge: &Edge) -> Summary {
         let total = self.started.elapsed().as_secs_f64();
         let ttft = self.first_token.unwrap_or(total);
         let after = self.generated.saturating_sub(1);
@@ -211,8 +266,26 @@ impl Reply {
             } else {
                 0.0
             },
+            source: Source::Local,
+            fallback_reason: None,
+            cloud_error: None,
+            cached: false,
         }
     }
+}
+
+/// The entropy (nats) of the softmax of `logits`.
+fn entropy(logits: &[f32]) -> f32 {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let (mut z, mut weighted) = (0f64, 0f64);
+    for &l in logits {
+        let d = (l - max) as f64;
+        let e = d.exp();
+        z += e;
+        weighted += e * d;
+    }
+    // H = log Z - E[d], with d = logit - max and Z the sum of exp(d).
+    (z.ln() - weighted / z) as f32
 }
 
 /// With the `async` feature (on by default) a [`TokenStream`] is also a

@@ -110,7 +110,7 @@ impl Throttle {
     /// Reads the thermal state again if a second has passed, and says so in the log when
     /// the thread count changes.
     pub fn update(&mut self) {
-        if self.limit.is_none() || self.checked.is_some_and(|t| t.elapsed() < RECHECK) {
+        if self.checked.is_some_and(|t| t.elapsed() < RECHECK) {
             return;
         }
         self.checked = Some(Instant::now());

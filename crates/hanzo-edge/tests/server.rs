@@ -23,10 +23,26 @@ fn openai_clients_get_the_local_api() {
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", dir])
         .env("HANZO_EDGE_BIN", env!("CARGO_BIN_EXE_hanzo-edge"))
         .env("HANZO_SMOLLM", fixture_path::fixture("smollm2"))
+        // The cloud fallback's tests run a real hanzo-engine, built beside hanzo-edge by the
+        // workspace's test run, with Qwen2.5-Coder as the cloud's model.
+        .env("HANZO_ENGINE_BIN", engine_bin())
+        .env("HANZO_QWEN", fixture_path::fixture("qwen2"))
         .status()
         .expect("run pytest");
     assert!(
         status.success(),
         "the local API's tests failed (output above)"
     );
+}
+
+/// `hanzo-engine`, next to this test's `hanzo-edge`.
+fn engine_bin() -> std::path::PathBuf {
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_hanzo-edge"))
+        .with_file_name(format!("hanzo-engine{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        bin.exists(),
+        "{} is missing: the cloud fallback's tests need it (cargo build -p hanzo-engine --profile test, or cargo test --workspace)",
+        bin.display()
+    );
+    bin
 }

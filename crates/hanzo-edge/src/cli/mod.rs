@@ -97,12 +97,68 @@ pub struct ModelArgs {
     /// Tools the model may call (comma-separated): file_read, file_write, file_list.
     #[arg(long, value_delimiter = ',')]
     allow: Vec<LocalTool>,
+    /// An OpenAI-compatible server to fall back on (`http://host:port` or `.../v1`).
+    #[arg(long, requires = "cloud_model")]
+    cloud_url: Option<String>,
+    /// The model to ask for there (also the name clients use to ask for it).
+    #[arg(long, requires = "cloud_url")]
+    cloud_model: Option<String>,
+    /// The environment variable that holds the cloud's API key.
+    #[arg(long, requires = "cloud_url")]
+    cloud_api_key_env: Option<String>,
+    /// Send a reply to the cloud when the mean entropy of its first tokens is above this
+    /// (nats); off unless given.
+    #[arg(long, requires = "cloud_url")]
+    fallback_entropy: Option<f32>,
+    /// Tokens the entropy is judged over (held back meanwhile).
+    #[arg(long, default_value_t = 16)]
+    entropy_window: usize,
+    /// Send requests to the cloud above this thermal state (0-3).
+    #[arg(long, requires = "cloud_url")]
+    cloud_thermal_level: Option<u8>,
+    /// Longest wait for the cloud (connecting, its first answer, each later piece), seconds.
+    #[arg(long, default_value_t = 30.0)]
+    cloud_timeout: f64,
+    /// Keep deterministic cloud answers here, to serve them again offline.
+    #[arg(long, requires = "cloud_url")]
+    cache_dir: Option<PathBuf>,
+    /// The cache's size limit: bytes, or with a unit.
+    #[arg(long, default_value = "64MB", value_parser = hanzo_api::sizes::parse_bytes)]
+    cache_max_bytes: u64,
     /// The key of a sealed model: a file of 64 hexadecimal digits or 32 raw bytes.
     #[arg(long, conflicts_with = "key_env")]
     key_file: Option<PathBuf>,
     /// The key of a sealed model from this environment variable.
     #[arg(long)]
     key_env: Option<String>,
+}
+
+impl ModelArgs {
+    /// The cloud fallback the `--cloud-*` options describe.
+    fn cloud(&self) -> anyhow::Result<Option<hanzo_edge::cloud::Cloud>> {
+        let (Some(url), Some(model)) = (&self.cloud_url, &self.cloud_model) else {
+            return Ok(None);
+        };
+        if !(self.cloud_timeout > 0.0 && self.cloud_timeout.is_finite()) {
+            anyhow::bail!(
+                "--cloud-timeout {}: a number of seconds above 0",
+                self.cloud_timeout
+            );
+        }
+        let mut c = hanzo_edge::cloud::Cloud::new(url, model);
+        if let Some(var) = &self.cloud_api_key_env {
+            let key = std::env::var(var)
+                .map_err(|_| anyhow::anyhow!("--cloud-api-key-env: ${var} is not set"))?;
+            c.api_key = Some(key);
+        }
+        c.timeout = std::time::Duration::from_secs_f64(self.cloud_timeout);
+        c.fallback_entropy = self.fallback_entropy;
+        c.entropy_window = self.entropy_window.max(1);
+        c.thermal_level = self.cloud_thermal_level;
+        c.cache_dir = self.cache_dir.clone();
+        c.cache_max_bytes = self.cache_max_bytes;
+        Ok(Some(c))
+    }
 }
 
 /// The tools `--allow` grants, the file tools confined to `--sandbox`.
@@ -186,6 +242,7 @@ impl ModelArgs {
         c.thermal_limit = self.thermal_limit.0;
         c.key = key_source(self.key_file.clone(), self.key_env.clone());
         c.tools = local_tools(self.sandbox.as_deref(), &self.allow, 1 << 20)?;
+        c.cloud = self.cloud()?;
         c.eviction = match self.eviction {
             EvictionArg::Rerotate => Eviction::Rerotate,
             EvictionArg::Recompute => Eviction::Recompute,

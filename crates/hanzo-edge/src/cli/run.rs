@@ -54,6 +54,13 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     }
     writeln!(out)?;
     if let Some(s) = summary {
+        if let Some(reason) = s.fallback_reason {
+            match (&s.cloud_error, s.cached) {
+                (Some(e), _) => eprintln!("cloud ({reason}) did not answer: {e}; answered here"),
+                (None, true) => eprintln!("answered from the cloud cache ({reason})"),
+                (None, false) => eprintln!("answered by the cloud ({reason})"),
+            }
+        }
         eprintln!(
             "prompt {} tokens, {} generated ({:?}); load {:.3} s, first token {:.3} s, {:.2} tokens/s; context {}/{}, {} evicted in {} evictions",
             s.prompt_tokens,

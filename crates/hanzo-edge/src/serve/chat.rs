@@ -21,6 +21,10 @@ enum Input {
     Chat {
         messages: Vec<Message>,
         tools: Vec<Value>,
+        /// The request named the cloud's model.
+        to_cloud: bool,
+        /// The request chose its seed (a sampled answer is cached only then).
+        seeded: bool,
     },
     Text(String),
     Tokens(Vec<u32>),
@@ -28,7 +32,10 @@ enum Input {
 
 pub async fn chat(State(app): State<Arc<AppState>>, body: Bytes) -> ApiResult<Response> {
     let req: ChatRequest = request::parse(&body)?;
-    check_model(&app, &req.model)?;
+    let to_cloud = app.cloud_model.as_deref() == Some(req.model.as_str());
+    if !to_cloud {
+        check_model(&app, &req.model)?;
+    }
     if req.json_format()?.is_some() {
         return Err(ApiError::invalid(
             "response_format",
@@ -45,6 +52,8 @@ pub async fn chat(State(app): State<Arc<AppState>>, body: Bytes) -> ApiResult<Re
     let input = Input::Chat {
         messages: req.messages()?,
         tools: tools.as_ref().map(|t| t.tools.clone()).unwrap_or_default(),
+        to_cloud,
+        seeded: req.gen.seed.is_some(),
     };
     let settings = req.gen.settings(vocab(&app))?;
     let mut job = start(&app, Kind::Chat, input, settings).await?;
@@ -92,10 +101,9 @@ pub async fn completions(State(app): State<Arc<AppState>>, body: Bytes) -> ApiRe
 
 pub(super) fn check_model(app: &AppState, model: &str) -> ApiResult<()> {
     if model != app.name {
-        return Err(ApiError::model_not_found(
-            model,
-            std::slice::from_ref(&app.name),
-        ));
+        let mut known = vec![app.name.clone()];
+        known.extend(app.cloud_model.clone());
+        return Err(ApiError::model_not_found(model, &known));
     }
     Ok(())
 }
@@ -161,7 +169,12 @@ fn begin<'a>(
     opts: &GenerateOptions,
 ) -> Result<TokenStream<'a>, EdgeError> {
     match input {
-        Input::Chat { messages, tools } => edge.chat_offering_tools(&messages, &tools, opts),
+        Input::Chat {
+            messages,
+            tools,
+            to_cloud,
+            seeded,
+        } => edge.chat_routed(&messages, &tools, opts, seeded, to_cloud),
         Input::Text(t) => edge.complete(&t, opts),
         Input::Tokens(ids) => {
             let keep = edge.config().keep_tokens;
@@ -209,6 +222,10 @@ fn pump(stream: TokenStream, tx: &UnboundedSender<ApiEvent>) -> Option<Summary> 
 /// finishing chunk.
 fn extra(s: &Summary) -> Value {
     json!({"hanzo_edge": {
+        "source": s.source.as_str(),
+        "fallback_reason": s.fallback_reason,
+        "cloud_error": s.cloud_error,
+        "cached": s.cached,
         "evicted_tokens": s.evicted_tokens,
         "evictions": s.evictions,
         "kept_tokens": s.kept_tokens,
@@ -222,7 +239,7 @@ fn extra(s: &Summary) -> Value {
 
 fn api_error(e: EdgeError) -> ApiError {
     match e {
-        EdgeError::Request(m) if m.contains("positions") => ApiError::context(m),
+        EdgeError::ContextFull(m) => ApiError::context(m),
         EdgeError::Request(m) => ApiError::invalid("messages", m),
         EdgeError::Model(hanzo_transformers::Error::Invalid(m)) => ApiError::invalid("messages", m),
         EdgeError::Model(hanzo_transformers::Error::ContextFull { needed, limit }) => {

@@ -17,10 +17,9 @@ pub struct Metrics {
     evicted_tokens: Counter,
     context_tokens: Gauge,
     threads: Gauge,
+    cloud_fallback: CounterVec,
+    cloud_errors: Counter,
 }
-
-/// Why a request would go to the cloud (`hanzo_edge_cloud_fallback_total{reason}`).
-const FALLBACK_REASONS: [&str; 4] = ["context", "confidence", "requested", "thermal"];
 
 impl Metrics {
     pub fn new() -> prometheus::Result<Self> {
@@ -51,11 +50,14 @@ impl Metrics {
             &["reason"],
         )?;
         registry.register(Box::new(cloud_fallback.clone()))?;
-        // Zero for every reason until a cloud is configured (the fallback is not built
-        // yet); registered so dashboards find the series.
-        for r in FALLBACK_REASONS {
-            cloud_fallback.with_label_values(&[r]);
+        // Every reason's series from the start, so dashboards find them at zero.
+        for r in hanzo_edge::cloud::Reason::ALL {
+            cloud_fallback.with_label_values(&[r.as_str()]);
         }
+        let cloud_errors = counter(
+            "hanzo_edge_cloud_errors_total",
+            "Requests the cloud was asked and did not answer (the device answered instead).",
+        )?;
         let thermal_state = match hanzo_edge::thermal::state() {
             Some(_) => Some(gauge(
                 "hanzo_edge_thermal_state",
@@ -105,6 +107,8 @@ impl Metrics {
                 "hanzo_edge_threads",
                 "Threads generation runs on now (halved while the device is too hot).",
             )?,
+            cloud_fallback,
+            cloud_errors,
             registry,
         })
     }
@@ -128,6 +132,12 @@ impl Metrics {
         self.evictions.inc_by(s.evictions as f64);
         self.evicted_tokens.inc_by(s.evicted_tokens as f64);
         self.context_tokens.set(s.context_tokens as f64);
+        if let Some(reason) = s.fallback_reason {
+            self.cloud_fallback.with_label_values(&[reason]).inc();
+        }
+        if s.cloud_error.is_some() {
+            self.cloud_errors.inc();
+        }
     }
 
     /// The text exposition, with the measured gauges read now.

@@ -73,6 +73,9 @@ pub struct AppState {
     /// main heap (SmolLM2, measured), past the budget.
     pub worker: Mutex<std::sync::mpsc::Sender<Work>>,
     pub name: String,
+    /// The cloud fallback's model (`--cloud-model`): asking for it by name sends the request
+    /// there.
+    pub cloud_model: Option<String>,
     pub vocab: usize,
     /// Dimensions of the model's embeddings (its hidden size).
     pub width: usize,
@@ -148,6 +151,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         vocab: edge.pipeline().model.info().vocab_size,
         width: edge.pipeline().model.info().hidden_size,
         worker: Mutex::new(worker),
+        cloud_model: edge.config().cloud.as_ref().map(|c| c.model.clone()),
         name,
         metrics,
         slot: Arc::new(Semaphore::new(1)),
@@ -199,16 +203,19 @@ fn router(state: Arc<AppState>) -> Router {
 }
 
 async fn models(State(app): State<Arc<AppState>>) -> Response {
-    Json(json!({
-        "object": "list",
-        "data": [{
-            "id": app.name,
+    let model = |id: &str, owner: &str| {
+        json!({
+            "id": id,
             "object": "model",
             "created": hanzo_api::response::unix_time(),
-            "owned_by": "hanzo-edge",
-        }],
-    }))
-    .into_response()
+            "owned_by": owner,
+        })
+    };
+    let mut data = vec![model(&app.name, "hanzo-edge")];
+    if let Some(cloud) = &app.cloud_model {
+        data.push(model(cloud, "cloud"));
+    }
+    Json(json!({"object": "list", "data": data})).into_response()
 }
 
 /// The model, its budget, the memory in use now and the context in use (as of the last

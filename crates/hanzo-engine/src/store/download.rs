@@ -347,12 +347,12 @@ fn published_digest(r: &Remote, resp: &http::Response) -> Option<String> {
 }
 
 /// `N` of `Content-Range: bytes */N` (the answer to a range past the end).
-fn range_total(h: &hyper::header::HeaderMap) -> Option<u64> {
+fn range_total(h: &http::Headers) -> Option<u64> {
     let v = h.get("content-range")?.to_str().ok()?;
     v.strip_prefix("bytes */")?.trim().parse().ok()
 }
 
-fn content_range_start(h: &hyper::header::HeaderMap) -> Option<u64> {
+fn content_range_start(h: &http::Headers) -> Option<u64> {
     let v = h.get("content-range")?.to_str().ok()?;
     let range = v.strip_prefix("bytes ")?;
     range.split('-').next()?.trim().parse().ok()

@@ -4,11 +4,13 @@
 
 mod download;
 mod hf;
-mod http;
 pub mod info;
 mod ollama;
 mod pull;
 mod source;
+
+/// The HTTP client (`hanzo-http`, shared with hanzo-edge's cloud fallback).
+use hanzo_http as http;
 
 pub use download::human_bytes;
 pub use hanzo_store::*;

@@ -1,10 +1,11 @@
-//! A small HTTP/1.1 client for downloads: hyper over tokio, TLS by rustls with the system's
-//! certificate store, redirects followed by hand so the caller sees the headers of every hop
-//! (Hugging Face puts a file's sha256 on the redirect, not on the final response) and
-//! credentials never travel to another host.
+//! A small HTTP/1.1 client: hyper over tokio, TLS by rustls with the system's certificate
+//! store. Hanzo Engine downloads models with it ([`get`]: redirects followed by hand so the
+//! caller sees the headers of every hop, as Hugging Face puts a file's sha256 on the
+//! redirect, and credentials never travel to another host) and Hanzo Edge asks its cloud
+//! ([`post_json`]: one request to one address, its body streamed back).
 
 use anyhow::{anyhow, bail, Context, Result};
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{HeaderMap, HeaderValue, LOCATION};
 use hyper::{Request, StatusCode, Uri};
@@ -13,10 +14,12 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::net::TcpStream;
 
-/// How long connecting, or waiting for the next piece of a body, may take.
+pub use hyper::header::HeaderMap as Headers;
+
+/// How long connecting, or waiting for the next piece of a body, may take (for [`get`]).
 const TIMEOUT: Duration = Duration::from_secs(30);
 const MAX_REDIRECTS: usize = 10;
-const USER_AGENT: &str = concat!("hanzo-engine/", env!("CARGO_PKG_VERSION"));
+const USER_AGENT: &str = concat!("hanzo/", env!("CARGO_PKG_VERSION"));
 
 /// A response whose body has not been read yet.
 pub struct Response {
@@ -28,6 +31,8 @@ pub struct Response {
     /// The address that answered.
     pub url: String,
     body: Incoming,
+    /// How long the next piece of the body may take.
+    idle: Duration,
 }
 
 impl Response {
@@ -35,9 +40,15 @@ impl Response {
     /// error.
     pub async fn chunk(&mut self) -> Result<Option<Bytes>> {
         loop {
-            let frame = tokio::time::timeout(TIMEOUT, self.body.frame())
+            let frame = tokio::time::timeout(self.idle, self.body.frame())
                 .await
-                .map_err(|_| anyhow!("no data from {} for {}s", self.url, TIMEOUT.as_secs()))?;
+                .map_err(|_| {
+                    anyhow!(
+                        "no data from {} for {:.1}s",
+                        self.url,
+                        self.idle.as_secs_f64()
+                    )
+                })?;
             match frame {
                 None => return Ok(None),
                 Some(Err(e)) => return Err(anyhow!("reading from {}: {e}", self.url)),
@@ -104,7 +115,7 @@ pub async fn get(url: &str, headers: &[(&str, String)], auth: Option<&str>) -> R
         if let (Some(token), true) = (auth, same_host) {
             req = req.header("authorization", format!("Bearer {token}"));
         }
-        let resp = send(&uri, req).await?;
+        let resp = send(&uri, req, Bytes::new(), TIMEOUT).await?;
         if resp.status().is_redirection() {
             if let Some(loc) = resp.headers().get(LOCATION) {
                 let next = resolve(&uri, loc)?;
@@ -120,13 +131,49 @@ pub async fn get(url: &str, headers: &[(&str, String)], auth: Option<&str>) -> R
             hops,
             url: uri.to_string(),
             body,
+            idle: TIMEOUT,
         });
     }
     bail!("{url}: more than {MAX_REDIRECTS} redirects")
 }
 
-/// One request on a fresh connection (downloads are few and long; no pool needed).
-async fn send(uri: &Uri, req: hyper::http::request::Builder) -> Result<hyper::Response<Incoming>> {
+/// `POST url` with a JSON `body`, no redirect followed; `auth` (a bearer token) goes to
+/// `url`'s host only, as it is the only one asked. Connecting and the response's headers
+/// must come within `timeout`, and each later piece of the body within it too.
+pub async fn post_json(
+    url: &str,
+    body: Vec<u8>,
+    auth: Option<&str>,
+    timeout: Duration,
+) -> Result<Response> {
+    let uri: Uri = url.parse().with_context(|| format!("bad URL {url}"))?;
+    let mut req = Request::post(uri.clone())
+        .header("user-agent", USER_AGENT)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream");
+    if let Some(token) = auth {
+        req = req.header("authorization", format!("Bearer {token}"));
+    }
+    let resp = send(&uri, req, Bytes::from(body), timeout).await?;
+    let (parts, body) = resp.into_parts();
+    Ok(Response {
+        status: parts.status,
+        headers: parts.headers,
+        hops: Vec::new(),
+        url: url.to_string(),
+        body,
+        idle: timeout,
+    })
+}
+
+/// One request on a fresh connection (downloads are few and long, cloud calls rare; no pool
+/// needed), connected and answered within `timeout`.
+async fn send(
+    uri: &Uri,
+    req: hyper::http::request::Builder,
+    body: Bytes,
+    timeout: Duration,
+) -> Result<hyper::Response<Incoming>> {
     let https = match uri.scheme_str() {
         Some("https") => true,
         Some("http") => false,
@@ -135,7 +182,7 @@ async fn send(uri: &Uri, req: hyper::http::request::Builder) -> Result<hyper::Re
     let host = uri.host().ok_or_else(|| anyhow!("{uri}: no host"))?;
     let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
     let bare_host = host.trim_start_matches('[').trim_end_matches(']');
-    let tcp = tokio::time::timeout(TIMEOUT, TcpStream::connect((bare_host, port)))
+    let tcp = tokio::time::timeout(timeout, TcpStream::connect((bare_host, port)))
         .await
         .map_err(|_| anyhow!("cannot connect to {host}:{port}: timed out"))?
         .with_context(|| format!("cannot connect to {host}:{port}"))?;
@@ -147,7 +194,7 @@ async fn send(uri: &Uri, req: hyper::http::request::Builder) -> Result<hyper::Re
     let req = req
         .uri(path)
         .header("host", host_header)
-        .body(Empty::<Bytes>::new())?;
+        .body(Full::new(body))?;
     let exchange = async {
         if https {
             let name = rustls::pki_types::ServerName::try_from(bare_host.to_string())
@@ -161,13 +208,13 @@ async fn send(uri: &Uri, req: hyper::http::request::Builder) -> Result<hyper::Re
             request(TokioIo::new(tcp), req).await
         }
     };
-    tokio::time::timeout(TIMEOUT, exchange)
+    tokio::time::timeout(timeout, exchange)
         .await
-        .map_err(|_| anyhow!("{uri}: no response in {}s", TIMEOUT.as_secs()))?
+        .map_err(|_| anyhow!("{uri}: no response in {:.1}s", timeout.as_secs_f64()))?
         .with_context(|| format!("requesting {uri}"))
 }
 
-async fn request<T>(io: T, req: Request<Empty<Bytes>>) -> Result<hyper::Response<Incoming>>
+async fn request<T>(io: T, req: Request<Full<Bytes>>) -> Result<hyper::Response<Incoming>>
 where
     T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {

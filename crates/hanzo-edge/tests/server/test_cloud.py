@@ -5,53 +5,16 @@ streamed; a zero entropy threshold sends everything there; the fallback counter 
 exactly the number of fallbacks; with the cloud stopped, a request answered before comes from
 the cache and a new one gets the device's answer, the failure reported, within the timeout."""
 
-import json
 import os
 import re
-import subprocess
 import tempfile
-import threading
 import time
 
 import openai
 
-from test_serve import Server
+from conftest import Engine, Server
 
-ENGINE = os.environ["HANZO_ENGINE_BIN"]
-QWEN = os.environ["HANZO_QWEN"]
 CLOUD = "cloudqwen"
-
-
-class Engine:
-    def __init__(self, env=None):
-        cmd = [ENGINE, "-t", "2", "serve", "--host", "127.0.0.1", "--port", "0", "-m", f"{CLOUD}={QWEN}"]
-        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-                                     env={**os.environ, **(env or {})})
-        self.log, self.url = [], None
-        ready = threading.Event()
-
-        def drain():
-            for line in self.proc.stderr:
-                self.log.append(line)
-                m = re.search(r"listening on (http://\S+)", line)
-                if m:
-                    self.url = m.group(1)
-                    ready.set()
-            ready.set()
-
-        threading.Thread(target=drain, daemon=True).start()
-        if not ready.wait(120) or self.url is None:
-            self.stop()
-            raise RuntimeError("hanzo-engine did not start:\n" + "".join(self.log))
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-
-
 LONG = "Here are some notes about the sea. " * 40 + "\nIn one sentence, what are these notes about?"
 
 
@@ -75,10 +38,10 @@ def fallbacks(server):
 
 
 def test_the_cloud_answers_what_the_device_should_not():
-    engine = Engine()
+    engine = Engine(CLOUD)
     cache = tempfile.mkdtemp(prefix="hanzo-cloud-cache-")
     edge = Server("--max-context-tokens", "128", "--cloud-url", engine.url, "--cloud-model", CLOUD,
-                  "--cloud-timeout", "3", "--cache-dir", cache)
+                  "--cloud-timeout", "20", "--cache-dir", cache)
     try:
         direct = openai.OpenAI(base_url=engine.url + "/v1", api_key="none", max_retries=0)
         client = edge.client()
@@ -127,7 +90,7 @@ def test_the_cloud_answers_what_the_device_should_not():
         assert extra(fresh)["fallback_reason"] == "context"
         assert extra(fresh)["cloud_error"], extra(fresh)
         assert fresh.choices[0].message.content
-        assert took < 3 + 30, took  # the timeout, and the device's own answer
+        assert took < 20 + 30, took  # the timeout, and the device's own answer
         status, text = edge.request("GET", "/metrics")
         assert re.search(r"hanzo_edge_cloud_errors_total 1\b", text), text
     finally:
@@ -136,7 +99,7 @@ def test_the_cloud_answers_what_the_device_should_not():
 
 
 def test_uncertain_drafts_go_to_the_cloud():
-    engine = Engine()
+    engine = Engine(CLOUD)
     # A threshold of 0 nats: every draft is too uncertain.
     edge = Server("--max-context-tokens", "512", "--cloud-url", engine.url, "--cloud-model", CLOUD,
                   "--fallback-entropy", "0", "--entropy-window", "4")
@@ -151,7 +114,7 @@ def test_uncertain_drafts_go_to_the_cloud():
         edge.stop()
         engine.stop()
     # And a threshold no draft reaches keeps them all on the device.
-    engine = Engine()
+    engine = Engine(CLOUD)
     edge = Server("--max-context-tokens", "512", "--cloud-url", engine.url, "--cloud-model", CLOUD,
                   "--fallback-entropy", "1000")
     try:
@@ -163,7 +126,7 @@ def test_uncertain_drafts_go_to_the_cloud():
 
 
 def test_the_api_key_goes_to_the_cloud_and_nowhere_else():
-    engine = Engine(env={"HANZO_API_KEY": "sesame-7f3a"})
+    engine = Engine(CLOUD, env={"HANZO_API_KEY": "sesame-7f3a"})
     os.environ["TEST_CLOUD_KEY"] = "sesame-7f3a"
     edge = Server("--max-context-tokens", "128", "--cloud-url", engine.url, "--cloud-model", CLOUD,
                   "--cloud-api-key-env", "TEST_CLOUD_KEY")

@@ -9,56 +9,12 @@ import json
 import os
 import re
 import subprocess
-import threading
 import time
 
 import openai
 import pytest
 
-BIN = os.environ["HANZO_EDGE_BIN"]
-MODEL = os.environ["HANZO_SMOLLM"]
-
-
-class Server:
-    def __init__(self, *args):
-        cmd = [BIN, "serve", "-m", MODEL, "--max-memory-bytes", "1GB", "--threads", "2",
-               "--port", "0", "--name", "smol", *args]
-        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-        self.log, self.url = [], None
-        ready = threading.Event()
-
-        def drain():
-            for line in self.proc.stderr:
-                self.log.append(line)
-                m = re.search(r"on (http://\S+) ", line)
-                if m:
-                    self.url = m.group(1)
-                    ready.set()
-            ready.set()
-
-        threading.Thread(target=drain, daemon=True).start()
-        if not ready.wait(60) or self.url is None:
-            self.stop()
-            raise RuntimeError("server did not start:\n" + "".join(self.log))
-        self.host, self.port = self.url[len("http://"):].rsplit(":", 1)
-
-    def client(self):
-        return openai.OpenAI(base_url=self.url + "/v1", api_key="none", max_retries=0, timeout=120)
-
-    def request(self, method, path, body=None):
-        c = http.client.HTTPConnection(self.host, int(self.port), timeout=120)
-        c.request(method, path, body=body, headers={"Content-Type": "application/json"})
-        r = c.getresponse()
-        data = r.read().decode()
-        c.close()
-        return r.status, data
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+from conftest import BIN, MODEL, Server
 
 
 @pytest.fixture(scope="module")

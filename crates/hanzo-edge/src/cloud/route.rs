@@ -241,7 +241,7 @@ pub(crate) fn next_event(reply: &mut Reply, edge: &mut Edge) -> Option<Result<Ev
                     completion_tokens,
                 }) => {
                     route.tokens = completion_tokens;
-                    if route.request.deterministic && finish != "error" {
+                    if route.request.deterministic {
                         let answer = Answer {
                             text: route.text.clone(),
                             finish: finish.clone(),

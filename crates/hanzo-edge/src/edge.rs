@@ -312,7 +312,7 @@ impl Edge {
         };
         if let Some(reason) = first {
             let mut reply = self.placeholder(opts, prompt.len());
-            let route = Route::to_cloud(cloud, request, reason, Some((prompt, keep, opts.clone())));
+            let route = Route::to_cloud(cloud, request, reason, (prompt, keep, opts.clone()));
             reply.route = Some(Box::new(route));
             return Ok(TokenStream { edge: self, reply });
         }

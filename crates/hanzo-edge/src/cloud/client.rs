@@ -30,6 +30,7 @@ pub(crate) struct CloudStream {
 impl CloudStream {
     pub fn start(cloud: &Cloud, request: &CloudRequest) -> Self {
         let (tx, rx) = channel();
+        let failed = tx.clone();
         let url = cloud.endpoint();
         let body = request.body.to_string().into_bytes();
         let key = cloud.api_key.clone();
@@ -54,19 +55,13 @@ impl CloudStream {
                     }
                 });
             });
-        let wait = timeout + Duration::from_secs(2);
-        let (tx_failed, rx_failed);
-        let rx = match spawned {
-            Ok(_) => rx,
-            Err(e) => {
-                (tx_failed, rx_failed) = channel();
-                let _ = tx_failed.send(CloudEvent::Error(format!("cannot start a thread: {e}")));
-                rx_failed
-            }
-        };
+        if let Err(e) = spawned {
+            let _ = failed.send(CloudEvent::Error(format!("cannot start a thread: {e}")));
+        }
         Self {
             rx,
-            wait,
+            // The request's own timeouts bound each wait; the margin is for the thread.
+            wait: timeout + Duration::from_secs(2),
             ended: false,
         }
     }

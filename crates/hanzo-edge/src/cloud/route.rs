@@ -24,6 +24,17 @@ enum State {
     Done,
 }
 
+/// What answers when the cloud cannot.
+enum Fallback {
+    /// The device's prompt, nothing computed on the device yet: it is read now.
+    Start(Vec<u32>, usize, GenerateOptions),
+    /// The device refused the conversation (it does not fit): this error.
+    Refuse(String),
+    /// The local draft the entropy turned down, and whether the device's reply had ended
+    /// with it: it stands after all, and goes on.
+    Draft { text: String, finished: bool },
+}
+
 /// The cloud fallback's part of a [`Reply`].
 pub(crate) struct Route {
     cloud: Cloud,
@@ -32,15 +43,8 @@ pub(crate) struct Route {
     /// Why the reply went (or was meant to go) to the cloud.
     reason: Option<Reason>,
     error: Option<String>,
-    /// The device's prompt, where nothing was started on the device yet: what a failed
-    /// cloud request falls back on.
-    deferred: Option<(Vec<u32>, usize, GenerateOptions)>,
-    /// The local draft the entropy judged too uncertain, given after all if the cloud fails,
-    /// and whether the device's reply had ended with it.
-    draft: String,
-    draft_finished: bool,
-    /// The device's refusal (the conversation does not fit), given if the cloud fails.
-    refused: Option<String>,
+    /// Taken when the cloud fails (once a reply at most: it is not asked again).
+    fallback: Option<Fallback>,
     // The cloud's answer so far.
     text: String,
     finish: Option<String>,
@@ -51,55 +55,61 @@ pub(crate) struct Route {
 }
 
 impl Route {
-    /// A reply the cloud is asked for first, for `reason`.
+    /// A reply the cloud is asked for first, for `reason`; the device reads `prompt`
+    /// (`keep` of it pinned) if the cloud cannot answer.
     pub fn to_cloud(
         cloud: Cloud,
         request: CloudRequest,
         reason: Reason,
-        deferred: Option<(Vec<u32>, usize, GenerateOptions)>,
+        (prompt, keep, opts): (Vec<u32>, usize, GenerateOptions),
     ) -> Self {
-        let mut r = Self::new(cloud, request, State::ToCloud);
-        r.reason = Some(reason);
-        r.deferred = deferred;
-        r
+        let start = Fallback::Start(prompt, keep, opts);
+        Self::new(cloud, request, State::ToCloud, Some(reason), start)
     }
 
     /// As `to_cloud` for a conversation the device refused (`message`), which is the answer
     /// if the cloud fails too.
     pub fn refused(cloud: Cloud, request: CloudRequest, message: String) -> Self {
-        let mut r = Self::new(cloud, request, State::ToCloud);
-        r.reason = Some(Reason::Context);
-        r.refused = Some(message);
-        r
+        let refuse = Fallback::Refuse(message);
+        Self::new(
+            cloud,
+            request,
+            State::ToCloud,
+            Some(Reason::Context),
+            refuse,
+        )
     }
 
     /// A local reply whose first `cloud.entropy_window` tokens are judged before they are
-    /// given.
-    /// `started`: when the reply began (its prompt's pass is part of its time to the first
-    /// token, wherever that comes from).
+    /// given. `started`: when the reply began (its prompt's pass is part of its time to the
+    /// first token, wherever that comes from).
     pub fn judged(cloud: Cloud, request: CloudRequest, started: Instant) -> Self {
-        let mut r = Self::new(
-            cloud,
-            request,
-            State::Local {
-                held: Some(String::new()),
-            },
-        );
+        let held = State::Local {
+            held: Some(String::new()),
+        };
+        let draft = Fallback::Draft {
+            text: String::new(),
+            finished: false,
+        };
+        let mut r = Self::new(cloud, request, held, None, draft);
         r.started = started;
         r
     }
 
-    fn new(cloud: Cloud, request: CloudRequest, state: State) -> Self {
+    fn new(
+        cloud: Cloud,
+        request: CloudRequest,
+        state: State,
+        reason: Option<Reason>,
+        fallback: Fallback,
+    ) -> Self {
         Self {
             cloud,
             request,
             state,
-            reason: None,
+            reason,
             error: None,
-            deferred: None,
-            draft: String::new(),
-            draft_finished: false,
-            refused: None,
+            fallback: Some(fallback),
             text: String::new(),
             finish: None,
             tokens: 0,
@@ -156,13 +166,9 @@ pub(crate) fn next_event(reply: &mut Reply, edge: &mut Edge) -> Option<Result<Ev
                 }
                 return event;
             }
-            State::Local { held: Some(_) } => {
+            State::Local { held: Some(held) } => {
+                let mut held = std::mem::take(held);
                 let event = reply.next_local(edge);
-                let generated = reply.generated;
-                let route = route_of(reply);
-                let State::Local { held: Some(held) } = &mut route.state else {
-                    unreachable!()
-                };
                 let finished = match event {
                     Some(Ok(Event::Text(t))) => {
                         held.push_str(&t);
@@ -171,15 +177,13 @@ pub(crate) fn next_event(reply: &mut Reply, edge: &mut Edge) -> Option<Result<Ev
                     Some(Ok(Event::Done(_))) | None => true,
                     Some(Err(e)) => return Some(Err(e)),
                 };
-                if generated < route.cloud.entropy_window && !finished {
+                let judged_now = reply.generated >= route_of(reply).cloud.entropy_window;
+                if !judged_now && !finished {
+                    route_of(reply).state = State::Local { held: Some(held) };
                     continue;
                 }
                 let entropies = reply.entropies.take().unwrap_or_default();
                 let route = route_of(reply);
-                let State::Local { held: Some(held) } = &mut route.state else {
-                    unreachable!()
-                };
-                let held = std::mem::take(held);
                 let mean = match entropies.is_empty() {
                     true => 0.0,
                     false => entropies.iter().sum::<f32>() / entropies.len() as f32,
@@ -191,8 +195,10 @@ pub(crate) fn next_event(reply: &mut Reply, edge: &mut Edge) -> Option<Result<Ev
                 );
                 if mean > threshold {
                     route.reason = Some(Reason::Entropy);
-                    route.draft = held;
-                    route.draft_finished = finished;
+                    route.fallback = Some(Fallback::Draft {
+                        text: held,
+                        finished,
+                    });
                     route.state = State::ToCloud;
                     continue;
                 }
@@ -274,36 +280,39 @@ fn fall_back(reply: &mut Reply, edge: &mut Edge, why: String) -> Option<Result<E
         route.state = State::Finishing;
         return next_event(reply, edge);
     }
-    if let Some(message) = route.refused.take() {
-        route.state = State::Done;
-        reply.done = true;
-        return Some(Err(EdgeError::ContextFull(message)));
-    }
-    if let Some((prompt, keep, opts)) = route.deferred.take() {
-        // Nothing was started on the device: start it now, the route kept for the summary.
-        let mut route = reply.route.take().expect("a routed reply");
-        route.state = State::Local { held: None };
-        return match edge.begin(prompt, keep, &opts) {
-            Ok(mut local) => {
-                local.route = Some(route);
-                *reply = local;
-                next_event(reply, edge)
+    match route.fallback.take().expect("the cloud fails once a reply") {
+        Fallback::Refuse(message) => {
+            route.state = State::Done;
+            reply.done = true;
+            Some(Err(EdgeError::ContextFull(message)))
+        }
+        Fallback::Start(prompt, keep, opts) => {
+            // Nothing was started on the device: start it now, the route kept for the
+            // summary.
+            let mut route = reply.route.take().expect("a routed reply");
+            route.state = State::Local { held: None };
+            match edge.begin(prompt, keep, &opts) {
+                Ok(mut local) => {
+                    local.route = Some(route);
+                    *reply = local;
+                    next_event(reply, edge)
+                }
+                Err(e) => {
+                    reply.done = true;
+                    Some(Err(e))
+                }
             }
-            Err(e) => {
-                reply.done = true;
-                Some(Err(e))
+        }
+        Fallback::Draft { text, finished } => {
+            route.state = match finished {
+                true => State::Finishing,
+                false => State::Local { held: None },
+            };
+            match text.is_empty() {
+                true => next_event(reply, edge),
+                false => Some(Ok(Event::Text(text))),
             }
-        };
-    }
-    // The local draft the entropy turned down stands after all, and goes on.
-    let draft = std::mem::take(&mut route.draft);
-    route.state = match route.draft_finished {
-        true => State::Finishing,
-        false => State::Local { held: None },
-    };
-    match draft.is_empty() {
-        true => next_event(reply, edge),
-        false => Some(Ok(Event::Text(draft))),
+        }
     }
 }
 

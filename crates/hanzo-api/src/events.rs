@@ -24,6 +24,8 @@ pub struct TokenLogprob {
 pub enum FinishReason {
     Stop,
     Length,
+    /// A safety filter replaced the reply (OpenAI's `content_filter`).
+    ContentFilter,
 }
 
 impl FinishReason {
@@ -31,6 +33,7 @@ impl FinishReason {
         match self {
             FinishReason::Stop => "stop",
             FinishReason::Length => "length",
+            FinishReason::ContentFilter => "content_filter",
         }
     }
 }

@@ -34,11 +34,14 @@ pub struct Breakdown {
     pub tokenizer: u64,
     /// The process itself.
     pub runtime: u64,
+    /// The safety guard (`EdgeConfig::guard`): its KV store and attention scratch, and with
+    /// a model of its own, that model's weights, activations and tokenizer; 0 without one.
+    pub guard: u64,
 }
 
 impl Breakdown {
     pub fn total(&self) -> u64 {
-        self.weights + self.kv_cache + self.activations + self.tokenizer + self.runtime
+        self.weights + self.kv_cache + self.activations + self.tokenizer + self.runtime + self.guard
     }
 }
 
@@ -53,7 +56,11 @@ impl std::fmt::Display for Breakdown {
             m(self.activations),
             m(self.tokenizer),
             m(self.runtime)
-        )
+        )?;
+        if self.guard > 0 {
+            write!(f, ", guard {}", m(self.guard))?;
+        }
+        Ok(())
     }
 }
 
@@ -63,6 +70,8 @@ pub struct Budget {
     pub breakdown: Breakdown,
     /// Blocks of the KV store (`PagedKv::with_blocks`).
     pub kv_blocks: usize,
+    /// Blocks of the safety guard's KV store (0 without a guard).
+    pub guard_kv_blocks: usize,
 }
 
 impl Budget {
@@ -72,51 +81,20 @@ impl Budget {
     /// A mapped file's weights count as they will be resident; a file in memory counts
     /// whole, plus what its weights take beyond their stored bytes.
     pub fn compute(file: &GgufFile, info: &ModelInfo, layout: &KvLayout, cfg: &EdgeConfig) -> Self {
-        let resident: u64 = file
-            .tensor_infos()
-            .iter()
-            .map(|t| match t.shape.dims() {
-                &[n, k] => QMatMul::resident_bytes(t.dtype, n, k, t.size) as u64,
-                // Norms and biases: read once and held as f32.
-                d => (t.size + 4 * d.iter().product::<usize>()) as u64,
-            })
-            .sum();
-        let weights = if file.is_mapped() {
-            resident
-        } else {
-            let stored: u64 = file.tensor_infos().iter().map(|t| t.size as u64).sum();
-            let file_len = file
-                .tensor_infos()
-                .iter()
-                .map(|t| t.offset + t.size as u64)
-                .max()
-                .unwrap_or(0);
-            file_len + resident.saturating_sub(stored)
-        };
         let ctx = cfg.max_context_tokens;
         let chunk = cfg.chunk();
         let kv_blocks = layout.blocks_pinned(ctx, chunk + TRUNCATE_SLACK, cfg.max_keep_tokens);
-        let kv_cache = (kv_blocks * layout.block_bytes()) as u64;
-        // Attention over a long context reads one layer's visible keys and values as f32
-        // copies (a prompt pass, and every pass of a Q8_0 cache); an eviction's copy of the
-        // moved rows and its f32 keys to re-rotate are no larger.
-        let attention = (ctx * layout.row * 2 * 4) as u64;
-        let activations = scratch_bytes(info, chunk, 1) as u64 + attention;
-        let header = file
-            .tensor_infos()
-            .iter()
-            .map(|t| t.offset)
-            .min()
-            .unwrap_or(0);
         Self {
             breakdown: Breakdown {
-                weights,
-                kv_cache,
-                activations,
-                tokenizer: header * TOKENIZER_PER_HEADER_BYTE + TOKENIZER_BYTES,
+                weights: weights_bytes(file),
+                kv_cache: (kv_blocks * layout.block_bytes()) as u64,
+                activations: scratch_bytes(info, chunk, 1) as u64 + attention_bytes(layout, ctx),
+                tokenizer: tokenizer_bytes(file),
                 runtime: RUNTIME_BYTES,
+                guard: 0,
             },
             kv_blocks,
+            guard_kv_blocks: 0,
         }
     }
 
@@ -139,7 +117,13 @@ impl Budget {
         layout
             .check_dtype()
             .map_err(|e| EdgeError::Config(e.to_string()))?;
-        let budget = Self::compute(file, &info, &layout, config);
+        let mut budget = Self::compute(file, &info, &layout, config);
+        if let Some(guard) = &config.guard {
+            guard.validate()?;
+            let (bytes, blocks) = guard_term(guard, &info, &layout, config)?;
+            budget.breakdown.guard = bytes;
+            budget.guard_kv_blocks = blocks;
+        }
         if budget.total() > config.max_memory_bytes {
             return Err(EdgeError::OverBudget {
                 needed: budget.total(),
@@ -149,4 +133,94 @@ impl Budget {
         }
         Ok((budget, layout))
     }
+}
+
+/// The weights as they will sit in memory. A mapped file's weights count as they will be
+/// resident; a file in memory counts whole, plus what its weights take beyond their stored
+/// bytes.
+fn weights_bytes(file: &GgufFile) -> u64 {
+    let resident: u64 = file
+        .tensor_infos()
+        .iter()
+        .map(|t| match t.shape.dims() {
+            &[n, k] => QMatMul::resident_bytes(t.dtype, n, k, t.size) as u64,
+            // Norms and biases: read once and held as f32.
+            d => (t.size + 4 * d.iter().product::<usize>()) as u64,
+        })
+        .sum();
+    if file.is_mapped() {
+        return resident;
+    }
+    let stored: u64 = file.tensor_infos().iter().map(|t| t.size as u64).sum();
+    let file_len = file
+        .tensor_infos()
+        .iter()
+        .map(|t| t.offset + t.size as u64)
+        .max()
+        .unwrap_or(0);
+    file_len + resident.saturating_sub(stored)
+}
+
+/// Attention over a long context reads one layer's visible keys and values as f32 copies
+/// (a prompt pass, and every pass of a Q8_0 cache); an eviction's copy of the moved rows and
+/// its f32 keys to re-rotate are no larger.
+fn attention_bytes(layout: &KvLayout, ctx: usize) -> u64 {
+    (ctx * layout.row * 2 * 4) as u64
+}
+
+/// The file's header as read and the tokenizer built from it.
+fn tokenizer_bytes(file: &GgufFile) -> u64 {
+    let header = file
+        .tensor_infos()
+        .iter()
+        .map(|t| t.offset)
+        .min()
+        .unwrap_or(0);
+    header * TOKENIZER_PER_HEADER_BYTE + TOKENIZER_BYTES
+}
+
+/// The safety guard's bytes and KV blocks: a store for one window and its prompt (each
+/// policy's part is read again after truncating back to the text, so that many positions
+/// stay behind the windows), with the chat model's layout; or with the guard model's,
+/// besides that model's weights, activations and tokenizer.
+fn guard_term(
+    guard: &crate::guard::Guard,
+    info: &ModelInfo,
+    layout: &KvLayout,
+    cfg: &EdgeConfig,
+) -> Result<(u64, usize), EdgeError> {
+    let ctx = guard.context();
+    let chunk = cfg.chunk();
+    let slack = chunk + crate::guard::PROMPT_ROOM;
+    let too_long = |limit: usize| {
+        EdgeError::Config(format!(
+            "guard: a window of {} tokens and its prompt take {ctx} positions, over the guard \
+             model's context of {limit}",
+            guard.window_tokens
+        ))
+    };
+    let Some(path) = &guard.model else {
+        if ctx > info.context_length {
+            return Err(too_long(info.context_length));
+        }
+        let blocks = layout.blocks_pinned(ctx, slack, 0);
+        let bytes = (blocks * layout.block_bytes()) as u64 + attention_bytes(layout, ctx);
+        return Ok((bytes, blocks));
+    };
+    let file = GgufFile::open(path)?;
+    let (ginfo, glayout) = hanzo_transformers::describe_gguf(&file)?;
+    let glayout = glayout.with_dtype(cfg.kv_dtype);
+    if ctx > ginfo.context_length {
+        return Err(too_long(ginfo.context_length));
+    }
+    glayout
+        .check_dtype()
+        .map_err(|e| EdgeError::Config(format!("guard: {e}")))?;
+    let blocks = glayout.blocks_pinned(ctx, slack, 0);
+    let bytes = weights_bytes(&file)
+        + (blocks * glayout.block_bytes()) as u64
+        + scratch_bytes(&ginfo, chunk, 1) as u64
+        + attention_bytes(&glayout, ctx)
+        + tokenizer_bytes(&file);
+    Ok((bytes, blocks))
 }

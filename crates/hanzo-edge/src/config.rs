@@ -53,6 +53,9 @@ pub struct EdgeConfig {
     ///
     /// [`Edge::chat_with_tools`]: crate::Edge::chat_with_tools
     pub tools: crate::tools::LocalTools,
+    /// The safety guard: a local model's check of the user's turn and the reply
+    /// (`hanzo_edge::guard`); none by default.
+    pub guard: Option<crate::guard::Guard>,
     /// An OpenAI-compatible server that answers what the device should not
     /// (`hanzo_edge::cloud`); none by default.
     #[cfg(feature = "cloud")]
@@ -83,6 +86,7 @@ impl EdgeConfig {
             thermal_limit: Some(1),
             thermal_zones: PathBuf::from("/sys/class/thermal"),
             tools: Default::default(),
+            guard: None,
             #[cfg(feature = "cloud")]
             cloud: None,
             #[cfg(feature = "seal")]

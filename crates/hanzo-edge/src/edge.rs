@@ -3,6 +3,8 @@
 use crate::budget::{Budget, TRUNCATE_SLACK};
 use crate::config::EdgeConfig;
 use crate::conversation::{Conversation, Evicted};
+use crate::guard::stream::Guarding;
+use crate::guard::{Guard, GuardReport, Judge, Stage, Verdict};
 use crate::stream::{Reply, TokenStream};
 use crate::thermal::Throttle;
 use crate::EdgeError;
@@ -23,6 +25,8 @@ pub struct Edge {
     throttle: Throttle,
     budget: Budget,
     load_seconds: f64,
+    /// The safety guard, where `config.guard` asks for one.
+    judge: Option<Judge>,
     /// Where the cloud fallback keeps deterministic answers.
     #[cfg(feature = "cloud")]
     cloud_cache: Option<crate::cloud::Cache>,
@@ -145,6 +149,16 @@ impl Edge {
         log_memory(&format!("{repacked} weights repacked"));
         let pipeline = TextGeneration::from_gguf_model(&file, model, WeightMode::AsStored)?;
         log_memory("tokenizer built");
+        let judge = match &config.guard {
+            Some(guard) => Some(load_judge(
+                guard,
+                &pipeline,
+                &config,
+                layout.clone(),
+                &budget,
+            )?),
+            None => None,
+        };
         let conversation = Conversation::new(
             layout,
             budget.kv_blocks,
@@ -171,6 +185,7 @@ impl Edge {
             config,
             budget,
             load_seconds: t0.elapsed().as_secs_f64(),
+            judge,
             #[cfg(feature = "cloud")]
             cloud_cache,
         })
@@ -270,12 +285,97 @@ impl Edge {
     ) -> Result<TokenStream<'_>, EdgeError> {
         let prompt = self.pipeline.chat_tokens_with_tools(messages, tools)?;
         let keep = self.system_prefix(messages, &prompt)? + self.config.keep_tokens;
-        #[cfg(feature = "cloud")]
-        if let Some(cloud) = self.config.cloud.clone() {
-            return self.start_routed(cloud, messages, tools, opts, seeded, to_cloud, prompt, keep);
+        let user = messages.iter().rev().find(|m| m.role == "user");
+        let prompt_len = prompt.len();
+        self.guarded(user.map(|m| m.content.as_str()), prompt_len, opts, |edge| {
+            #[cfg(feature = "cloud")]
+            if let Some(cloud) = edge.config.cloud.clone() {
+                return edge
+                    .start_routed(cloud, messages, tools, opts, seeded, to_cloud, prompt, keep);
+            }
+            let _ = (seeded, to_cloud);
+            edge.start(prompt, keep, opts)
+        })
+    }
+
+    /// The reply `start` begins, under the safety guard where there is one: `text` (the
+    /// user's turn) judged first, and a flagged one answered with the refusal instead; the
+    /// reply itself held back until judged where `Guard::check_reply`.
+    fn guarded<'a>(
+        &'a mut self,
+        text: Option<&str>,
+        prompt_tokens: usize,
+        opts: &GenerateOptions,
+        start: impl FnOnce(&'a mut Self) -> Result<TokenStream<'a>, EdgeError>,
+    ) -> Result<TokenStream<'a>, EdgeError> {
+        let Some(guard) = self.guard().cloned() else {
+            return start(self);
+        };
+        let mut report = GuardReport::default();
+        if let Some(text) = text.filter(|_| guard.check_prompt) {
+            let verdict = self.moderate(Stage::Prompt, text)?;
+            report.add(Stage::Prompt, &verdict);
+            report.first_token_seconds += verdict.seconds;
+            if let Some(category) = &verdict.flagged {
+                tracing::info!(
+                    "the guard flagged the prompt: {category} ({:?})",
+                    verdict.scores
+                );
+                let mut reply = self.placeholder(opts, prompt_tokens);
+                reply.finish = Some(hanzo_transformers::Finish::EndOfText);
+                let refusal = guard.refusal_for(category);
+                reply.guard = Some(Box::new(Guarding::refusing(report, refusal)));
+                return Ok(TokenStream { edge: self, reply });
+            }
         }
-        let _ = (seeded, to_cloud);
-        self.start(prompt, keep, opts)
+        let mut stream = start(self)?;
+        stream.reply.guard = Some(Box::new(Guarding::watching(report, guard.check_reply)));
+        Ok(stream)
+    }
+
+    /// The safety guard's verdict on `text` as the user's turn or a reply (`stage`), with
+    /// `EdgeConfig::guard`'s model, categories and threshold; an error without a guard.
+    pub fn moderate(&mut self, stage: Stage, text: &str) -> Result<Verdict, EdgeError> {
+        self.throttle.update();
+        let Self {
+            judge,
+            pipeline,
+            throttle,
+            ..
+        } = self;
+        let judge = judge
+            .as_mut()
+            .ok_or_else(|| EdgeError::Request("no safety guard is configured".into()))?;
+        let verdict = throttle.run(|| judge.judge(pipeline, stage, text))?;
+        tracing::debug!(
+            "guard on the {}: {:?}, {} tokens in {:.3} s",
+            stage.as_str(),
+            verdict.scores,
+            verdict.tokens,
+            verdict.seconds
+        );
+        Ok(verdict)
+    }
+
+    /// The tokens the safety guard's model reads to judge `text` (its first window) as
+    /// `stage` under its `category`-th policy: what [`Self::moderate`] scores, for
+    /// inspection.
+    pub fn guard_prompt(
+        &self,
+        stage: Stage,
+        category: usize,
+        text: &str,
+    ) -> Result<Vec<u32>, EdgeError> {
+        let judge = self
+            .judge
+            .as_ref()
+            .ok_or_else(|| EdgeError::Request("no safety guard is configured".into()))?;
+        judge.prompt_tokens(&self.pipeline, stage, category, text)
+    }
+
+    /// The safety guard as configured, where there is one.
+    pub fn guard(&self) -> Option<&Guard> {
+        self.judge.as_ref().map(Judge::guard)
     }
 
     #[cfg(feature = "cloud")]
@@ -337,9 +437,8 @@ impl Edge {
         }
     }
 
-    /// A reply with nothing computed on the device (the cloud answers it) to a prompt of
-    /// `prompt_tokens`.
-    #[cfg(feature = "cloud")]
+    /// A reply with nothing computed on the device (the cloud or the guard answers it) to a
+    /// prompt of `prompt_tokens`.
     fn placeholder(&self, opts: &GenerateOptions, prompt_tokens: usize) -> Reply {
         Reply {
             sampler: Sampler::new(opts.sampling.clone()),
@@ -360,7 +459,9 @@ impl Edge {
             started: Instant::now(),
             first_token: None,
             entropies: None,
+            #[cfg(feature = "cloud")]
             route: None,
+            guard: None,
         }
     }
 
@@ -380,7 +481,10 @@ impl Edge {
         let bos = self.pipeline.tokenizer.special().bos;
         let keep =
             usize::from(bos.is_some() && prompt.first() == bos.as_ref()) + self.config.keep_tokens;
-        self.start(prompt, keep, opts)
+        let prompt_len = prompt.len();
+        self.guarded(Some(text), prompt_len, opts, |edge| {
+            edge.start(prompt, keep, opts)
+        })
     }
 
     /// Streams a continuation of `prompt` token ids, `keep` of them pinned.
@@ -390,7 +494,15 @@ impl Edge {
         keep: usize,
         opts: &GenerateOptions,
     ) -> Result<TokenStream<'_>, EdgeError> {
-        self.start(prompt, keep, opts)
+        // The guard reads token ids as the text they spell.
+        let text = match self.judge.is_some() {
+            true => Some(self.pipeline.tokenizer.decode(&prompt, false)),
+            false => None,
+        };
+        let prompt_len = prompt.len();
+        self.guarded(text.as_deref(), prompt_len, opts, |edge| {
+            edge.start(prompt, keep, opts)
+        })
     }
 
     /// One unit vector per text, in order: the model's final-normed hidden state at each
@@ -493,6 +605,7 @@ impl Edge {
             entropies: None,
             #[cfg(feature = "cloud")]
             route: None,
+            guard: None,
         };
         Ok(reply)
     }
@@ -514,6 +627,38 @@ impl Edge {
             throttle.run(|| conversation.feed(model, tokens, chunk, eviction))?;
         Ok((logits.expect("at least one token"), evicted))
     }
+}
+
+/// The safety guard's judge: on the chat model's weights with a store of the chat model's
+/// layout, or on a model of its own (loaded as the chat model is, repacked where it lies).
+fn load_judge(
+    guard: &Guard,
+    pipeline: &TextGeneration,
+    config: &EdgeConfig,
+    layout: hanzo_ml::kv::KvLayout,
+    budget: &Budget,
+) -> Result<Judge, EdgeError> {
+    let (own, layout) = match &guard.model {
+        None => (None, layout),
+        Some(path) => {
+            let file = GgufFile::open(path)?;
+            file.prefer_small_pages();
+            let (_, glayout) = hanzo_transformers::describe_gguf(&file)?;
+            let model = load_gguf_with(&file, WeightMode::AsStored)?;
+            model.repack_weights();
+            let own = TextGeneration::from_gguf_model(&file, model, WeightMode::AsStored)?;
+            log_memory("guard model loaded");
+            (Some(own), glayout.with_dtype(config.kv_dtype))
+        }
+    };
+    Judge::new(
+        guard.clone(),
+        own,
+        pipeline,
+        layout,
+        budget.guard_kv_blocks,
+        config.chunk(),
+    )
 }
 
 /// Resident and peak memory at a stage of loading, in the debug log (how the budget's terms

@@ -33,6 +33,7 @@ mod config;
 mod conversation;
 mod edge;
 mod error;
+pub mod guard;
 #[cfg(feature = "seal")]
 pub mod seal;
 mod stream;

@@ -66,6 +66,9 @@ pub struct Summary {
     pub cloud_error: Option<String>,
     /// The cloud's answer came from the cache on disk.
     pub cached: bool,
+    /// What the safety guard found and what it cost, where `EdgeConfig::guard` is set. A
+    /// flagged turn's reply is the guard's refusal.
+    pub guard: Option<crate::guard::GuardReport>,
 }
 
 /// The reply to [`Edge::chat`] or [`Edge::complete`]: an iterator of [`Event`]s. Dropping
@@ -101,6 +104,8 @@ pub struct Reply {
     /// The cloud fallback's state for this reply.
     #[cfg(feature = "cloud")]
     pub(crate) route: Option<Box<crate::cloud::Route>>,
+    /// The safety guard's state for this reply.
+    pub(crate) guard: Option<Box<crate::guard::stream::Guarding>>,
 }
 
 impl TokenStream<'_> {
@@ -148,6 +153,14 @@ impl TokenStream<'_> {
 impl Reply {
     /// The next event, as [`TokenStream`]'s iterator gives it; `None` after the summary.
     pub fn next_event(&mut self, edge: &mut Edge) -> Option<Result<Event, EdgeError>> {
+        if self.guard.is_some() {
+            return crate::guard::stream::next_event(self, edge);
+        }
+        self.next_inner(edge)
+    }
+
+    /// The next event of the reply as the device or the cloud gives it, before the guard.
+    pub(crate) fn next_inner(&mut self, edge: &mut Edge) -> Option<Result<Event, EdgeError>> {
         #[cfg(feature = "cloud")]
         if self.route.is_some() {
             return crate::cloud::route::next_event(self, edge);
@@ -236,11 +249,13 @@ impl Reply {
 
     /// How the reply went so far (`Finish::Cancelled` while it has not finished).
     pub fn summary(&self, edge: &Edge) -> Summary {
-        #[allow(unused_mut)]
         let mut s = self.local_summary(edge);
         #[cfg(feature = "cloud")]
         if let Some(route) = &self.route {
             route.annotate(&mut s);
+        }
+        if let Some(guard) = &self.guard {
+            guard.annotate(&mut s);
         }
         s
     }
@@ -270,6 +285,7 @@ impl Reply {
             fallback_reason: None,
             cloud_error: None,
             cached: false,
+            guard: None,
         }
     }
 }

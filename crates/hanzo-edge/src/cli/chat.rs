@@ -66,6 +66,9 @@ pub fn chat(a: ChatArgs) -> anyhow::Result<()> {
                 s.tokens_per_second,
                 memory_line(&edge)
             );
+            if let Some(g) = s.guard.as_ref().filter(|g| g.flagged.is_some()) {
+                eprintln!("[{}]", super::guard::report_line(g));
+            }
         }
         messages.push(Message::new("assistant", &reply));
     }

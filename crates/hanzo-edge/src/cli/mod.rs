@@ -1,6 +1,7 @@
 //! The commands of the `hanzo-edge` binary.
 
 mod chat;
+mod guard;
 mod mcp;
 mod run;
 mod seal;
@@ -131,6 +132,8 @@ pub struct ModelArgs {
     /// The key of a sealed model from this environment variable.
     #[arg(long)]
     key_env: Option<String>,
+    #[command(flatten)]
+    guard: guard::GuardArgs,
 }
 
 impl ModelArgs {
@@ -243,6 +246,7 @@ impl ModelArgs {
         c.key = key_source(self.key_file.clone(), self.key_env.clone());
         c.tools = local_tools(self.sandbox.as_deref(), &self.allow, 1 << 20)?;
         c.cloud = self.cloud()?;
+        c.guard = self.guard.guard()?;
         c.eviction = match self.eviction {
             EvictionArg::Rerotate => Eviction::Rerotate,
             EvictionArg::Recompute => Eviction::Recompute,

@@ -74,6 +74,9 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
             s.evicted_tokens,
             s.evictions
         );
+        if let Some(g) = &s.guard {
+            eprintln!("{}", super::guard::report_line(g));
+        }
     }
     eprintln!("{}", memory_line(&edge));
     Ok(())

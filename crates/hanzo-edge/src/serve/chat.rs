@@ -195,7 +195,9 @@ fn pump(stream: TokenStream, tx: &UnboundedSender<ApiEvent>) -> Option<Summary> 
             }),
             Ok(Event::Done(s)) => {
                 let _ = tx.send(ApiEvent::Extra(extra(&s)));
+                let flagged = s.guard.as_ref().is_some_and(|g| g.flagged.is_some());
                 let reason = match s.finish {
+                    _ if flagged => FinishReason::ContentFilter,
                     Finish::Length => FinishReason::Length,
                     _ => FinishReason::Stop,
                 };
@@ -234,7 +236,21 @@ fn extra(s: &Summary) -> Value {
         "computed_prompt_tokens": s.computed_prompt_tokens,
         "time_to_first_token_s": s.time_to_first_token_s,
         "tokens_per_second": s.tokens_per_second,
+        "guard": s.guard.as_ref().map(guard_json),
     }})
+}
+
+/// What the safety guard found and cost, for the answer.
+fn guard_json(g: &hanzo_edge::guard::GuardReport) -> Value {
+    json!({
+        "flagged": g.flagged.as_ref().map(|(c, _)| c),
+        "stage": g.flagged.as_ref().map(|(_, s)| s.as_str()),
+        "max_score": g.max_score,
+        "tokens": g.tokens,
+        "seconds": g.seconds,
+        "tokens_per_second": g.tokens_per_second(),
+        "first_token_seconds": g.first_token_seconds,
+    })
 }
 
 fn api_error(e: EdgeError) -> ApiError {

@@ -19,6 +19,9 @@ pub struct Metrics {
     threads: Gauge,
     cloud_fallback: CounterVec,
     cloud_errors: Counter,
+    guard_flagged: CounterVec,
+    guard_seconds: Counter,
+    guard_tokens: Counter,
 }
 
 impl Metrics {
@@ -57,6 +60,23 @@ impl Metrics {
         let cloud_errors = counter(
             "hanzo_edge_cloud_errors_total",
             "Requests the cloud was asked and did not answer (the device answered instead).",
+        )?;
+        let guard_flagged = CounterVec::new(
+            Opts::new(
+                "hanzo_edge_guard_flagged_total",
+                "Turns the safety guard flagged (answered with a refusal), by category and by \
+                 what was judged (prompt or reply).",
+            ),
+            &["category", "stage"],
+        )?;
+        registry.register(Box::new(guard_flagged.clone()))?;
+        let guard_seconds = counter(
+            "hanzo_edge_guard_seconds_total",
+            "Time the safety guard's model spent judging.",
+        )?;
+        let guard_tokens = counter(
+            "hanzo_edge_guard_tokens_total",
+            "Tokens the safety guard's model read.",
         )?;
         let thermal_state = match hanzo_edge::thermal::state() {
             Some(_) => Some(gauge(
@@ -109,6 +129,9 @@ impl Metrics {
             )?,
             cloud_fallback,
             cloud_errors,
+            guard_flagged,
+            guard_seconds,
+            guard_tokens,
             registry,
         })
     }
@@ -137,6 +160,15 @@ impl Metrics {
         }
         if s.cloud_error.is_some() {
             self.cloud_errors.inc();
+        }
+        if let Some(g) = &s.guard {
+            self.guard_seconds.inc_by(g.seconds);
+            self.guard_tokens.inc_by(g.tokens as f64);
+            if let Some((category, stage)) = &g.flagged {
+                self.guard_flagged
+                    .with_label_values(&[category.as_str(), stage.as_str()])
+                    .inc();
+            }
         }
     }
 

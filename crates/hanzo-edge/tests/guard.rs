@@ -9,6 +9,7 @@
 //! score harmful and harmless turns alike: docs/EDGE.md), so flagging is driven here by the
 //! threshold: 0 flags every turn, 1 none.
 
+mod common;
 #[path = "../../../scripts/fixture_path.rs"]
 mod fixture_path;
 
@@ -286,4 +287,63 @@ fn the_guard_counts_in_the_budget() {
         Err(e) => panic!("wrong error: {e}"),
         Ok(_) => panic!("the guard model fit half its budget"),
     }
+}
+
+/// The command line: Gemma 3 chatting with SmolLM2 as its guard model, both under one
+/// budget; the run peaks within it (+5%, as every budgeted run), says what the guard found
+/// and cost, and a zero threshold refuses instead of answering.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_guarded_run_peaks_within_its_budget_and_reports_the_guard() {
+    let gemma = fixture_path::fixture("gemma3");
+    let smol = fixture_path::fixture("smollm2");
+    let run = |threshold: &str| {
+        let out = common::edge_command()
+            .args([
+                "run",
+                "-m",
+                gemma.to_str().unwrap(),
+                "--max-memory-bytes",
+                "2GB",
+            ])
+            .args(["--max-context-tokens", "1024", "-n", "48", "--threads", "2"])
+            .args([
+                "--guard-model",
+                smol.to_str().unwrap(),
+                "--guard-threshold",
+                threshold,
+            ])
+            .args(["--chat", "Write a short poem about the sea."])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{err}");
+        (String::from_utf8_lossy(&out.stdout).into_owned(), err)
+    };
+    let (reply, err) = run("1");
+    let line = |prefix: &str| {
+        err.lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix:?} line in {err}"))
+            .to_string()
+    };
+    let memory = line("memory: peak");
+    eprintln!("{memory}\n{}", line("guard:"));
+    let nums: Vec<f64> = memory
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert!(nums[0] <= nums[1] * 1.05, "{memory}");
+    assert!(line("guard:").starts_with("guard: passed"));
+    assert!(reply.trim().len() > 20, "{reply:?}");
+
+    let (refusal, err) = run("0");
+    assert_eq!(
+        refusal.trim(),
+        "I can't help with that: it falls under the dangerous policy."
+    );
+    assert!(
+        err.contains("guard: flagged dangerous in the prompt"),
+        "{err}"
+    );
 }

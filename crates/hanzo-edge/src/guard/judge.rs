@@ -11,13 +11,18 @@ use web_time::Instant;
 /// text, so that a turn cannot close the guard's prompt and answer for it.
 const SLOT: &str = "\u{F8FF}";
 
-/// The guard at run time: its model (or none, to use the chat model's), its KV store, and
-/// the tokens that answer "Yes" and "No".
+/// A guard prompt for one policy: its tokens before the judged text and after it.
+type Frame = (Vec<u32>, Vec<u32>);
+
+/// The guard at run time: its model (or none, to use the chat model's), its KV store, the
+/// prompt around the text for each category (the user's turn's, then the reply's), and the
+/// tokens that answer "Yes" and "No".
 pub(crate) struct Judge {
     guard: Guard,
     own: Option<TextGeneration>,
     kv: PagedKv,
     chunk: usize,
+    frames: [Vec<Frame>; 2],
     yes: Vec<u32>,
     no: Vec<u32>,
 }
@@ -54,17 +59,10 @@ impl Judge {
                     .into(),
             ));
         }
-        let judge = Self {
-            kv: PagedKv::with_blocks(layout, blocks),
-            guard,
-            own,
-            chunk,
-            yes,
-            no,
-        };
-        for c in &judge.guard.categories {
-            for stage in [Stage::Prompt, Stage::Reply] {
-                let (before, after) = judge.frame(shared, stage, &c.policy)?;
+        let mut frames = [Vec::new(), Vec::new()];
+        for (stage, frames) in [Stage::Prompt, Stage::Reply].into_iter().zip(&mut frames) {
+            for c in &guard.categories {
+                let (before, after) = frame(pipe, stage, &c.policy)?;
                 if before.len() + after.len() > PROMPT_ROOM {
                     return Err(EdgeError::Config(format!(
                         "guard: the prompt for category {:?} takes {} tokens besides the text; \
@@ -73,9 +71,18 @@ impl Judge {
                         before.len() + after.len()
                     )));
                 }
+                frames.push((before, after));
             }
         }
-        Ok(judge)
+        Ok(Self {
+            kv: PagedKv::with_blocks(layout, blocks),
+            guard,
+            own,
+            chunk,
+            frames,
+            yes,
+            no,
+        })
     }
 
     pub fn guard(&self) -> &Guard {
@@ -91,23 +98,16 @@ impl Judge {
         text: &str,
     ) -> Result<Verdict, EdgeError> {
         let t0 = Instant::now();
-        let categories = self.guard.categories.clone();
-        let mut scores: Vec<(String, f32)> =
-            categories.iter().map(|c| (c.name.clone(), 0.0)).collect();
+        let mut scores: Vec<(String, f32)> = (self.guard.categories.iter())
+            .map(|c| (c.name.clone(), 0.0))
+            .collect();
         let pipe = self.own.as_ref().unwrap_or(shared);
         let ids = pipe.tokenizer.encode(text, false, false);
         let mut tokens = 0;
         for window in ids.chunks(self.guard.window_tokens) {
-            let frames = categories
-                .iter()
-                .map(|c| self.frame(shared, stage, &c.policy))
-                .collect::<Result<Vec<_>, _>>()?;
-            for (i, p) in self
-                .window_scores(shared, window, &frames, &mut tokens)?
-                .into_iter()
-                .enumerate()
-            {
-                scores[i].1 = scores[i].1.max(p);
+            let window_scores = self.window_scores(shared, stage, window, &mut tokens)?;
+            for (score, p) in scores.iter_mut().zip(window_scores) {
+                score.1 = score.1.max(p);
             }
         }
         let flagged = scores
@@ -131,17 +131,14 @@ impl Judge {
         category: usize,
         text: &str,
     ) -> Result<Vec<u32>, EdgeError> {
-        let c = self.guard.categories.get(category).ok_or_else(|| {
-            EdgeError::Request(format!(
-                "category {category} of {}",
-                self.guard.categories.len()
-            ))
+        let frames = &self.frames[stage as usize];
+        let (before, after) = frames.get(category).ok_or_else(|| {
+            EdgeError::Request(format!("category {category} of {}", frames.len()))
         })?;
         let pipe = self.own.as_ref().unwrap_or(shared);
         let mut ids = pipe.tokenizer.encode(text, false, false);
         ids.truncate(self.guard.window_tokens);
-        let (before, after) = self.frame(shared, stage, &c.policy)?;
-        Ok([before, ids, after].concat())
+        Ok([&before[..], &ids, after].concat())
     }
 
     /// One window of text under each category's frame: the part the frames share (their
@@ -150,11 +147,12 @@ impl Judge {
     fn window_scores(
         &mut self,
         shared: &TextGeneration,
+        stage: Stage,
         window: &[u32],
-        frames: &[(Vec<u32>, Vec<u32>)],
         tokens: &mut usize,
     ) -> Result<Vec<f32>, EdgeError> {
         let model = self.own.as_ref().unwrap_or(shared).model.as_ref();
+        let frames = &self.frames[stage as usize];
         let before = &frames[0].0;
         // Every frame starts the same way (only the policy, after the text, differs), but
         // tokens around the slot are compared rather than assumed.
@@ -212,42 +210,36 @@ impl Judge {
         let _ = self.kv.release(seq);
         result
     }
-
-    /// The guard prompt for one policy, as the tokens before the judged text and after it.
-    fn frame(
-        &self,
-        shared: &TextGeneration,
-        stage: Stage,
-        policy: &str,
-    ) -> Result<(Vec<u32>, Vec<u32>), EdgeError> {
-        let pipe = self.own.as_ref().unwrap_or(shared);
-        let (what, whose) = match stage {
-            Stage::Prompt => ("message", "a user's message to an AI assistant"),
-            Stage::Reply => ("reply", "an AI assistant's reply to a user"),
-        };
-        let question = format!(
-            "You are a content safety classifier. Between the lines of dashes is {whose}.\n\
-             ----------\n{SLOT}\n----------\n\n\
-             Safety policy: {policy}\n\n\
-             Does the {what} break the safety policy? Answer with one word: Yes or No."
-        );
-        let rendered = pipe
-            .template
-            .render(&[Message::new("user", &question)], true)?;
-        let (before, after) = rendered
-            .split_once(SLOT)
-            .expect("the template writes the message");
-        let mut head = pipe.tokenizer.encode(before, false, true);
-        let sp = pipe.tokenizer.special();
-        if let (true, Some(bos)) = (sp.add_bos, sp.bos) {
-            if head.first() != Some(&bos) {
-                head.insert(0, bos);
-            }
-        }
-        Ok((head, pipe.tokenizer.encode(after, false, true)))
-    }
 }
 
+/// The guard prompt for one policy in `pipe`'s chat template, as the tokens before the
+/// judged text and after it.
+fn frame(pipe: &TextGeneration, stage: Stage, policy: &str) -> Result<Frame, EdgeError> {
+    let (what, whose) = match stage {
+        Stage::Prompt => ("message", "a user's message to an AI assistant"),
+        Stage::Reply => ("reply", "an AI assistant's reply to a user"),
+    };
+    let question = format!(
+        "You are a content safety classifier. Between the lines of dashes is {whose}.\n\
+         ----------\n{SLOT}\n----------\n\n\
+         Safety policy: {policy}\n\n\
+         Does the {what} break the safety policy? Answer with one word: Yes or No."
+    );
+    let rendered = pipe
+        .template
+        .render(&[Message::new("user", &question)], true)?;
+    let (before, after) = rendered
+        .split_once(SLOT)
+        .expect("the template writes the message");
+    let mut head = pipe.tokenizer.encode(before, false, true);
+    let sp = pipe.tokenizer.special();
+    if let (true, Some(bos)) = (sp.add_bos, sp.bos) {
+        if head.first() != Some(&bos) {
+            head.insert(0, bos);
+        }
+    }
+    Ok((head, pipe.tokenizer.encode(after, false, true)))
+}
 /// P(yes) / (P(yes) + P(no)) from a row of logits, each answer's probability summed over
 /// the tokens that spell it.
 fn yes_probability(logits: &[f32], yes: &[u32], no: &[u32]) -> f32 {

@@ -64,6 +64,15 @@ pub async fn chat(State(app): State<Arc<AppState>>, body: Bytes) -> ApiResult<Re
 
 pub async fn completions(State(app): State<Arc<AppState>>, body: Bytes) -> ApiResult<Response> {
     let req: CompletionRequest = request::parse(&body)?;
+    if app.cloud_model.as_deref() == Some(req.model.as_str()) {
+        return Err(ApiError::invalid(
+            "model",
+            format!(
+                "{} is the cloud fallback's model, asked through /v1/chat/completions only",
+                req.model
+            ),
+        ));
+    }
     check_model(&app, &req.model)?;
     req.check_unsupported()?;
     if req.logprobs.is_some() {

@@ -47,6 +47,12 @@ def test_the_cloud_answers_what_the_device_should_not():
         client = edge.client()
         models = [m.id for m in client.models.list().data]
         assert models == ["smol", CLOUD], models
+        # The cloud's model answers chats; a completion asked of it is refused plainly.
+        try:
+            client.completions.create(model=CLOUD, prompt="Hello", max_tokens=4)
+            raise AssertionError("a completion from the cloud's model")
+        except openai.BadRequestError as e:
+            assert e.body["param"] == "model" and "chat/completions" in e.body["message"], e.body
 
         # A short prompt stays on the device.
         local = ask(client, "smol", "Name three colours.")

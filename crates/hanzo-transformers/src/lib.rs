@@ -12,6 +12,7 @@ mod last_token;
 pub mod models;
 pub mod pipeline;
 pub mod sampler;
+pub mod speculative;
 pub mod stop;
 pub mod tokenizer;
 pub mod tools;
@@ -25,5 +26,6 @@ pub use models::{
 };
 pub use pipeline::{Finish, GenerateOptions, Generated, Generation, TextGeneration};
 pub use sampler::{Sampler, SamplingParams};
+pub use speculative::{PromptLookup, SpeculationStats};
 pub use stop::StopFilter;
 pub use tokenizer::Tokenizer;

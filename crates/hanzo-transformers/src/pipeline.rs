@@ -5,11 +5,13 @@
 use crate::chat_template::{builtin_for, ChatTemplate, Message};
 use crate::models::{load_dir, load_gguf_with, Cache, LanguageModel, Logits, WeightMode};
 use crate::sampler::{Sampler, SamplingParams};
+use crate::speculative::{PromptLookup, SpeculationStats};
 use crate::stop::StopFilter;
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 use crate::{Error, Result};
 use hanzo_ml::quantized::gguf::{GgufFile, HugePages, Value};
 use hanzo_ml::Tensor;
+use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::Mutex;
 // `web_time` is `std::time` natively; in WebAssembly it reads the JS clock (std's panics).
@@ -28,6 +30,9 @@ pub struct GenerateOptions {
     pub stop_tokens: Vec<u32>,
     /// Let the repetition penalties see the prompt too (llama.cpp does).
     pub penalize_prompt: bool,
+    /// Speculative decoding with drafts from prompt lookup (`None`: one token per pass).
+    /// Greedy output is the same either way; sampled output keeps its distribution.
+    pub lookup: Option<PromptLookup>,
 }
 
 impl Default for GenerateOptions {
@@ -38,6 +43,7 @@ impl Default for GenerateOptions {
             stop: Vec::new(),
             stop_tokens: Vec::new(),
             penalize_prompt: true,
+            lookup: None,
         }
     }
 }
@@ -62,6 +68,8 @@ pub struct Generated {
     pub finish: Finish,
     pub prompt_seconds: f64,
     pub generate_seconds: f64,
+    /// Speculative decoding's passes, drafted and kept tokens (all 0 without it).
+    pub speculation: SpeculationStats,
 }
 
 pub struct TextGeneration {
@@ -241,6 +249,10 @@ impl TextGeneration {
             });
         }
         let mut cache = self.model.new_cache(prompt.len() + opts.max_tokens.max(1));
+        if let Some(l) = &opts.lookup {
+            // A turned-down draft is truncated away, window layers included.
+            cache.keep_behind(l.max_draft + 1)?;
+        }
         let mut sampler = Sampler::new(opts.sampling.clone());
         if opts.penalize_prompt {
             sampler.observe(prompt);
@@ -265,6 +277,13 @@ impl TextGeneration {
             prompt_tokens: prompt.len(),
             prompt_seconds: t0.elapsed().as_secs_f64(),
             started: Instant::now(),
+            lookup: opts.lookup,
+            history: match opts.lookup {
+                Some(_) => prompt.to_vec(),
+                None => Vec::new(),
+            },
+            ahead: VecDeque::new(),
+            speculation: SpeculationStats::default(),
         })
     }
 
@@ -276,14 +295,36 @@ impl TextGeneration {
         if g.finish.is_some() {
             return Ok(String::new());
         }
-        if let Some(tok) = g.pending.take() {
-            g.logits = self.model.forward(&[tok], &mut g.cache, Logits::Last)?;
-        }
         if g.tokens.len() >= g.max_tokens {
             return Ok(g.end(Finish::Length));
         }
-        let row = g.logits.flatten_all()?.to_vec1::<f32>()?;
-        let tok = g.sampler.sample(&row);
+        let (tok, cached) = match g.ahead.pop_front() {
+            Some(ahead) => ahead,
+            None => {
+                if let Some(tok) = g.pending.take() {
+                    let room = g.cache.limit().saturating_sub(g.cache.len() + 1);
+                    let drafts = match &g.lookup {
+                        Some(l) => l.propose(&g.history, room),
+                        None => Vec::new(),
+                    };
+                    if !drafts.is_empty() {
+                        self.speculate(g, tok, &drafts)?;
+                    } else {
+                        g.logits = self.model.forward(&[tok], &mut g.cache, Logits::Last)?;
+                    }
+                }
+                match g.ahead.pop_front() {
+                    Some(ahead) => ahead,
+                    None => {
+                        let row = g.logits.flatten_all()?.to_vec1::<f32>()?;
+                        (g.sampler.sample(&row), false)
+                    }
+                }
+            }
+        };
+        if g.lookup.is_some() {
+            g.history.push(tok);
+        }
         if self.tokenizer.vocab().is_end_of_generation(tok) {
             return Ok(g.end(Finish::EndOfText));
         }
@@ -295,12 +336,48 @@ impl TextGeneration {
         g.text.push_str(&out);
         if hit {
             g.finish = Some(Finish::Stop);
-        } else if g.tokens.len() == g.max_tokens || g.cache.len() >= g.cache.limit() {
+        } else if g.tokens.len() == g.max_tokens || (!cached && g.cache.len() >= g.cache.limit()) {
             out += &g.end(Finish::Length);
-        } else {
+        } else if !cached {
             g.pending = Some(tok);
         }
         Ok(out)
+    }
+
+    /// Feeds `tok` and `drafts` in one pass and keeps, in `g.ahead`, the tokens the model
+    /// produces at those positions: each draft the sampler's check keeps (already in the
+    /// cache), then the first token it put in a draft's place, or after a fully kept draft
+    /// the token that follows it (to be fed next). The turned-down drafts leave the cache.
+    fn speculate(&self, g: &mut Generation, tok: u32, drafts: &[u32]) -> Result<()> {
+        let len = g.cache.len();
+        let input: Vec<u32> = std::iter::once(tok).chain(drafts.iter().copied()).collect();
+        let rows = self
+            .model
+            .forward(&input, &mut g.cache, Logits::All)?
+            .to_vec2::<f32>()?;
+        let vocab = self.tokenizer.vocab();
+        let mut kept = 0;
+        for (i, row) in rows.iter().enumerate() {
+            let Some(&draft) = drafts.get(i) else {
+                g.ahead.push_back((g.sampler.sample(row), false));
+                break;
+            };
+            let (t, same) = g.sampler.verify(row, draft);
+            if !same {
+                g.ahead.push_back((t, false));
+                break;
+            }
+            kept += 1;
+            g.ahead.push_back((t, true));
+            if vocab.is_end_of_generation(t) || g.stop_tokens.contains(&t) {
+                break;
+            }
+        }
+        g.cache.truncate(len + 1 + kept)?;
+        g.speculation.passes += 1;
+        g.speculation.drafted += drafts.len();
+        g.speculation.accepted += kept;
+        Ok(())
     }
 }
 
@@ -323,9 +400,21 @@ pub struct Generation {
     prompt_tokens: usize,
     prompt_seconds: f64,
     started: Instant,
+    lookup: Option<PromptLookup>,
+    /// The prompt and the tokens given so far, where prompt lookup drafts from them.
+    history: Vec<u32>,
+    /// Tokens produced ahead by a speculative pass, to be given before the model runs
+    /// again; `true` where the KV cache holds the token already.
+    ahead: VecDeque<(u32, bool)>,
+    speculation: SpeculationStats,
 }
 
 impl Generation {
+    /// How speculative decoding went so far.
+    pub fn speculation(&self) -> SpeculationStats {
+        self.speculation
+    }
+
     /// Why the generation ended; `None` while it goes on.
     pub fn finish(&self) -> Option<Finish> {
         self.finish
@@ -350,6 +439,7 @@ impl Generation {
             finish: self.finish.unwrap_or(Finish::Cancelled),
             prompt_seconds: self.prompt_seconds,
             generate_seconds: self.started.elapsed().as_secs_f64(),
+            speculation: self.speculation,
         }
     }
 
@@ -362,6 +452,7 @@ impl Generation {
             finish: self.finish.unwrap_or(Finish::Cancelled),
             prompt_seconds: self.prompt_seconds,
             generate_seconds: seconds,
+            speculation: self.speculation,
         }
     }
 

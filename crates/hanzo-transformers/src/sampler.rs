@@ -106,6 +106,59 @@ impl Sampler {
 
     /// Picks the next token from `logits` (one row, vocabulary-sized) and records it.
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
+        let logits = self.adjusted(logits);
+        let tok = if self.params.temperature <= 0.0 {
+            argmax(&logits)
+        } else {
+            let (ids, probs) = self.distribution(&logits);
+            let r: f64 = self.rng.gen();
+            pick(&ids, &probs, r)
+        };
+        self.history.push(tok);
+        tok
+    }
+
+    /// Speculative decoding's check of a drafted token (one proposed with certainty, as a
+    /// prompt lookup proposes): the token to keep at this position, and whether it is the
+    /// draft. Greedy: the argmax, which is the draft or not. Sampled: the draft with its
+    /// probability p(draft) under the filters above, else a draw from the distribution with
+    /// the draft taken out, so that each token comes out with exactly its probability p
+    /// (the rule of speculative sampling with a one-point draft distribution). Records the
+    /// token kept, as `sample` does.
+    pub fn verify(&mut self, logits: &[f32], draft: u32) -> (u32, bool) {
+        let logits = self.adjusted(logits);
+        let tok = if self.params.temperature <= 0.0 {
+            argmax(&logits)
+        } else {
+            let (ids, mut probs) = self.distribution(&logits);
+            let p = ids
+                .iter()
+                .position(|&t| t == draft)
+                .map_or(0.0, |i| probs[i]);
+            let r: f64 = self.rng.gen();
+            if r < p {
+                draft
+            } else {
+                // The residual max(0, p - q) with q all on the draft: p without the draft.
+                if let Some(i) = ids.iter().position(|&t| t == draft) {
+                    probs[i] = 0.0;
+                }
+                let rest: f64 = probs.iter().sum();
+                if rest <= 0.0 {
+                    draft
+                } else {
+                    probs.iter_mut().for_each(|q| *q /= rest);
+                    let r: f64 = self.rng.gen();
+                    pick(&ids, &probs, r)
+                }
+            }
+        };
+        self.history.push(tok);
+        (tok, tok == draft)
+    }
+
+    /// `logits` with the bias and the penalties applied.
+    fn adjusted(&self, logits: &[f32]) -> Vec<f32> {
         let mut logits = logits.to_vec();
         for &(t, b) in &self.params.logit_bias {
             if let Some(l) = logits.get_mut(t as usize) {
@@ -113,13 +166,7 @@ impl Sampler {
             }
         }
         self.apply_penalties(&mut logits);
-        let tok = if self.params.temperature <= 0.0 {
-            argmax(&logits)
-        } else {
-            self.draw(&logits)
-        };
-        self.history.push(tok);
-        tok
+        logits
     }
 
     fn apply_penalties(&self, logits: &mut [f32]) {
@@ -148,7 +195,9 @@ impl Sampler {
         }
     }
 
-    fn draw(&mut self, logits: &[f32]) -> u32 {
+    /// The tokens a draw can give and their probabilities: top-k, top-p and min-p applied,
+    /// then temperature.
+    fn distribution(&self, logits: &[f32]) -> (Vec<u32>, Vec<f64>) {
         let p = &self.params;
         // Candidates sorted by logit, best first (ties: lower id first, for determinism).
         let mut cand: Vec<(u32, f32)> = logits
@@ -158,7 +207,7 @@ impl Sampler {
             .map(|(i, &l)| (i as u32, l))
             .collect();
         if cand.is_empty() {
-            return argmax(logits);
+            return (vec![argmax(logits)], vec![1.0]);
         }
         let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
         if p.top_k > 0 && p.top_k < cand.len() {
@@ -186,16 +235,20 @@ impl Sampler {
         }
         cand.truncate(keep.max(1));
         let probs = softmax(cand.iter().map(|c| c.1), p.temperature);
-        let r: f64 = self.rng.gen();
-        let mut cum = 0.0;
-        for (c, q) in cand.iter().zip(&probs) {
-            cum += q;
-            if r < cum {
-                return c.0;
-            }
-        }
-        cand.last().expect("non-empty").0
+        (cand.into_iter().map(|c| c.0).collect(), probs)
     }
+}
+
+/// The token whose cumulative probability first passes `r` (uniform in [0, 1)).
+fn pick(ids: &[u32], probs: &[f64], r: f64) -> u32 {
+    let mut cum = 0.0;
+    for (&id, q) in ids.iter().zip(probs) {
+        cum += q;
+        if r < cum {
+            return id;
+        }
+    }
+    *ids.last().expect("non-empty")
 }
 
 fn softmax(logits: impl Iterator<Item = f32> + Clone, temperature: f32) -> Vec<f64> {
@@ -245,6 +298,54 @@ pub fn argmax(logits: &[f32]) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Speculative sampling's check leaves each token's probability as a plain draw gives
+    /// it, whatever the draft: a likely one, an unlikely one, one the filters remove.
+    #[test]
+    fn verified_drafts_keep_the_sampled_distribution() {
+        let logits = [2.0f32, 1.0, 0.5, -3.0, 0.0, 1.5];
+        let params = SamplingParams {
+            temperature: 0.7,
+            top_k: 5,
+            top_p: 1.0,
+            min_p: 0.0,
+            seed: 7,
+            ..SamplingParams::default()
+        };
+        let s = Sampler::new(params.clone());
+        let (ids, probs) = s.distribution(&logits);
+        let mut want = [0f64; 6];
+        for (&i, &p) in ids.iter().zip(&probs) {
+            want[i as usize] = p;
+        }
+        assert_eq!(want[3], 0.0, "top-k leaves out the lowest logit");
+        let n = 60_000;
+        for draft in [0u32, 2, 3] {
+            let mut s = Sampler::new(SamplingParams {
+                seed: 11 + draft as u64,
+                ..params.clone()
+            });
+            let mut counts = [0usize; 6];
+            for _ in 0..n {
+                let (t, kept) = s.verify(&logits, draft);
+                assert_eq!(kept, t == draft);
+                counts[t as usize] += 1;
+            }
+            for (t, (&c, &p)) in counts.iter().zip(&want).enumerate() {
+                let f = c as f64 / n as f64;
+                // Five standard deviations of a binomial frequency.
+                let tol = 5.0 * (p * (1.0 - p) / n as f64).sqrt() + 1e-9;
+                assert!(
+                    (f - p).abs() <= tol,
+                    "draft {draft}: token {t} at {f}, want {p}"
+                );
+            }
+        }
+        // Greedy: the argmax, whether it was drafted or not.
+        let mut g = Sampler::new(SamplingParams::greedy());
+        assert_eq!(g.verify(&logits, 0), (0, true));
+        assert_eq!(g.verify(&logits, 5), (0, false));
+    }
 
     #[test]
     fn greedy_takes_the_argmax_after_penalties() {

@@ -39,6 +39,14 @@ pub struct Args {
     /// Stop before this string (repeatable).
     #[arg(long)]
     pub stop: Vec<String>,
+    /// Speculative decoding by prompt lookup: draft what followed the last earlier match of
+    /// the newest N tokens (N down to 1) and check the draft in one pass. Greedy output is
+    /// unchanged; it pays where the reply repeats the prompt (code edits, summaries).
+    #[arg(long, value_name = "N")]
+    pub lookup: Option<usize>,
+    /// Tokens drafted at most per pass (with --lookup).
+    #[arg(long, default_value_t = 4, requires = "lookup")]
+    pub draft_k: usize,
     pub prompt: String,
 }
 
@@ -78,6 +86,11 @@ pub fn run(a: Args) -> Result<()> {
             seed,
         },
         stop: a.stop.clone(),
+        lookup: match a.lookup {
+            Some(0) => bail!("--lookup: an n-gram of at least 1 token"),
+            Some(n) => Some(hanzo_transformers::PromptLookup::new(n, a.draft_k)),
+            None => None,
+        },
         ..GenerateOptions::default()
     };
     if a.temperature > 0.0 {
@@ -103,5 +116,15 @@ pub fn run(a: Args) -> Result<()> {
         g.tokens.len() as f64 / g.generate_seconds.max(1e-9),
         g.finish
     );
+    let s = g.speculation;
+    if a.lookup.is_some() {
+        eprintln!(
+            "speculation: {} passes, {} of {} drafted tokens kept ({:.0}%)",
+            s.passes,
+            s.accepted,
+            s.drafted,
+            100.0 * s.acceptance()
+        );
+    }
     Ok(())
 }

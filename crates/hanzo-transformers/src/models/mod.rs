@@ -133,6 +133,18 @@ impl Cache {
         self.limit
     }
 
+    /// Forgets positions `len..` (a speculative draft the model turned down). Sliding-window
+    /// layers can give back only what [`Self::keep_behind`] asked them to keep.
+    pub fn truncate(&mut self, len: usize) -> Result<()> {
+        Ok(self.kv.truncate(self.seq, len)?)
+    }
+
+    /// Lets the sliding-window layers keep `n` positions behind their windows, so that up
+    /// to `n` positions can be truncated.
+    pub fn keep_behind(&mut self, n: usize) -> Result<()> {
+        Ok(self.kv.keep_behind(self.seq, n)?)
+    }
+
     /// Forgets every position.
     pub fn reset(&mut self) {
         self.kv.release(self.seq).expect("the cache's own sequence");

@@ -284,6 +284,8 @@ impl TextGeneration {
             },
             ahead: VecDeque::new(),
             speculation: SpeculationStats::default(),
+            // A first draft of two: cheap to check, doubled while drafts are kept whole.
+            draft_len: opts.lookup.map_or(0, |l| l.max_draft.min(2)),
         })
     }
 
@@ -304,7 +306,7 @@ impl TextGeneration {
                 if let Some(tok) = g.pending.take() {
                     let room = g.cache.limit().saturating_sub(g.cache.len() + 1);
                     let drafts = match &g.lookup {
-                        Some(l) => l.propose(&g.history, room),
+                        Some(l) => l.propose(&g.history, room.min(g.draft_len)),
                         None => Vec::new(),
                     };
                     if !drafts.is_empty() {
@@ -374,6 +376,14 @@ impl TextGeneration {
             }
         }
         g.cache.truncate(len + 1 + kept)?;
+        // The next draft's length follows how this one went: longer after a draft kept
+        // whole, one past the kept part otherwise (a pass over a few tokens costs little
+        // more than a decode step; a long draft turned down early costs several).
+        let max = g.lookup.map_or(1, |l| l.max_draft);
+        g.draft_len = match kept == drafts.len() {
+            true => (g.draft_len * 2).min(max),
+            false => (kept + 1).min(max),
+        };
         g.speculation.passes += 1;
         g.speculation.drafted += drafts.len();
         g.speculation.accepted += kept;
@@ -407,6 +417,8 @@ pub struct Generation {
     /// again; `true` where the KV cache holds the token already.
     ahead: VecDeque<(u32, bool)>,
     speculation: SpeculationStats,
+    /// Tokens the next draft may have (at most `lookup.max_draft`).
+    draft_len: usize,
 }
 
 impl Generation {

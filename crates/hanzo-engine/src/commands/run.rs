@@ -44,8 +44,9 @@ pub struct Args {
     /// unchanged; it pays where the reply repeats the prompt (code edits, summaries).
     #[arg(long, value_name = "N")]
     pub lookup: Option<usize>,
-    /// Tokens drafted at most per pass (with --lookup).
-    #[arg(long, default_value_t = 4, requires = "lookup")]
+    /// Tokens drafted at most per pass (with --lookup); drafts start at 2 and grow while
+    /// they are kept whole.
+    #[arg(long, default_value_t = 8, requires = "lookup")]
     pub draft_k: usize,
     pub prompt: String,
 }

@@ -31,7 +31,8 @@ pub struct GenerateOptions {
     /// Let the repetition penalties see the prompt too (llama.cpp does).
     pub penalize_prompt: bool,
     /// Speculative decoding with drafts from prompt lookup (`None`: one token per pass).
-    /// Greedy output is the same either way; sampled output keeps its distribution.
+    /// Greedy output is the same either way; sampled output keeps its distribution. Only
+    /// [`TextGeneration`] drafts so far: the server's scheduler and Hanzo Edge ignore it.
     pub lookup: Option<PromptLookup>,
 }
 

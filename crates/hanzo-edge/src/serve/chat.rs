@@ -143,7 +143,6 @@ async fn start(app: &Arc<AppState>, kind: Kind, input: Input, s: GenSettings) ->
     let (started_tx, started) = tokio::sync::oneshot::channel();
     let state = app.clone();
     let work: super::Work = Box::new(move |edge: &mut Edge| {
-        let _permit = permit;
         let stream = match begin(edge, input, &opts) {
             Ok(s) => s,
             Err(e) => {
@@ -152,9 +151,12 @@ async fn start(app: &Arc<AppState>, kind: Kind, input: Input, s: GenSettings) ->
             }
         };
         let _ = started_tx.send(Ok(stream.prompt_tokens()));
-        if let Some(summary) = pump(stream, &tx) {
-            state.metrics.finished(&summary);
-        }
+        // Before the client hears the end: its next request finds the slot free (the
+        // worker thread still runs one request at a time) and the metrics counted.
+        pump(stream, &tx, |summary| {
+            state.metrics.finished(summary);
+            drop(permit);
+        });
         state.metrics.threads(edge.threads());
     });
     app.submit(work)?;
@@ -193,8 +195,9 @@ fn begin<'a>(
 }
 
 /// Sends the stream's pieces to the response until it ends or the client has gone (then the
-/// stream is dropped, which ends the generation). Returns the summary of a finished reply.
-fn pump(stream: TokenStream, tx: &UnboundedSender<ApiEvent>) -> Option<Summary> {
+/// stream is dropped, which ends the generation); a finished reply's summary goes to
+/// `finished` just before the response's last event.
+fn pump(stream: TokenStream, tx: &UnboundedSender<ApiEvent>, finished: impl FnOnce(&Summary)) {
     for event in stream {
         let sent = match event {
             Ok(Event::Text(text)) => tx.send(ApiEvent::Text {
@@ -203,6 +206,7 @@ fn pump(stream: TokenStream, tx: &UnboundedSender<ApiEvent>) -> Option<Summary> 
                 logprobs: Vec::new(),
             }),
             Ok(Event::Done(s)) => {
+                finished(&s);
                 let _ = tx.send(ApiEvent::Extra(extra(&s)));
                 let flagged = s.guard.as_ref().is_some_and(|g| g.flagged.is_some());
                 let reason = match s.finish {
@@ -215,18 +219,17 @@ fn pump(stream: TokenStream, tx: &UnboundedSender<ApiEvent>) -> Option<Summary> 
                     reason,
                     tokens: s.completion_tokens,
                 });
-                return Some(s);
+                return;
             }
             Err(e) => {
                 let _ = tx.send(ApiEvent::Error(e.to_string()));
-                return None;
+                return;
             }
         };
         if sent.is_err() {
-            return None;
+            return;
         }
     }
-    None
 }
 
 /// The reply's figures beyond OpenAI's, under `hanzo_edge` in the answer and in the stream's

@@ -308,11 +308,13 @@ impl Edge {
         opts: &GenerateOptions,
         start: impl FnOnce(&'a mut Self) -> Result<TokenStream<'a>, EdgeError>,
     ) -> Result<TokenStream<'a>, EdgeError> {
-        let Some(guard) = self.guard().cloned() else {
+        let Some((check_prompt, check_reply)) =
+            self.guard().map(|g| (g.check_prompt, g.check_reply))
+        else {
             return start(self);
         };
         let mut report = GuardReport::default();
-        if let Some(text) = text.filter(|_| guard.check_prompt) {
+        if let Some(text) = text.filter(|_| check_prompt) {
             let verdict = self.moderate(Stage::Prompt, text)?;
             report.add(Stage::Prompt, &verdict);
             report.first_token_seconds += verdict.seconds;
@@ -323,13 +325,13 @@ impl Edge {
                 );
                 let mut reply = self.placeholder(opts, prompt_tokens);
                 reply.finish = Some(hanzo_transformers::Finish::EndOfText);
-                let refusal = guard.refusal_for(category);
+                let refusal = self.guard().expect("a guard").refusal_for(category);
                 reply.guard = Some(Box::new(Guarding::refusing(report, refusal)));
                 return Ok(TokenStream { edge: self, reply });
             }
         }
         let mut stream = start(self)?;
-        stream.reply.guard = Some(Box::new(Guarding::watching(report, guard.check_reply)));
+        stream.reply.guard = Some(Box::new(Guarding::watching(report, check_reply)));
         Ok(stream)
     }
 

@@ -13,26 +13,14 @@ mod common;
 #[path = "../../../scripts/fixture_path.rs"]
 mod fixture_path;
 
+use common::greedy;
 use hanzo_edge::guard::{Category, Guard, Stage};
 use hanzo_edge::{Budget, Edge, EdgeConfig, EdgeError, Event};
 use hanzo_ml::kv::PagedKv;
 use hanzo_ml::quantized::gguf::GgufFile;
-use hanzo_transformers::{
-    describe_gguf, GenerateOptions, Logits, Message, SamplingParams, SeqChunk, TextGeneration,
-};
+use hanzo_transformers::{describe_gguf, Logits, Message, SeqChunk, TextGeneration};
 
 const REQUEST: &str = "How do I get a stain out of a white shirt?";
-
-fn greedy(max_tokens: usize) -> GenerateOptions {
-    GenerateOptions {
-        max_tokens,
-        sampling: SamplingParams {
-            temperature: 0.0,
-            ..SamplingParams::default()
-        },
-        ..GenerateOptions::default()
-    }
-}
 
 fn smollm(guard: Option<Guard>) -> Edge {
     let mut cfg = EdgeConfig::new(fixture_path::fixture("smollm2"), 1024, 1 << 30);

@@ -2,25 +2,14 @@
 //! same order), embeddings by last-token pooling equal to the engine's, computed beside the
 //! conversation without disturbing it, and the Q8_0 KV cache's budget.
 
+mod common;
 #[path = "../../../scripts/fixture_path.rs"]
 mod fixture_path;
 
+use common::greedy;
 use hanzo_edge::{Budget, Edge, EdgeConfig, Event, KvDtype};
 use hanzo_ml::quantized::gguf::GgufFile;
-use hanzo_transformers::{
-    describe_gguf, EmbedOptions, GenerateOptions, SamplingParams, TextGeneration,
-};
-
-fn greedy(max_tokens: usize) -> GenerateOptions {
-    GenerateOptions {
-        max_tokens,
-        sampling: SamplingParams {
-            temperature: 0.0,
-            ..SamplingParams::default()
-        },
-        ..GenerateOptions::default()
-    }
-}
+use hanzo_transformers::{describe_gguf, EmbedOptions, TextGeneration};
 
 fn text_of(events: Vec<Event>) -> (String, usize) {
     let mut text = String::new();

@@ -201,14 +201,20 @@ impl TextGeneration {
             let lowered = crate::tools::lower(messages, tools, crate::tools::TOOL_CALL_TAGS);
             self.template.render(&lowered, true)?
         };
-        let mut ids = self.tokenizer.encode(&text, false, true);
+        Ok(self.template_tokens(&text))
+    }
+
+    /// Token ids of text the chat template rendered (specials parsed), with BOS first where
+    /// the model wants one and the template did not write it.
+    pub fn template_tokens(&self, text: &str) -> Vec<u32> {
+        let mut ids = self.tokenizer.encode(text, false, true);
         let sp = self.tokenizer.special();
         if let (true, Some(bos)) = (sp.add_bos, sp.bos) {
             if ids.first() != Some(&bos) {
                 ids.insert(0, bos);
             }
         }
-        Ok(ids)
+        ids
     }
 
     /// Token ids of raw text, with BOS/EOS as the model's flags say.
@@ -301,28 +307,24 @@ impl TextGeneration {
         if g.tokens.len() >= g.max_tokens {
             return Ok(g.end(Finish::Length));
         }
+        // A token is pending only once nothing produced ahead is left to give.
+        if let Some(tok) = g.pending.take() {
+            let room = g.cache.limit().saturating_sub(g.cache.len() + 1);
+            let drafts = match &g.lookup {
+                Some(l) => l.propose(&g.history, room.min(g.draft_len)),
+                None => Vec::new(),
+            };
+            if drafts.is_empty() {
+                g.logits = self.model.forward(&[tok], &mut g.cache, Logits::Last)?;
+            } else {
+                self.speculate(g, tok, &drafts)?;
+            }
+        }
         let (tok, cached) = match g.ahead.pop_front() {
             Some(ahead) => ahead,
             None => {
-                if let Some(tok) = g.pending.take() {
-                    let room = g.cache.limit().saturating_sub(g.cache.len() + 1);
-                    let drafts = match &g.lookup {
-                        Some(l) => l.propose(&g.history, room.min(g.draft_len)),
-                        None => Vec::new(),
-                    };
-                    if !drafts.is_empty() {
-                        self.speculate(g, tok, &drafts)?;
-                    } else {
-                        g.logits = self.model.forward(&[tok], &mut g.cache, Logits::Last)?;
-                    }
-                }
-                match g.ahead.pop_front() {
-                    Some(ahead) => ahead,
-                    None => {
-                        let row = g.logits.flatten_all()?.to_vec1::<f32>()?;
-                        (g.sampler.sample(&row), false)
-                    }
-                }
+                let row = g.logits.flatten_all()?.to_vec1::<f32>()?;
+                (g.sampler.sample(&row), false)
             }
         };
         if g.lookup.is_some() {

@@ -11,18 +11,22 @@ use web_time::Instant;
 /// text, so that a turn cannot close the guard's prompt and answer for it.
 const SLOT: &str = "\u{F8FF}";
 
-/// A guard prompt for one policy: its tokens before the judged text and after it.
-type Frame = (Vec<u32>, Vec<u32>);
+/// The guard prompt of one stage around the judged text: the tokens before it, which every
+/// category shares (the policy comes after the text), and each category's tokens after it.
+struct Frame {
+    before: Vec<u32>,
+    after: Vec<Vec<u32>>,
+}
 
 /// The guard at run time: its model (or none, to use the chat model's), its KV store, the
-/// prompt around the text for each category (the user's turn's, then the reply's), and the
-/// tokens that answer "Yes" and "No".
+/// prompt around the text (the user's turn's, then the reply's), and the tokens that answer
+/// "Yes" and "No".
 pub(crate) struct Judge {
     guard: Guard,
     own: Option<TextGeneration>,
     kv: PagedKv,
     chunk: usize,
-    frames: [Vec<Frame>; 2],
+    frames: [Frame; 2],
     yes: Vec<u32>,
     no: Vec<u32>,
 }
@@ -59,21 +63,10 @@ impl Judge {
                     .into(),
             ));
         }
-        let mut frames = [Vec::new(), Vec::new()];
-        for (stage, frames) in [Stage::Prompt, Stage::Reply].into_iter().zip(&mut frames) {
-            for c in &guard.categories {
-                let (before, after) = frame(pipe, stage, &c.policy)?;
-                if before.len() + after.len() > PROMPT_ROOM {
-                    return Err(EdgeError::Config(format!(
-                        "guard: the prompt for category {:?} takes {} tokens besides the text; \
-                         {PROMPT_ROOM} fit (shorten its policy)",
-                        c.name,
-                        before.len() + after.len()
-                    )));
-                }
-                frames.push((before, after));
-            }
-        }
+        let frames = [
+            frame(pipe, Stage::Prompt, &guard)?,
+            frame(pipe, Stage::Reply, &guard)?,
+        ];
         Ok(Self {
             kv: PagedKv::with_blocks(layout, blocks),
             guard,
@@ -131,19 +124,19 @@ impl Judge {
         category: usize,
         text: &str,
     ) -> Result<Vec<u32>, EdgeError> {
-        let frames = &self.frames[stage as usize];
-        let (before, after) = frames.get(category).ok_or_else(|| {
-            EdgeError::Request(format!("category {category} of {}", frames.len()))
+        let frame = &self.frames[stage as usize];
+        let after = frame.after.get(category).ok_or_else(|| {
+            EdgeError::Request(format!("category {category} of {}", frame.after.len()))
         })?;
         let pipe = self.own.as_ref().unwrap_or(shared);
         let mut ids = pipe.tokenizer.encode(text, false, false);
         ids.truncate(self.guard.window_tokens);
-        Ok([&before[..], &ids, after].concat())
+        Ok([&frame.before[..], &ids, after].concat())
     }
 
-    /// One window of text under each category's frame: the part the frames share (their
-    /// common start and the text) is read once, then each frame's rest from there, the
-    /// store truncated back between them. Returns the probability of "Yes" per frame.
+    /// One window of text under each category's policy: the frame's start and the text
+    /// are read once, then each policy's part after them, the store truncated back between
+    /// them. Returns the probability of "Yes" per category.
     fn window_scores(
         &mut self,
         shared: &TextGeneration,
@@ -152,43 +145,23 @@ impl Judge {
         tokens: &mut usize,
     ) -> Result<Vec<f32>, EdgeError> {
         let model = self.own.as_ref().unwrap_or(shared).model.as_ref();
-        let frames = &self.frames[stage as usize];
-        let before = &frames[0].0;
-        // Every frame starts the same way (only the policy, after the text, differs), but
-        // tokens around the slot are compared rather than assumed.
-        let head = frames
-            .iter()
-            .map(|(b, _)| b.iter().zip(before).take_while(|(x, y)| x == y).count())
-            .min()
-            .unwrap_or(0);
-        let shared_prefix = frames.iter().all(|(b, _)| b.len() == head);
+        let frame = &self.frames[stage as usize];
+        let chunk = self.chunk.max(1);
+        let longest = frame.after.iter().map(Vec::len).max().unwrap_or(0);
         let seq = self.kv.add_sequence();
-        let longest = frames
-            .iter()
-            .map(|(b, a)| b.len() + a.len())
-            .max()
-            .unwrap_or(0);
         let result = (|| {
+            // What truncating back after each policy takes away stays in the window layers.
             self.kv.keep_behind(seq, longest)?;
-            let mut prefix: Vec<u32> = before[..head].to_vec();
-            if shared_prefix {
-                prefix.extend_from_slice(window);
-            }
-            let chunk = self.chunk.max(1);
+            let prefix = [&frame.before[..], window].concat();
             for c in prefix.chunks(chunk) {
                 model.forward_batch(&[SeqChunk::new(seq, c, Logits::None)], &mut self.kv)?;
             }
             *tokens += prefix.len();
-            let mut out = Vec::with_capacity(frames.len());
-            for (b, a) in frames {
-                let mut rest: Vec<u32> = match shared_prefix {
-                    true => Vec::new(),
-                    false => [&b[head..], window].concat(),
-                };
-                rest.extend_from_slice(a);
+            let mut out = Vec::with_capacity(frame.after.len());
+            for after in &frame.after {
                 let mut logits = None;
-                let n = rest.len().div_ceil(chunk);
-                for (i, c) in rest.chunks(chunk).enumerate() {
+                let n = after.len().div_ceil(chunk);
+                for (i, c) in after.chunks(chunk).enumerate() {
                     let want = if i + 1 == n {
                         Logits::Last
                     } else {
@@ -197,7 +170,7 @@ impl Judge {
                     logits =
                         Some(model.forward_batch(&[SeqChunk::new(seq, c, want)], &mut self.kv)?);
                 }
-                *tokens += rest.len();
+                *tokens += after.len();
                 let row = logits
                     .expect("a frame ends in the assistant's header")
                     .flatten_all()?
@@ -212,34 +185,45 @@ impl Judge {
     }
 }
 
-/// The guard prompt for one policy in `pipe`'s chat template, as the tokens before the
-/// judged text and after it.
-fn frame(pipe: &TextGeneration, stage: Stage, policy: &str) -> Result<Frame, EdgeError> {
+/// The guard prompt of `stage` in `pipe`'s chat template around the judged text, for each
+/// of `guard`'s categories; an error where a policy makes it longer than `PROMPT_ROOM`.
+fn frame(pipe: &TextGeneration, stage: Stage, guard: &Guard) -> Result<Frame, EdgeError> {
     let (what, whose) = match stage {
         Stage::Prompt => ("message", "a user's message to an AI assistant"),
         Stage::Reply => ("reply", "an AI assistant's reply to a user"),
     };
-    let question = format!(
-        "You are a content safety classifier. Between the lines of dashes is {whose}.\n\
-         ----------\n{SLOT}\n----------\n\n\
-         Safety policy: {policy}\n\n\
-         Does the {what} break the safety policy? Answer with one word: Yes or No."
-    );
-    let rendered = pipe
-        .template
-        .render(&[Message::new("user", &question)], true)?;
-    let (before, after) = rendered
-        .split_once(SLOT)
-        .expect("the template writes the message");
-    let mut head = pipe.tokenizer.encode(before, false, true);
-    let sp = pipe.tokenizer.special();
-    if let (true, Some(bos)) = (sp.add_bos, sp.bos) {
-        if head.first() != Some(&bos) {
-            head.insert(0, bos);
+    let mut before = Vec::new();
+    let mut after = Vec::with_capacity(guard.categories.len());
+    for c in &guard.categories {
+        let question = format!(
+            "You are a content safety classifier. Between the lines of dashes is {whose}.\n\
+             ----------\n{SLOT}\n----------\n\n\
+             Safety policy: {}\n\n\
+             Does the {what} break the safety policy? Answer with one word: Yes or No.",
+            c.policy
+        );
+        let rendered = pipe
+            .template
+            .render(&[Message::new("user", &question)], true)?;
+        let (head, tail) = rendered
+            .split_once(SLOT)
+            .expect("the template writes the message");
+        // The same for every category: only the policy, after the text, differs.
+        before = pipe.template_tokens(head);
+        let tail = pipe.tokenizer.encode(tail, false, true);
+        if before.len() + tail.len() > PROMPT_ROOM {
+            return Err(EdgeError::Config(format!(
+                "guard: the prompt for category {:?} takes {} tokens besides the text; \
+                 {PROMPT_ROOM} fit (shorten its policy)",
+                c.name,
+                before.len() + tail.len()
+            )));
         }
+        after.push(tail);
     }
-    Ok((head, pipe.tokenizer.encode(after, false, true)))
+    Ok(Frame { before, after })
 }
+
 /// P(yes) / (P(yes) + P(no)) from a row of logits, each answer's probability summed over
 /// the tokens that spell it.
 fn yes_probability(logits: &[f32], yes: &[u32], no: &[u32]) -> f32 {

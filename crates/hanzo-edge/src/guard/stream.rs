@@ -78,13 +78,15 @@ pub(crate) fn next_event(reply: &mut Reply, edge: &mut Edge) -> Option<Result<Ev
                 guarding.state = State::Finishing;
                 return Some(Ok(Event::Text(text)));
             }
-            State::Release(text, summary) => {
-                let (text, summary) = (std::mem::take(text), summary.clone());
-                guarding.state = State::Done;
-                if !text.is_empty() {
-                    guarding.state = State::Release(String::new(), summary);
-                    return Some(Ok(Event::Text(text)));
-                }
+            State::Release(text, _) if !text.is_empty() => {
+                return Some(Ok(Event::Text(std::mem::take(text))));
+            }
+            State::Release(..) => {
+                let State::Release(_, summary) =
+                    std::mem::replace(&mut guarding.state, State::Done)
+                else {
+                    unreachable!("matched above")
+                };
                 return Some(Ok(Event::Done(*summary)));
             }
             State::Pass => {

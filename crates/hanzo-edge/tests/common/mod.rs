@@ -1,6 +1,7 @@
 //! How the tests start the `hanzo-edge` binary, and how long they run.
 #![allow(dead_code)] // each test file uses its part
 
+use hanzo_transformers::{GenerateOptions, SamplingParams};
 use std::process::Command;
 
 /// The `hanzo-edge` binary as a command: through `$HANZO_TEST_RUNNER` when the tests run
@@ -25,4 +26,16 @@ pub fn edge_command() -> Command {
 /// `$HANZO_TEST_QUICK`: the smallest fixture and short replies only, for emulated runs.
 pub fn quick() -> bool {
     std::env::var_os("HANZO_TEST_QUICK").is_some()
+}
+
+/// Greedy decoding of at most `max_tokens`, the other options at their defaults.
+pub fn greedy(max_tokens: usize) -> GenerateOptions {
+    GenerateOptions {
+        max_tokens,
+        sampling: SamplingParams {
+            temperature: 0.0,
+            ..SamplingParams::default()
+        },
+        ..GenerateOptions::default()
+    }
 }

@@ -21,6 +21,6 @@ pub mod kernels;
 mod qmatmul;
 mod qtensor;
 
-pub use format::GgmlDType;
+pub use format::{AfqScale, AfqType, GgmlDType};
 pub use qmatmul::QMatMul;
 pub use qtensor::QTensor;

@@ -247,6 +247,9 @@ impl QMatMul {
             QMatMul::Dense(_) => return None,
         };
         let k = self.weight_dims().1;
+        if w.dtype().afq().is_some() {
+            return Some(GgmlDType::Q8_0);
+        }
         use super::cpu::matvec::{panels_by_rows, Panels};
         Some(
             crate::with_block_type!(w.dtype(), B => match panels_by_rows::<B>(rows, k) {
@@ -362,6 +365,10 @@ impl QMatMul {
         let jobs = ws
             .iter()
             .map(|w| match w {
+                QMatMul::Quantized(q) if q.dtype().afq().is_some() => {
+                    let (t, n) = (q.dtype().afq().expect("matched"), w.weight_dims().0);
+                    Ok(super::cpu::afq::job(t, q.data(), n, &xs))
+                }
                 QMatMul::Quantized(q) => {
                     let n = w.weight_dims().0;
                     crate::with_block_type!(q.dtype(), B => Ok(
@@ -386,6 +393,9 @@ impl QMatMul {
 /// `x [m, k]` times the stored blocks of `w [n, k]` transposed, by `route`.
 fn as_stored(w: &QTensor, x: &[f32], m: usize, route: Route) -> Result<Vec<f32>> {
     let (n, k) = QMatMul::dims_of(w)?;
+    if let Some(t) = w.dtype().afq() {
+        return Ok(super::cpu::afq::matmul(t, w.data(), n, k, x, m, route));
+    }
     crate::with_block_type!(w.dtype(), B => {
         let w = w.blocks::<B>()?;
         Ok(matvec::matmul_by::<B>(w, n, k, x, m, route))

@@ -1,7 +1,7 @@
 //! `QTensor`: raw ggml blocks with a shape and a type, owned or borrowed from a shared `Blob`
 //! (a memory map, or a model's bytes in memory).
 
-use super::format::{GgmlBlock, GgmlDType};
+use super::format::{afq, AfqType, GgmlBlock, GgmlDType};
 use super::kernels::QuantizeRow;
 use crate::cpu::par::for_each_chunk;
 use crate::cpu::Blob;
@@ -98,6 +98,28 @@ impl QTensor {
         })
     }
 
+    /// An AFQ weight `[n, k]` from MLX's three tensors: `packed` the bytes of its `u32` levels
+    /// (`n · k · bits / 8`), `scales` and `biases` their 16-bit values (`n · k / group` each).
+    pub fn from_mlx(
+        t: AfqType,
+        shape: impl Into<Shape>,
+        packed: &[u8],
+        scales: &[u16],
+        biases: &[u16],
+    ) -> Result<Self> {
+        Self::from_bytes(
+            GgmlDType::Afq(t),
+            shape,
+            &afq::from_mlx(t, packed, scales, biases)?,
+        )
+    }
+
+    /// MLX's three tensors' bytes of an AFQ tensor: levels (its `u32` words, little-endian),
+    /// scales, biases; `None` for other types.
+    pub fn to_mlx(&self) -> Option<(Vec<u8>, Vec<u8>, Vec<u8>)> {
+        Some(afq::to_mlx(self.dtype.afq()?, self.data()))
+    }
+
     /// A zero-copy view of `len` bytes of `map` at `offset` (copied if misaligned).
     pub(crate) fn from_mmap(
         dtype: GgmlDType,
@@ -160,7 +182,10 @@ impl QTensor {
         let mut words = vec![0u32; nbytes.div_ceil(4)];
         {
             let bytes = &mut bytemuck::cast_slice_mut::<u32, u8>(&mut words)[..nbytes];
-            crate::with_block_type!(dtype, B => quantize_into::<B>(xs, bytes));
+            match dtype.afq() {
+                Some(t) => quantize_afq(t, xs, bytes),
+                None => crate::with_block_type!(dtype, B => quantize_into::<B>(xs, bytes)),
+            }
         }
         let data = Bytes::Owned { words, len: nbytes };
         check_size(dtype, &shape, nbytes, "QTensor::quantize")?;
@@ -372,6 +397,10 @@ impl QTensor {
             return self.interleaved_rows(&rows);
         }
         let mut out = vec![0f32; self.elem_count()];
+        if let Some(t) = self.dtype.afq() {
+            afq::dequantize(t, self.data(), &mut out);
+            return Ok(out);
+        }
         crate::with_block_type!(self.dtype, B => {
             let blocks = self.blocks::<B>()?;
             dequantize_into::<B>(blocks, &mut out);
@@ -398,6 +427,14 @@ impl QTensor {
             return Tensor::from_vec(self.interleaved_rows(ids)?, (ids.len(), cols), &Device::Cpu);
         }
         let mut out = vec![0f32; ids.len() * cols];
+        if let Some(t) = self.dtype.afq() {
+            let row_bytes = cols / t.group() * t.block_bytes();
+            for (&id, o) in ids.iter().zip(out.chunks_mut(cols.max(1))) {
+                let start = id as usize * row_bytes;
+                afq::dequantize(t, &self.data()[start..start + row_bytes], o);
+            }
+            return Tensor::from_vec(out, (ids.len(), cols), &Device::Cpu);
+        }
         crate::with_block_type!(self.dtype, B => {
             let blocks = self.blocks::<B>()?;
             let per_row = cols / B::BLOCK_SIZE;
@@ -484,6 +521,19 @@ fn quantize_weighted_rows(
 }
 
 /// With the SIMD quantizer where the type has one (the reference's exact bytes).
+/// AFQ blocks of `xs`, a group per task's worth of rows at a time.
+fn quantize_afq(t: AfqType, xs: &[f32], out: &mut [u8]) {
+    const GROUPS_PER_TASK: usize = 256;
+    let mut tasks: Vec<_> = xs
+        .chunks(GROUPS_PER_TASK * t.group())
+        .zip(out.chunks_mut(GROUPS_PER_TASK * t.block_bytes()))
+        .collect();
+    for_each_chunk(&mut tasks, 1, &|_, task| {
+        let (x, o) = &mut task[0];
+        afq::quantize(t, x, o)
+    });
+}
+
 fn quantize_into<B: QuantizeRow>(xs: &[f32], bytes: &mut [u8]) {
     let blocks: &mut [B] = bytemuck::cast_slice_mut(bytes);
     let quantize = B::quantize_row();

@@ -39,6 +39,7 @@ pub fn gguf_reference_npz() -> PathBuf {
 
 #[path = "../../../../scripts/fixture_path.rs"]
 mod fixture_path;
+#[allow(unused_imports)] // Not every test binary reads fixtures.
 pub use fixture_path::fixture;
 
 /// Deterministic weight-like data: Gaussian rows whose scale varies by row, with 1% of

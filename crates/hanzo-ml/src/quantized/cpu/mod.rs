@@ -2,8 +2,9 @@
 //! and threads and call the `kernels`. `matvec` multiplies blocks as they are stored (decode,
 //! and the tile path of small batches), `gemm` runs the prefill panels, `float` the prefill
 //! of F16/BF16 weights, `interleaved` holds weights repacked eight rows at a time (`interleaved_iq4xs` the IQ4_XS
-//! ones).
+//! ones), `afq` the products with MLX's affine layouts.
 
+pub(crate) mod afq;
 pub(crate) mod float;
 pub mod gemm;
 pub mod interleaved;

@@ -11,6 +11,7 @@
 //! Quantization follows ggml's reference (`*_ref`, no importance matrix) algorithms, which is
 //! what `llama-quantize` runs without `--imatrix`.
 
+pub mod afq;
 mod dtype;
 mod float;
 mod importance;
@@ -33,6 +34,7 @@ mod mxfp4;
 pub(crate) mod search;
 mod ternary;
 
+pub use afq::{AfqScale, AfqType};
 pub use dtype::GgmlDType;
 
 pub use iq1::{BlockIQ1M, BlockIQ1S};
@@ -236,6 +238,7 @@ macro_rules! with_block_type {
                 type $B = BlockMXFP4;
                 $body
             }
+            T::Afq(t) => $crate::quantized::format::afq::not_a_block(t),
         }
     }};
 }
@@ -244,6 +247,9 @@ impl GgmlDType {
     /// Why this type cannot be quantized to without an importance matrix, for the types that
     /// need one.
     pub fn quantize_unsupported(self) -> Option<&'static str> {
+        if self.afq().is_some() {
+            return None;
+        }
         crate::with_block_type!(self, B => B::QUANTIZE_UNSUPPORTED)
     }
 }

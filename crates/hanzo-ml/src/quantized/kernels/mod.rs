@@ -19,6 +19,9 @@ macro_rules! check_tile {
     };
 }
 
+pub mod afq;
+#[cfg(target_arch = "x86_64")]
+mod afq_x86;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]

@@ -1,0 +1,56 @@
+//! Dot products of AFQ weight rows (`format::afq`) with an activation row quantized to 8-bit
+//! integers in blocks of 32 (ggml's Q8_0 arithmetic, scale `d` per block).
+//!
+//! Per group: `Σ (scale·q + bias)·x = scale · Σ_blocks d·Σ q·x_q + bias · Σ x`, where `Σ x` is
+//! the group's activation sum as quantized (`Σ_blocks d·Σ x_q`), so both terms see the same
+//! activations. The portable dot takes every width; AVX2 has 4- and 8-bit forms, which read
+//! the activation bytes in the order `AfqDot::nibble_order` asks for.
+
+use crate::quantized::format::afq::{level, scale_bias};
+use crate::quantized::format::AfqType;
+
+/// One weight row's dot product: `w` the row's blocks, `q` the activation bytes (`k`), `d`
+/// their scales (`k / 32`), `gsum` each group's activation sum (`k / group`).
+pub type AfqDotFn = fn(t: AfqType, w: &[u8], q: &[i8], d: &[f32], gsum: &[f32]) -> f32;
+
+/// A kernel and the activation byte order it reads.
+#[derive(Clone, Copy)]
+pub struct AfqDot {
+    pub dot: AfqDotFn,
+    /// Each block of 32 activation bytes holds its even elements, then its odd ones: the
+    /// order of a 4-bit group's low nibbles, then its high nibbles.
+    pub nibble_order: bool,
+}
+
+/// This CPU's kernel for `t`.
+pub fn pick(t: AfqType) -> AfqDot {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(k) = super::afq_x86::pick(t) {
+        return k;
+    }
+    let _ = t;
+    AfqDot {
+        dot: dot_portable,
+        nibble_order: false,
+    }
+}
+
+/// The portable dot product, every width; the SIMD kernels are checked against it.
+pub fn dot_portable(t: AfqType, w: &[u8], q: &[i8], d: &[f32], gsum: &[f32]) -> f32 {
+    let (g, bits, bb) = (t.group(), t.bits(), t.block_bytes());
+    let mut total = 0f32;
+    for (gi, block) in w.chunks_exact(bb).enumerate() {
+        let (scale, bias) = scale_bias(t, block);
+        let levels = &block[4..];
+        let mut acc = 0f32;
+        for j in 0..g / 32 {
+            let x = &q[gi * g + j * 32..][..32];
+            let isum: i32 = (0..32)
+                .map(|i| level(levels, bits, j * 32 + i) as i32 * x[i] as i32)
+                .sum();
+            acc += d[gi * g / 32 + j] * isum as f32;
+        }
+        total += scale * acc + bias * gsum[gi];
+    }
+    total
+}

@@ -15,6 +15,14 @@ if ! python3 -c "import numpy, safetensors, gguf" 2>/dev/null; then
   python3 -m pip install --quiet numpy safetensors gguf
 fi
 
+# MLX itself checks the AFQ types: mlx.core.quantize/dequantize for the packed layouts
+# (crates/hanzo-ml/tests/afq.rs), mlx_lm for whole models (crates/hanzo-engine/tests/afq_mlx.rs).
+# Pinned: the tests compare bits with what these versions write.
+if ! python3 -c "import mlx.core, mlx_lm" 2>/dev/null; then
+  echo "installing mlx (CPU) and mlx-lm for the AFQ reference tests" >&2
+  python3 -m pip install --quiet "mlx[cpu]==0.32.4" "mlx-lm==0.32.2"
+fi
+
 # The server's API tests drive it with the official openai client and MCP SDK, and validate
 # structured output with jsonschema (tests/server/*.py).
 if ! python3 -c "import openai, pytest, jsonschema, mcp" 2>/dev/null; then

@@ -439,7 +439,7 @@ fn weights_interleaved_in_place_equal_a_repacked_copy() {
     let mut tensors: Vec<(String, QTensor)> = INTERLEAVED
         .iter()
         .map(|&dt| {
-            let w = common::synthetic_weights(n, k, dt as u64 + 9);
+            let w = common::synthetic_weights(n, k, dt.id() as u64 + 9);
             (
                 dt.name().to_string(),
                 QTensor::quantize_f32(&w, (n, k), dt).unwrap(),

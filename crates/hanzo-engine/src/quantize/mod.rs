@@ -1,9 +1,11 @@
-//! `hanzo-engine quantize IN OUT --type TYPE`: GGUF or safetensors in, GGUF out.
+//! `hanzo-engine quantize IN OUT --type TYPE`: GGUF or safetensors in, GGUF out; or, for
+//! MLX's affine types (`AFQ4`, ...), a Hugging Face directory in, MLX's layout out (`mlx`).
 //!
 //! Tensors are converted one at a time and streamed to `OUT.partial`, which is renamed over
 //! `OUT` only when the whole file is written — a failure never leaves a truncated model.
 
 mod imatrix;
+mod mlx;
 pub mod policy;
 mod source;
 
@@ -25,14 +27,18 @@ pub struct Args {
     /// Input model: a .gguf file, a .safetensors file, a directory of safetensors shards, or
     /// a model in the store.
     pub input: PathBuf,
-    /// Output GGUF file.
+    /// Output GGUF file (a directory in MLX's layout for the AFQ types).
     pub output: PathBuf,
     /// Target: a llama.cpp mixture (Q4_K_M, Q5_K_M, Q4_K_S, Q5_K_S, Q3_K_M, Q3_K_L, Q3_K_S,
     /// Q2_K, Q6_K, IQ4_XS, IQ3_M, IQ3_S, IQ3_XS; with --imatrix also IQ3_XXS, IQ2_M, IQ2_S,
     /// IQ2_XS, IQ2_XXS, IQ1_M, IQ1_S) or a single type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL,
-    /// MXFP4, F16, BF16, F32; TQ1_0 and TQ2_0 for models trained ternary).
+    /// MXFP4, F16, BF16, F32; TQ1_0 and TQ2_0 for models trained ternary), or MLX's affine
+    /// quantization, AFQ2/AFQ3/AFQ4/AFQ5/AFQ6/AFQ8, written in MLX's layout.
     #[arg(long = "type", value_name = "TYPE")]
     pub qtype: String,
+    /// AFQ's group size: 32, 64 (MLX's default) or 128.
+    #[arg(long, value_name = "N")]
+    pub group_size: Option<usize>,
     /// Use the base type for every quantizable tensor (no mixture, no output-layer bump).
     #[arg(long)]
     pub pure: bool,
@@ -54,6 +60,14 @@ pub struct Args {
 
 pub fn run(mut args: Args) -> Result<()> {
     args.input = crate::store::resolve_model(&args.input)?;
+    if let Some(t) = GgmlDType::from_name(&args.qtype).ok().and_then(|d| d.afq()) {
+        let group = args.group_size.unwrap_or(t.group());
+        let t = hanzo_ml::quantized::AfqType::new(t.bits(), group, t.scale())?;
+        return mlx::write(&args.input, &args.output, t);
+    }
+    if args.group_size.is_some() {
+        bail!("--group-size is for the AFQ types; ggml's types have fixed blocks");
+    }
     let recipe = Recipe::parse(&args.qtype)?;
     if args.input.canonicalize().ok() == args.output.canonicalize().ok() && args.output.exists() {
         bail!(

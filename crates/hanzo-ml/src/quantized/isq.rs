@@ -13,6 +13,13 @@ pub fn fallback_type(wanted: GgmlDType, ncols: usize) -> GgmlDType {
     if ncols.is_multiple_of(wanted.block_size()) {
         return wanted;
     }
+    // AFQ: the smallest group MLX takes, then F16.
+    if let Some(t) = wanted.afq() {
+        return match super::AfqType::new(t.bits(), 32, t.scale()) {
+            Ok(t) if ncols.is_multiple_of(32) => GgmlDType::Afq(t),
+            _ => GgmlDType::F16,
+        };
+    }
     let next = match wanted {
         GgmlDType::Q2K | GgmlDType::Q3K | GgmlDType::TQ1_0 | GgmlDType::TQ2_0 => GgmlDType::Q4_0,
         GgmlDType::IQ4XS

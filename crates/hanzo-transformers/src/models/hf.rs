@@ -4,13 +4,15 @@
 //! the way llama.cpp's converter would write it: `config.json` becomes `{arch}.*` parameters,
 //! tensor names are mapped to GGUF's, and Llama/Mistral Q/K rows are permuted to the
 //! interleaved rotary layout GGUF files use. Weights stay in the file's float type unless the
-//! [`WeightMode`] quantizes them (ISQ).
+//! [`WeightMode`] quantizes them (ISQ). MLX's quantized directories (`quantization` in
+//! `config.json`, each quantized layer's `weight` in `u32` words beside its `scales` and
+//! `biases`) load as AFQ weights, as MLX stores them.
 
 use super::meta::{Gguf, Params, TensorSource, WeightMode};
 use crate::{Error, Result};
 use hanzo_ml::io::safetensors::{files_in_dir, ShardedSafetensors};
 use hanzo_ml::quantized::gguf::Value;
-use hanzo_ml::quantized::{GgmlDType, QTensor};
+use hanzo_ml::quantized::{AfqScale, AfqType, GgmlDType, QTensor};
 use hanzo_ml::{DType, Tensor};
 use serde_json::Value as Json;
 use std::collections::HashMap;
@@ -26,16 +28,116 @@ pub struct SafetensorsDir {
     permute_qk: Option<(usize, usize)>,
     /// Phi-3's `mlp.gate_up_proj` is GGUF's `ffn_up`.
     fused_gate_up: bool,
+    /// `config.json`'s `quantization`, for MLX's quantized directories.
+    mlx: Option<Json>,
 }
 
 impl SafetensorsDir {
-    fn open(dir: &Path, permute_qk: Option<(usize, usize)>, fused_gate_up: bool) -> Result<Self> {
+    fn open(
+        dir: &Path,
+        permute_qk: Option<(usize, usize)>,
+        fused_gate_up: bool,
+        mlx: Option<Json>,
+    ) -> Result<Self> {
         Ok(Self {
             shards: ShardedSafetensors::open(&files_in_dir(dir)?)?,
             permute_qk,
             fused_gate_up,
+            mlx,
         })
     }
+
+    fn tensor(&self, name: &str) -> Result<Tensor> {
+        self.shards
+            .get(name)
+            .ok_or_else(|| Error::model("safetensors", format!("missing tensor {name}")))?
+            .map_err(Error::from)
+    }
+
+    /// The AFQ weight of MLX's layer `module` (`weight` in `u32` words, `scales`, `biases`),
+    /// its group size from `quantization` (a per-layer entry before the global one), its
+    /// width from the shapes.
+    fn afq(&self, module: &str) -> Result<QTensor> {
+        let cfg = self.mlx.as_ref().expect("checked by the caller");
+        let layer = cfg.get(module).filter(|v| v.is_object()).unwrap_or(cfg);
+        let group = layer["group_size"].as_u64().unwrap_or(64) as usize;
+        let bad = |msg: String| Error::model("MLX quantization", format!("{module}: {msg}"));
+        let w = self.tensor(&format!("{module}.weight"))?;
+        let scales = self.tensor(&format!("{module}.scales"))?;
+        let biases = self.tensor(&format!("{module}.biases"))?;
+        let (Ok((n, words)), Ok((sn, groups))) = (w.dims2(), scales.dims2()) else {
+            return Err(bad("weight and scales must be 2-D".into()));
+        };
+        let k = groups * group;
+        if sn != n || biases.dims() != scales.dims() || w.dtype() != DType::U32 || k == 0 {
+            return Err(bad(format!(
+                "weight {:?} {:?}, scales {:?}, biases {:?} are not MLX's layout",
+                w.dims(),
+                w.dtype(),
+                scales.dims(),
+                biases.dims()
+            )));
+        }
+        if !(words * 32).is_multiple_of(k) {
+            return Err(bad(format!("{words} words a row do not pack {k} weights")));
+        }
+        let scale = match scales.dtype() {
+            DType::BF16 => AfqScale::BF16,
+            // f32 scales (MLX's for f32 weights) are held as f16.
+            _ => AfqScale::F16,
+        };
+        let t = AfqType::new(words * 32 / k, group, scale)?;
+        let packed: Vec<u8> = w
+            .flatten_all()?
+            .to_vec1::<u32>()?
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let (s, b) = (bits16(&scales, scale)?, bits16(&biases, scale)?);
+        Ok(QTensor::from_mlx(t, (n, k), &packed, &s, &b)?)
+    }
+}
+
+/// A 16-bit float tensor's values as bits of `scale`'s type (converted when stored otherwise).
+fn bits16(t: &Tensor, scale: AfqScale) -> Result<Vec<u16>> {
+    let t = t.flatten_all()?;
+    Ok(match scale {
+        AfqScale::BF16 => t
+            .to_dtype(DType::BF16)?
+            .to_vec1::<half::bf16>()?
+            .iter()
+            .map(|v| v.to_bits())
+            .collect(),
+        AfqScale::F16 => t
+            .to_dtype(DType::F16)?
+            .to_vec1::<half::f16>()?
+            .iter()
+            .map(|v| v.to_bits())
+            .collect(),
+    })
+}
+
+/// Rows of an AFQ (or any row-major block) tensor in GGUF's rotary order, as `permute_rows`.
+fn permute_block_rows(q: &QTensor, heads: usize) -> Result<QTensor> {
+    let rows = q.shape().dims()[0];
+    if heads == 0 || !rows.is_multiple_of(heads * 2) {
+        return Err(Error::model(
+            "safetensors",
+            format!("cannot split {rows} rows over {heads} rotary heads"),
+        ));
+    }
+    let (data, head) = (q.data(), rows / heads);
+    let row_bytes = data.len() / rows;
+    let mut out = Vec::with_capacity(data.len());
+    for h in 0..heads {
+        for j in 0..head / 2 {
+            for half in 0..2 {
+                let src = h * head + half * head / 2 + j;
+                out.extend_from_slice(&data[src * row_bytes..][..row_bytes]);
+            }
+        }
+    }
+    Ok(QTensor::from_bytes(q.dtype(), q.shape().clone(), &out)?)
 }
 
 /// The HF name of a GGUF tensor name (Llama-family layout; Phi-3 fuses gate and up).
@@ -98,6 +200,16 @@ impl TensorSource for SafetensorsDir {
     fn get(&self, name: &str) -> Result<QTensor> {
         let hf = hf_name(name, self.fused_gate_up)
             .ok_or_else(|| Error::model("safetensors", format!("no tensor for {name}")))?;
+        if let Some(module) = hf.strip_suffix(".weight") {
+            if self.mlx.is_some() && self.shards.contains(&format!("{module}.scales")) {
+                let q = self.afq(module)?;
+                return match self.permute_qk {
+                    Some((heads, _)) if name.contains(".attn_q.") => permute_block_rows(&q, heads),
+                    Some((_, kv)) if name.contains(".attn_k.") => permute_block_rows(&q, kv),
+                    _ => Ok(q),
+                };
+            }
+        }
         let mut t = self
             .shards
             .get(&hf)
@@ -193,7 +305,20 @@ pub fn open(dir: &Path) -> Result<(String, HashMap<String, Value>, SafetensorsDi
     // The GGUF converter permutes Llama/Mistral Q/K for interleaved rotary; Qwen keeps halves.
     let permute = matches!(arch.as_str(), "llama" | "mistral")
         .then(|| (as_usize(&heads), as_usize(&kv_heads)));
-    let tensors = SafetensorsDir::open(dir, permute, arch == "phi3")?;
+    // MLX's quantized directories: `quantization` (newer mlx-lm writes `quantization_config`
+    // too; only the affine mode is read).
+    let mlx = cfg["quantization"]
+        .as_object()
+        .map(|_| cfg["quantization"].clone());
+    if let Some(mode) = mlx.as_ref().and_then(|q| q["mode"].as_str()) {
+        if mode != "affine" {
+            return Err(Error::model(
+                "config.json",
+                format!("MLX quantization mode {mode:?}: only the affine mode (AFQ) is read"),
+            ));
+        }
+    }
+    let tensors = SafetensorsDir::open(dir, permute, arch == "phi3", mlx)?;
     Ok((arch, p, tensors))
 }
 

@@ -95,6 +95,15 @@ pub fn write_gguf<'a>(
             ))
         }
     };
+    if let Some(t) = tensors.iter().find(|t| t.dtype.afq().is_some()) {
+        return Err(Error::invalid(
+            "write_gguf",
+            format!(
+                "{}: {} is MLX's layout, which GGUF cannot hold (write it with `quantize --type AFQ4` to an MLX directory)",
+                t.name, t.dtype
+            ),
+        ));
+    }
     let mut pos = 0u64;
     let mut w = CountingWriter {
         inner: w,

@@ -5,6 +5,7 @@
 //! `OUT` only when the whole file is written — a failure never leaves a truncated model.
 
 mod imatrix;
+#[cfg(feature = "mlx-export")]
 mod mlx;
 pub mod policy;
 mod source;
@@ -63,7 +64,10 @@ pub fn run(mut args: Args) -> Result<()> {
     if let Some(t) = GgmlDType::from_name(&args.qtype).ok().and_then(|d| d.afq()) {
         let group = args.group_size.unwrap_or(t.group());
         let t = hanzo_ml::quantized::AfqType::new(t.bits(), group, t.scale())?;
+        #[cfg(feature = "mlx-export")]
         return mlx::write(&args.input, &args.output, t);
+        #[cfg(not(feature = "mlx-export"))]
+        bail!("{}: this build leaves out writing MLX's layout (the `mlx-export` feature of the default build)", t.name());
     }
     if args.group_size.is_some() {
         bail!("--group-size is for the AFQ types; ggml's types have fixed blocks");

@@ -12,6 +12,7 @@ const SAFETENSORS_COMPANIONS: &[&str] = &[
     "generation_config.json",
     "tokenizer.json",
     "tokenizer_config.json",
+    "chat_template.jinja",
     "special_tokens_map.json",
     "model.safetensors.index.json",
     "modules.json",

@@ -11,7 +11,8 @@ pub enum Source {
     Local(PathBuf),
     /// An `http://` or `https://` URL of one file.
     Url(String),
-    /// `hf://ORG/REPO[/FILE]` or `ORG/REPO[:QUANT]`.
+    /// `hf://ORG/REPO[/FILE]` or `ORG/REPO[:QUANT]`; `mlx://[ORG/]REPO` (MLX's quantized
+    /// repositories, `mlx-community` when no organisation is named) is one too.
     HuggingFace {
         repo: String,
         /// One file of the repository, when named.
@@ -53,6 +54,19 @@ impl Source {
                 quant: None,
             });
         }
+        if let Some(rest) = s.strip_prefix("mlx://") {
+            // A Hugging Face repository in MLX's layout: its safetensors directory, which
+            // loads as AFQ weights (`config.json`'s `quantization`).
+            let (org, repo) = rest.split_once('/').unwrap_or(("mlx-community", rest));
+            if !valid_repo_part(org) || !valid_repo_part(repo) {
+                bail!("{s}: expected mlx://ORG/REPO or mlx://REPO (an mlx-community model)");
+            }
+            return Ok(Source::HuggingFace {
+                repo: format!("{org}/{repo}"),
+                file: None,
+                quant: None,
+            });
+        }
         if let Some(rest) = s.strip_prefix("ollama://") {
             let (path, tag) = match rest.rsplit_once(':') {
                 Some((p, t)) => (p, t),
@@ -76,7 +90,7 @@ impl Source {
             return Ok(Source::Url(s.to_string()));
         }
         if let Some(scheme) = s.split_once("://").map(|(a, _)| a) {
-            bail!("{s}: unknown scheme `{scheme}://` (use a path, http(s)://, hf:// or ollama://)");
+            bail!("{s}: unknown scheme `{scheme}://` (use a path, http(s)://, hf://, mlx:// or ollama://)");
         }
         let path = PathBuf::from(s);
         if path.exists() {
@@ -206,6 +220,14 @@ mod tests {
             }
         );
         assert_eq!(
+            Source::parse("mlx://mlx-community/Qwen2.5-0.5B-Instruct-4bit").unwrap(),
+            hf("mlx-community/Qwen2.5-0.5B-Instruct-4bit", None, None)
+        );
+        assert_eq!(
+            Source::parse("mlx://SmolLM2-135M-Instruct-8bit").unwrap(),
+            hf("mlx-community/SmolLM2-135M-Instruct-8bit", None, None)
+        );
+        assert_eq!(
             Source::parse("https://example.com/a/b.gguf?download=1").unwrap(),
             Source::Url("https://example.com/a/b.gguf?download=1".into())
         );
@@ -218,6 +240,9 @@ mod tests {
             "ftp://x/y",
             "hf://only-org",
             "hf://org/repo/../../etc/passwd",
+            "mlx://",
+            "mlx://a/b/c",
+            "mlx://../x",
             "ollama://",
             "ollama://a/b/c",
             "no/such/path/here",

@@ -3,6 +3,8 @@
 import hashlib
 import json
 import os
+import subprocess
+import sys
 
 from conftest import BIN, GEMMA, MINILM, SMOLLM
 from registries import sha256_file
@@ -284,3 +286,22 @@ def test_serve_finds_models_by_store_name(engine, registry):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_mlx_repo_pulls_and_runs_as_afq(engine, registry, tmp_path):
+    # An MLX-layout repository as mlx-community publishes one: SmolLM2 as a Hugging Face
+    # directory (scripts/gguf_to_hf.py), quantized to 4-bit AFQ by `quantize`.
+    hf_dir, mlx_dir = tmp_path / "hf", tmp_path / "mlx"
+    script = os.path.join(os.path.dirname(__file__), "../../../../scripts/gguf_to_hf.py")
+    subprocess.run([sys.executable, script, SMOLLM, str(hf_dir)], check=True)
+    engine("quantize", str(hf_dir), str(mlx_dir), "--type", "AFQ4")
+    files = {n: str(mlx_dir / n) for n in sorted(os.listdir(mlx_dir))}
+    files["chat_template.jinja"] = b"{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    files["README.md"] = b"not wanted"
+    registry.add_hf_repo("mlx-community/SmolLM2-135M-Instruct-4bit", files)
+    engine("pull", "mlx://SmolLM2-135M-Instruct-4bit")
+    folder = engine.store / "models" / "smollm2-135m-instruct-4bit"
+    config = json.loads((folder / "config.json").read_text())
+    assert config["quantization"] == {"group_size": 64, "bits": 4, "mode": "affine"}
+    assert (folder / "chat_template.jinja").is_file() and not (folder / "README.md").exists()
+    assert greedy(engine, "smollm2-135m-instruct-4bit") == greedy(engine, str(mlx_dir))

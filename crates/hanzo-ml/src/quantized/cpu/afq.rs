@@ -31,15 +31,22 @@ impl Row {
         let mut d = Vec::with_capacity(blocks.len());
         let mut sums = Vec::with_capacity(blocks.len());
         for b in &blocks {
-            if dot.nibble_order {
-                q.extend(b.qs.iter().step_by(2));
-                q.extend(b.qs.iter().skip(1).step_by(2));
-            } else {
-                q.extend_from_slice(&b.qs);
-            }
             let dj = b.d.to_f32();
-            d.push(dj);
             sums.push(dj * b.qs.iter().map(|&v| v as i32).sum::<i32>() as f32);
+            if !dot.nibble_order {
+                q.extend_from_slice(&b.qs);
+                d.push(dj);
+            }
+        }
+        if dot.nibble_order {
+            for pair in blocks.chunks_exact(2) {
+                let chunk = || pair.iter().flat_map(|b| b.qs.iter().copied());
+                q.extend(chunk().step_by(2));
+                q.extend(chunk().skip(1).step_by(2));
+                for b in pair {
+                    d.extend([b.d.to_f32(); 4]);
+                }
+            }
         }
         let gsum = sums.chunks(group / 32).map(|s| s.iter().sum()).collect();
         Self { q, d, gsum }
@@ -48,7 +55,7 @@ impl Row {
 
 /// The decode job of an AFQ weight `[n, k]` (its blocks `w`) against one activation row.
 pub(crate) fn job<'a>(t: AfqType, w: &'a [u8], n: usize, x: &[f32]) -> Box<dyn MatvecJob + 'a> {
-    let dot = pick(t);
+    let dot = pick(t, x.len());
     Box::new(Job {
         t,
         w,
@@ -108,7 +115,7 @@ pub(crate) fn matmul(
 /// Every activation row against every weight row with the decode kernel: weight rows split
 /// over threads, each task's rows kept in cache while the activation rows pass.
 fn rows_alone(t: AfqType, w: &[u8], n: usize, k: usize, x: &[f32], m: usize) -> Vec<f32> {
-    let dot = pick(t);
+    let dot = pick(t, k);
     let rows: Vec<Row> = x
         .chunks_exact(k)
         .map(|x| Row::new(x, t.group(), dot))
@@ -255,7 +262,7 @@ mod tests {
             let x: Vec<f32> = (0..k)
                 .map(|i| ((i * 13 % 29) as f32 - 14.0) / 9.0)
                 .collect();
-            let dot = pick(t);
+            let dot = pick(t, k);
             let fast = Row::new(&x, t.group(), dot);
             let plain = Row::new(
                 &x,

@@ -3,8 +3,8 @@
 //!
 //! Per group: `Σ (scale·q + bias)·x = scale · Σ_blocks d·Σ q·x_q + bias · Σ x`, where `Σ x` is
 //! the group's activation sum as quantized (`Σ_blocks d·Σ x_q`), so both terms see the same
-//! activations. The portable dot takes every width; AVX2 has 4- and 8-bit forms, which read
-//! the activation bytes in the order `AfqDot::nibble_order` asks for.
+//! activations. The portable dot takes every width; AVX2 has 4- and 8-bit forms; the 4-bit
+//! one reads the activations in the order `AfqDot::nibble_order` describes.
 
 use crate::quantized::format::afq::{level, scale_bias};
 use crate::quantized::format::AfqType;
@@ -17,18 +17,20 @@ pub type AfqDotFn = fn(t: AfqType, w: &[u8], q: &[i8], d: &[f32], gsum: &[f32]) 
 #[derive(Clone, Copy)]
 pub struct AfqDot {
     pub dot: AfqDotFn,
-    /// Each block of 32 activation bytes holds its even elements, then its odd ones: the
-    /// order of a 4-bit group's low nibbles, then its high nibbles.
+    /// The activations in 64-element chunks, each its 32 even elements then its 32 odd ones
+    /// (the low nibbles of the chunk's 32 weight bytes, then the high ones), and `d` per chunk
+    /// as eight floats, the first block's `d` four times then the second's (the lanes each
+    /// half of a chunk's products lands in).
     pub nibble_order: bool,
 }
 
-/// This CPU's kernel for `t`.
-pub fn pick(t: AfqType) -> AfqDot {
+/// This CPU's kernel for `t` and rows of `k`.
+pub fn pick(t: AfqType, k: usize) -> AfqDot {
     #[cfg(target_arch = "x86_64")]
-    if let Some(k) = super::afq_x86::pick(t) {
-        return k;
+    if let Some(dot) = super::afq_x86::pick(t, k) {
+        return dot;
     }
-    let _ = t;
+    let _ = (t, k);
     AfqDot {
         dot: dot_portable,
         nibble_order: false,

@@ -1,25 +1,21 @@
-//! AVX2 + FMA dot products of 4- and 8-bit AFQ rows (see `afq`). Per 32 weights: the levels
+//! AVX2 + FMA (+ F16C for f16 scales) dot products of 4- and 8-bit AFQ rows (see `afq`). Per 32 weights: the levels
 //! as bytes, `maddubs` against the activation bytes, `madd` to i32, then one FMA with the
 //! block's `d`; the group's scale once per group.
 
 use super::afq::AfqDot;
 use super::avx2::{hsum, load256_i8};
 use super::{isa, Isa};
-use crate::quantized::format::afq::scale_bias;
-use crate::quantized::format::AfqType;
+use crate::quantized::format::{AfqScale, AfqType};
 use std::arch::x86_64::*;
 
-pub(super) fn pick(t: AfqType) -> Option<AfqDot> {
-    if isa() < Isa::Avx2 {
+pub(super) fn pick(t: AfqType, k: usize) -> Option<AfqDot> {
+    // The 4-bit kernel reads 64 weights at a time.
+    if isa() < Isa::Avx2 || (t.bits() == 4 && !k.is_multiple_of(64)) {
         return None;
     }
-    let dot: super::afq::AfqDotFn = match (t.bits(), t.group()) {
-        (4, 32) => dot4_entry::<32>,
-        (4, 64) => dot4_entry::<64>,
-        (4, 128) => dot4_entry::<128>,
-        (8, 32) => dot8_entry::<32>,
-        (8, 64) => dot8_entry::<64>,
-        (8, 128) => dot8_entry::<128>,
+    let dot: super::afq::AfqDotFn = match t.bits() {
+        4 => dot4_entry,
+        8 => dot8_entry,
         _ => return None,
     };
     Some(AfqDot {
@@ -31,79 +27,160 @@ pub(super) fn pick(t: AfqType) -> Option<AfqDot> {
 /// Checks the lengths the kernels read through raw pointers.
 fn check(t: AfqType, g: usize, w: &[u8], q: &[i8], d: &[f32], gsum: &[f32]) {
     let groups = gsum.len();
-    assert!(t.group() == g && w.len() == groups * t.block_bytes());
-    assert!(q.len() == groups * g && d.len() == groups * g / 32);
+    let k = groups * g;
+    assert!(t.group() == g && w.len() == groups * t.block_bytes() && q.len() == k);
+    match t.bits() {
+        4 => assert!(k.is_multiple_of(64) && d.len() == k / 8),
+        _ => assert!(d.len() == k / 32),
+    }
 }
 
-fn dot4_entry<const G: usize>(t: AfqType, w: &[u8], q: &[i8], d: &[f32], gsum: &[f32]) -> f32 {
-    check(t, G, w, q, d, gsum);
-    // SAFETY: `pick` hands this out only where AVX2 and FMA run; lengths checked above.
-    unsafe { dot4::<G>(t, w, q, d, gsum) }
+// The group size and scale type are read at run time: a copy per layout (12) cost the
+// binary more than the branches cost a product.
+fn dot4_entry(t: AfqType, w: &[u8], q: &[i8], d: &[f32], gsum: &[f32]) -> f32 {
+    check(t, t.group(), w, q, d, gsum);
+    let bf16 = t.scale() == AfqScale::BF16;
+    // SAFETY: `pick` hands this out only where AVX2, FMA and F16C run; lengths checked above.
+    unsafe { dot4(t.group(), bf16, w, q, d, gsum) }
 }
 
-fn dot8_entry<const G: usize>(t: AfqType, w: &[u8], q: &[i8], d: &[f32], gsum: &[f32]) -> f32 {
-    check(t, G, w, q, d, gsum);
+fn dot8_entry(t: AfqType, w: &[u8], q: &[i8], d: &[f32], gsum: &[f32]) -> f32 {
+    check(t, t.group(), w, q, d, gsum);
+    let bf16 = t.scale() == AfqScale::BF16;
     // SAFETY: as `dot4_entry`.
-    unsafe { dot8::<G>(t, w, q, d, gsum) }
+    unsafe { dot8(t.group(), bf16, w, q, d, gsum) }
 }
 
-/// 4-bit: a block's 16 bytes hold elements `2i` (low nibble) and `2i + 1` (high nibble),
-/// so the low nibbles meet the block's even activation bytes and the high nibbles its odd
-/// ones (`nibble_order`).
-#[target_feature(enable = "avx2,fma")]
-unsafe fn dot4<const G: usize>(t: AfqType, w: &[u8], q: &[i8], d: &[f32], gsum: &[f32]) -> f32 {
-    let bb = 4 + G / 2;
-    let mask = _mm_set1_epi8(0x0f);
+/// A block's scale and bias: bf16 by a shift, f16 by F16C (a software conversion per group
+/// cost as much as the group's products).
+#[inline(always)]
+unsafe fn scale_bias(bf16: bool, block: &[u8]) -> (f32, f32) {
+    let s = u16::from_le_bytes([block[0], block[1]]);
+    let b = u16::from_le_bytes([block[2], block[3]]);
+    if bf16 {
+        (
+            f32::from_bits((s as u32) << 16),
+            f32::from_bits((b as u32) << 16),
+        )
+    } else {
+        // SAFETY: F16C is enabled on every caller.
+        unsafe {
+            let v = _mm_cvtph_ps(_mm_cvtsi32_si128((s as u32 | (b as u32) << 16) as i32));
+            (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_shuffle_ps(v, v, 1)))
+        }
+    }
+}
+
+/// 4-bit, 64 weights at a time: 32 bytes, whose low nibbles are the chunk's even elements
+/// and high nibbles its odd ones, against the activations in that order (`nibble_order`).
+/// The two `maddubs` sums add in i16 (at most 4 · 15 · 127); lanes 0-3 of the `madd` then
+/// hold the chunk's first 32 elements, lanes 4-7 its second, each scaled by its block's `d`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot4(g: usize, bf16: bool, w: &[u8], q: &[i8], d: &[f32], gsum: &[f32]) -> f32 {
+    let bb = 4 + g / 2;
+    let mask = _mm256_set1_epi8(0x0f);
     let ones = _mm256_set1_epi16(1);
     let mut total = _mm256_setzero_ps();
     let mut biases = 0f32;
-    for (gi, block) in w.chunks_exact(bb).enumerate() {
-        let (scale, bias) = scale_bias(t, block);
-        let mut acc = _mm256_setzero_ps();
-        for j in 0..G / 32 {
-            // SAFETY: `block` holds 4 + G/2 bytes, so bytes 4 + 16j .. 4 + 16j + 16 are in it;
-            // `q` holds G bytes per group (checked), read 32 at a time.
-            unsafe {
-                let v = _mm_loadu_si128(block.as_ptr().add(4 + 16 * j) as *const __m128i);
-                let lo = _mm_and_si128(v, mask);
-                let hi = _mm_and_si128(_mm_srli_epi16(v, 4), mask);
-                let levels = _mm256_set_m128i(hi, lo);
-                let x = load256_i8(&q[gi * G + 32 * j..]);
-                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(levels, x), ones);
-                let dj = _mm256_set1_ps(*d.get_unchecked(gi * G / 32 + j));
-                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), dj, acc);
-            }
+    if g == 32 {
+        // Two groups per chunk: lanes 0-3 take the first group's scale, 4-7 the second's.
+        for (c, pair) in w.chunks_exact(2 * bb).enumerate() {
+            // SAFETY: F16C is enabled here; `pair` holds two blocks.
+            let ((s0, b0), (s1, b1)) =
+                unsafe { (scale_bias(bf16, pair), scale_bias(bf16, &pair[bb..])) };
+            let mut levels = [0u8; 32];
+            levels[..16].copy_from_slice(&pair[4..4 + 16]);
+            levels[16..].copy_from_slice(&pair[bb + 4..bb + 4 + 16]);
+            let scales = _mm256_set_m128(_mm_set1_ps(s1), _mm_set1_ps(s0));
+            // SAFETY: `levels` holds 32 bytes; chunk `c` is below k / 64.
+            let p = unsafe { chunk4(levels.as_ptr(), q, d, c, mask, ones) };
+            total = _mm256_fmadd_ps(p, scales, total);
+            biases += b0 * gsum[2 * c] + b1 * gsum[2 * c + 1];
         }
-        total = _mm256_fmadd_ps(acc, _mm256_set1_ps(scale), total);
-        biases += bias * gsum[gi];
+    } else {
+        for (gi, block) in w.chunks_exact(bb).enumerate() {
+            // SAFETY: F16C is enabled here.
+            let (scale, bias) = unsafe { scale_bias(bf16, block) };
+            let mut acc = _mm256_setzero_ps();
+            for j in 0..g / 64 {
+                // SAFETY: bytes 4 + 32j .. 4 + 32j + 32 lie in the block of 4 + G/2 bytes;
+                // the chunk index is below k / 64.
+                let p = unsafe {
+                    chunk4(
+                        block.as_ptr().add(4 + 32 * j),
+                        q,
+                        d,
+                        gi * g / 64 + j,
+                        mask,
+                        ones,
+                    )
+                };
+                acc = _mm256_add_ps(acc, p);
+            }
+            total = _mm256_fmadd_ps(acc, _mm256_set1_ps(scale), total);
+            biases += bias * gsum[gi];
+        }
     }
     // SAFETY: AVX2 enabled on this function.
     biases + unsafe { hsum(total) }
 }
 
+/// One chunk of 64 4-bit weights (`levels`, 32 bytes) against chunk `c` of the activations:
+/// its products as f32, scaled by the blocks' `d`. Inlined into `dot4`, whose features it
+/// compiles with (a closure there was not, and ran its intrinsics as calls).
+///
+/// # Safety
+/// AVX2 must run; `levels` points to 32 readable bytes; `q` holds 64 bytes and `d` 8 floats
+/// for chunk `c`.
+#[inline(always)]
+unsafe fn chunk4(
+    levels: *const u8,
+    q: &[i8],
+    d: &[f32],
+    c: usize,
+    mask: __m256i,
+    ones: __m256i,
+) -> __m256 {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let v = _mm256_loadu_si256(levels as *const __m256i);
+        let lo = _mm256_and_si256(v, mask);
+        let hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+        let even = _mm256_loadu_si256(q.as_ptr().add(64 * c) as *const __m256i);
+        let odd = _mm256_loadu_si256(q.as_ptr().add(64 * c + 32) as *const __m256i);
+        let p = _mm256_add_epi16(
+            _mm256_maddubs_epi16(lo, even),
+            _mm256_maddubs_epi16(hi, odd),
+        );
+        let p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+        _mm256_mul_ps(p, _mm256_loadu_ps(d.as_ptr().add(8 * c)))
+    }
+}
+
 /// 8-bit: levels `u` up to 255 would overflow `maddubs`'s i16 pair sums against bytes up to
 /// ±127, so they are centred (`u - 128`, one `xor`) and multiplied by sign (`|u - 128|` as
 /// unsigned bytes against `x` carrying the sign); the bias takes back the `128 · scale`.
-#[target_feature(enable = "avx2,fma")]
-unsafe fn dot8<const G: usize>(t: AfqType, w: &[u8], q: &[i8], d: &[f32], gsum: &[f32]) -> f32 {
-    let bb = 4 + G;
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot8(g: usize, bf16: bool, w: &[u8], q: &[i8], d: &[f32], gsum: &[f32]) -> f32 {
+    let bb = 4 + g;
     let flip = _mm256_set1_epi8(-128);
     let ones = _mm256_set1_epi16(1);
     let mut total = _mm256_setzero_ps();
     let mut biases = 0f32;
     for (gi, block) in w.chunks_exact(bb).enumerate() {
-        let (scale, bias) = scale_bias(t, block);
+        // SAFETY: F16C is enabled here.
+        let (scale, bias) = unsafe { scale_bias(bf16, block) };
         let mut acc = _mm256_setzero_ps();
-        for j in 0..G / 32 {
+        for j in 0..g / 32 {
             // SAFETY: `block` holds 4 + G bytes, so bytes 4 + 32j .. 4 + 32j + 32 are in it;
             // `q` as in `dot4`.
             unsafe {
                 let v = _mm256_loadu_si256(block.as_ptr().add(4 + 32 * j) as *const __m256i);
                 let c = _mm256_xor_si256(v, flip);
-                let x = load256_i8(&q[gi * G + 32 * j..]);
+                let x = load256_i8(&q[gi * g + 32 * j..]);
                 let p = _mm256_maddubs_epi16(_mm256_abs_epi8(c), _mm256_sign_epi8(x, c));
                 let p = _mm256_madd_epi16(p, ones);
-                let dj = _mm256_set1_ps(*d.get_unchecked(gi * G / 32 + j));
+                let dj = _mm256_set1_ps(*d.get_unchecked(gi * g / 32 + j));
                 acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), dj, acc);
             }
         }

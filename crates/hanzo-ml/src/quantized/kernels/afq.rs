@@ -3,8 +3,8 @@
 //!
 //! Per group: `Σ (scale·q + bias)·x = scale · Σ_blocks d·Σ q·x_q + bias · Σ x`, where `Σ x` is
 //! the group's activation sum as quantized (`Σ_blocks d·Σ x_q`), so both terms see the same
-//! activations. The portable dot takes every width; AVX2 has 4- and 8-bit forms; the 4-bit
-//! one reads the activations in the order `AfqDot::nibble_order` describes.
+//! activations. The portable dot takes every width; AVX2 and NEON have 4- and 8-bit forms;
+//! the 4-bit ones read the activations in the order `AfqDot::nibble_order` describes.
 
 use crate::quantized::format::afq::{level, scale_bias};
 use crate::quantized::format::AfqType;
@@ -28,6 +28,10 @@ pub struct AfqDot {
 pub fn pick(t: AfqType, k: usize) -> AfqDot {
     #[cfg(target_arch = "x86_64")]
     if let Some(dot) = super::afq_x86::pick(t, k) {
+        return dot;
+    }
+    #[cfg(target_arch = "aarch64")]
+    if let Some(dot) = super::afq_neon::pick(t, k) {
         return dot;
     }
     let _ = (t, k);

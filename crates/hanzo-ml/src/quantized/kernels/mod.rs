@@ -20,6 +20,8 @@ macro_rules! check_tile {
 }
 
 pub mod afq;
+#[cfg(target_arch = "aarch64")]
+mod afq_neon;
 #[cfg(target_arch = "x86_64")]
 mod afq_x86;
 #[cfg(target_arch = "x86_64")]

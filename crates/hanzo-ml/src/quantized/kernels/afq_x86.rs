@@ -1,6 +1,6 @@
-//! AVX2 + FMA (+ F16C for f16 scales) dot products of 4- and 8-bit AFQ rows (see `afq`). Per 32 weights: the levels
-//! as bytes, `maddubs` against the activation bytes, `madd` to i32, then one FMA with the
-//! block's `d`; the group's scale once per group.
+//! AVX2 + FMA (+ F16C for f16 scales) dot products of 4- and 8-bit AFQ rows (see `afq`): the
+//! levels as bytes, `maddubs` against the activation bytes, `madd` to i32, each block of 32
+//! scaled by its `d` in f32, the group's scale once per group.
 
 use super::afq::AfqDot;
 use super::avx2::{hsum, load256_i8};
@@ -103,7 +103,7 @@ unsafe fn dot4(g: usize, bf16: bool, w: &[u8], q: &[i8], d: &[f32], gsum: &[f32]
             let (scale, bias) = unsafe { scale_bias(bf16, block) };
             let mut acc = _mm256_setzero_ps();
             for j in 0..g / 64 {
-                // SAFETY: bytes 4 + 32j .. 4 + 32j + 32 lie in the block of 4 + G/2 bytes;
+                // SAFETY: bytes 4 + 32j .. 4 + 32j + 32 lie in the block of 4 + g/2 bytes;
                 // the chunk index is below k / 64.
                 let p = unsafe {
                     chunk4(

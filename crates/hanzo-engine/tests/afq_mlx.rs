@@ -200,3 +200,61 @@ fn mlx_lm_runs_our_file_as_we_do() {
     // the argmax the same wherever mlx_lm's top two are a logit apart.
     check(WeightMode::AsStored, 2.0, 1.0, "AFQ4 kernels");
 }
+
+/// An MLX directory that does not add up is a clear error naming what, never a panic.
+#[test]
+fn malformed_mlx_directories_get_clear_errors() {
+    let (f32_dir, _) = sources();
+    let good = tmp("afq-ours-f32-for-errors");
+    quantize(f32_dir, &good);
+    let bad = tmp("afq-malformed");
+    let _ = std::fs::remove_dir_all(&bad);
+    std::fs::create_dir_all(&bad).unwrap();
+    for f in ["tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(good.join(f), bad.join(f)).unwrap();
+    }
+    let config: Value =
+        serde_json::from_str(&std::fs::read_to_string(good.join("config.json")).unwrap()).unwrap();
+    let error_with =
+        |config: &Value, tensors: &std::collections::HashMap<String, hanzo_ml::Tensor>| {
+            std::fs::write(bad.join("config.json"), config.to_string()).unwrap();
+            hanzo_ml::io::safetensors::save(tensors, bad.join("model.safetensors")).unwrap();
+            match load_dir(&bad, WeightMode::AsStored) {
+                Ok(_) => panic!("loaded"),
+                Err(e) => e.to_string(),
+            }
+        };
+    let tensors = MmapedSafetensors::new(good.join("model.safetensors"))
+        .unwrap()
+        .load_all()
+        .unwrap();
+
+    let mut c = config.clone();
+    c["quantization"]["group_size"] = 48.into();
+    let e = error_with(&c, &tensors);
+    assert!(e.contains("group size 48"), "{e}");
+
+    let mut c = config.clone();
+    c["quantization"]["mode"] = "mxfp4".into();
+    let e = error_with(&c, &tensors);
+    assert!(e.contains("mxfp4") && e.contains("affine"), "{e}");
+
+    // A group size the shapes contradict: the weights come out of the wrong width.
+    let mut c = config.clone();
+    c["quantization"]["group_size"] = 32.into();
+    let e = error_with(&c, &tensors);
+    assert!(e.contains("has shape"), "{e}");
+
+    let name = "model.layers.0.mlp.down_proj.scales";
+    let mut t = tensors.clone();
+    let s = &t[name];
+    t.insert(
+        name.into(),
+        s.narrow(1, 0, s.dims()[1] - 1)
+            .unwrap()
+            .contiguous()
+            .unwrap(),
+    );
+    let e = error_with(&config, &t);
+    assert!(e.contains("model.layers.0.mlp.down_proj"), "{e}");
+}

@@ -62,6 +62,9 @@ impl SafetensorsDir {
         let layer = cfg.get(module).filter(|v| v.is_object()).unwrap_or(cfg);
         let group = layer["group_size"].as_u64().unwrap_or(64) as usize;
         let bad = |msg: String| Error::model("MLX quantization", format!("{module}: {msg}"));
+        if !hanzo_ml::quantized::format::afq::AFQ_GROUPS.contains(&group) {
+            return Err(bad(format!("group size {group}: MLX takes 32, 64 or 128")));
+        }
         let w = self.tensor(&format!("{module}.weight"))?;
         let scales = self.tensor(&format!("{module}.scales"))?;
         let biases = self.tensor(&format!("{module}.biases"))?;

@@ -7,8 +7,9 @@
 
 use super::gemm::{self, Scratch};
 use super::matvec::MatvecJob;
+use super::sink::{filled, Sink};
 use super::Route;
-use crate::cpu::par::for_each_chunk;
+use crate::cpu::par::par_for_with;
 use crate::quantized::format::afq::{level, scale_bias};
 use crate::quantized::format::{AfqType, BlockQ8_0};
 use crate::quantized::kernels::afq::{pick, AfqDot};
@@ -113,7 +114,8 @@ pub(crate) fn matmul(
 }
 
 /// Every activation row against every weight row with the decode kernel: weight rows split
-/// over threads, each task's rows kept in cache while the activation rows pass.
+/// over threads, each task's rows kept in cache while the activation rows pass, its outputs
+/// written straight into place (`sink`).
 fn rows_alone(t: AfqType, w: &[u8], n: usize, k: usize, x: &[f32], m: usize) -> Vec<f32> {
     let dot = pick(t, k);
     let rows: Vec<Row> = x
@@ -122,24 +124,29 @@ fn rows_alone(t: AfqType, w: &[u8], n: usize, k: usize, x: &[f32], m: usize) -> 
         .collect();
     let row_bytes = k / t.group() * t.block_bytes();
     const ROWS_PER_TASK: usize = 16;
-    // Transposed: weight row r's m outputs side by side, so tasks own whole chunks.
-    let mut by_weight = vec![0f32; n * m];
-    for_each_chunk(&mut by_weight, ROWS_PER_TASK * m.max(1), &|c, out| {
+    let tasks = n.div_ceil(ROWS_PER_TASK);
+    // A task's weight rows against every activation row, `[m][rows]`, written where they go.
+    let task = |sink: &Sink, part: &mut Vec<f32>, c: usize| {
         let r0 = c * ROWS_PER_TASK;
-        for (i, o) in out.chunks_exact_mut(m).enumerate() {
+        let live = ROWS_PER_TASK.min(n - r0);
+        part.resize(m * live, 0.0);
+        for i in 0..live {
             let wr = &w[(r0 + i) * row_bytes..][..row_bytes];
-            for (o, x) in o.iter_mut().zip(&rows) {
-                *o = (dot.dot)(t, wr, &x.q, &x.d, &x.gsum);
+            for (j, x) in rows.iter().enumerate() {
+                part[j * live + i] = (dot.dot)(t, wr, &x.q, &x.d, &x.gsum);
             }
         }
-    });
-    let mut out = vec![0f32; m * n];
-    for (r, o) in by_weight.chunks_exact(m.max(1)).enumerate() {
-        for (j, &v) in o.iter().enumerate() {
-            out[j * n + r] = v;
+        for (j, o) in part.chunks_exact(live).enumerate() {
+            // SAFETY: this task is the only writer of columns r0..r0 + live.
+            unsafe { sink.write(j * n + r0, o) };
         }
+    };
+    // SAFETY: the tasks' rows cover 0..n, and each writes its columns of all m rows.
+    unsafe {
+        filled(m * n, |sink| {
+            par_for_with(tasks, &Vec::new, &|part, c| task(sink, part, c))
+        })
     }
-    out
 }
 
 /// Prefill through the ggml types' GEMM panels, or `None` where this CPU has no panel kernel

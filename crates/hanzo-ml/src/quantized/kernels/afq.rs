@@ -24,6 +24,19 @@ pub struct AfqDot {
     pub nibble_order: bool,
 }
 
+/// The lengths every SIMD kernel reads through raw pointers, for one row of `t`: `w` whole
+/// blocks, `q` one byte per element, `d` per 32 elements (per 64 as eight floats for the
+/// 4-bit kernels' `nibble_order`).
+pub(super) fn check_lengths(t: AfqType, w: &[u8], q: &[i8], d: &[f32], gsum: &[f32]) {
+    let groups = gsum.len();
+    let k = groups * t.group();
+    assert!(w.len() == groups * t.block_bytes() && q.len() == k);
+    match t.bits() {
+        4 => assert!(k.is_multiple_of(64) && d.len() == k / 8),
+        _ => assert!(d.len() == k / 32),
+    }
+}
+
 /// This CPU's kernel for `t` and rows of `k`.
 pub fn pick(t: AfqType, k: usize) -> AfqDot {
     #[cfg(target_arch = "x86_64")]

@@ -4,7 +4,7 @@
 //! meet the chunk's even activations and high nibbles its odd ones; each half of the chunk's
 //! bytes is one of its two blocks of 32, summed apart and scaled by that block's `d`.
 
-use super::afq::{AfqDot, AfqDotFn};
+use super::afq::{check_lengths, AfqDot, AfqDotFn};
 use super::neon::{DotProd, I8Dot, Widening};
 use super::{isa, Isa};
 use crate::quantized::format::afq::scale_bias;
@@ -34,13 +34,7 @@ pub(super) fn pick(t: AfqType, k: usize) -> Option<AfqDot> {
 /// Checks the lengths the kernels read through raw pointers, then runs `f`.
 #[inline(always)]
 fn check(t: AfqType, w: &[u8], q: &[i8], d: &[f32], gsum: &[f32], f: impl FnOnce() -> f32) -> f32 {
-    let (groups, g) = (gsum.len(), t.group());
-    let k = groups * g;
-    assert!(w.len() == groups * t.block_bytes() && q.len() == k);
-    match t.bits() {
-        4 => assert!(k.is_multiple_of(64) && d.len() == k / 8),
-        _ => assert!(d.len() == k / 32),
-    }
+    check_lengths(t, w, q, d, gsum);
     f()
 }
 

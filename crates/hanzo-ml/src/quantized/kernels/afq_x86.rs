@@ -2,7 +2,7 @@
 //! levels as bytes, `maddubs` against the activation bytes, `madd` to i32, each block of 32
 //! scaled by its `d` in f32, the group's scale once per group.
 
-use super::afq::AfqDot;
+use super::afq::{check_lengths, AfqDot};
 use super::avx2::{hsum, load256_i8};
 use super::{isa, Isa};
 use crate::quantized::format::{AfqScale, AfqType};
@@ -24,28 +24,17 @@ pub(super) fn pick(t: AfqType, k: usize) -> Option<AfqDot> {
     })
 }
 
-/// Checks the lengths the kernels read through raw pointers.
-fn check(t: AfqType, g: usize, w: &[u8], q: &[i8], d: &[f32], gsum: &[f32]) {
-    let groups = gsum.len();
-    let k = groups * g;
-    assert!(t.group() == g && w.len() == groups * t.block_bytes() && q.len() == k);
-    match t.bits() {
-        4 => assert!(k.is_multiple_of(64) && d.len() == k / 8),
-        _ => assert!(d.len() == k / 32),
-    }
-}
-
 // The group size and scale type are read at run time: a copy per layout (12) cost the
 // binary more than the branches cost a product.
 fn dot4_entry(t: AfqType, w: &[u8], q: &[i8], d: &[f32], gsum: &[f32]) -> f32 {
-    check(t, t.group(), w, q, d, gsum);
+    check_lengths(t, w, q, d, gsum);
     let bf16 = t.scale() == AfqScale::BF16;
     // SAFETY: `pick` hands this out only where AVX2, FMA and F16C run; lengths checked above.
     unsafe { dot4(t.group(), bf16, w, q, d, gsum) }
 }
 
 fn dot8_entry(t: AfqType, w: &[u8], q: &[i8], d: &[f32], gsum: &[f32]) -> f32 {
-    check(t, t.group(), w, q, d, gsum);
+    check_lengths(t, w, q, d, gsum);
     let bf16 = t.scale() == AfqScale::BF16;
     // SAFETY: as `dot4_entry`.
     unsafe { dot8(t.group(), bf16, w, q, d, gsum) }

@@ -199,10 +199,7 @@ fn unpack(t: AfqType, w: &[u8], row_bytes: usize, s: &mut Scratch) {
                         }
                     }
                 }
-                for (step, four) in levels.chunks_exact(4).enumerate() {
-                    let at = ((sub * 8 + step) * rows + r) * 4;
-                    u[at..at + 4].copy_from_slice(four);
-                }
+                gemm::place_levels(u, rows, r, sub * 8, &levels);
                 scale[sub * rows + r] = sc;
                 min[sub * rows + r] = -bias;
             }

@@ -259,6 +259,18 @@ impl Activations {
     }
 }
 
+/// Row `r` of a panel of `rows` rows gets `levels`, four at a time from step `step0` on
+/// (`Panel`'s interleaved layout).
+#[inline(always)]
+pub(crate) fn place_levels(u: &mut [u8], rows: usize, r: usize, step0: usize, levels: &[u8]) {
+    // Fixed-size words: a slice copy of runtime length 4 becomes a memmove call.
+    let (words, _) = levels.as_chunks::<4>();
+    for (t, four) in words.iter().enumerate() {
+        let at = ((step0 + t) * rows + r) * 4;
+        u[at..at + 4].copy_from_slice(four);
+    }
+}
+
 /// A task's unpacked panel and its output, reused across the panels the task takes.
 pub(crate) struct Scratch {
     rows: usize,
@@ -317,12 +329,7 @@ impl Scratch {
                     &mut self.block_min,
                 );
                 let step0 = i * B::BLOCK_SIZE / 4;
-                // Fixed-size words: a slice copy of runtime length 4 becomes a memmove call.
-                let (words, _) = self.block_u[..B::BLOCK_SIZE].as_chunks::<4>();
-                for (t, levels) in words.iter().enumerate() {
-                    let at = ((step0 + t) * rows + r) * 4;
-                    self.u[at..at + 4].copy_from_slice(levels);
-                }
+                place_levels(&mut self.u, rows, r, step0, &self.block_u[..B::BLOCK_SIZE]);
                 for j in 0..per_block {
                     let at = (i * per_block + j) * rows + r;
                     self.scale[at] = self.block_scale[j];

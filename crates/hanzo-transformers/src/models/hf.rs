@@ -62,9 +62,7 @@ impl SafetensorsDir {
         let layer = cfg.get(module).filter(|v| v.is_object()).unwrap_or(cfg);
         let group = layer["group_size"].as_u64().unwrap_or(64) as usize;
         let bad = |msg: String| Error::model("MLX quantization", format!("{module}: {msg}"));
-        if !hanzo_ml::quantized::format::afq::AFQ_GROUPS.contains(&group) {
-            return Err(bad(format!("group size {group}: MLX takes 32, 64 or 128")));
-        }
+        AfqType::check_group(group).map_err(|e| bad(e.to_string()))?;
         let w = self.tensor(&format!("{module}.weight"))?;
         let scales = self.tensor(&format!("{module}.scales"))?;
         let biases = self.tensor(&format!("{module}.biases"))?;
@@ -120,8 +118,10 @@ fn bits16(t: &Tensor, scale: AfqScale) -> Result<Vec<u16>> {
     })
 }
 
-/// Rows of an AFQ (or any row-major block) tensor in GGUF's rotary order, as `permute_rows`.
-fn permute_block_rows(q: &QTensor, heads: usize) -> Result<QTensor> {
+/// GGUF's row order for interleaved RoPE: within each head, row `2j + s` is HF row
+/// `s * head_dim / 2 + j` (HF rotates the two halves of a head, GGUF adjacent pairs). Whole
+/// rows of bytes move, so it serves float and AFQ weights (and 1-D biases) alike.
+fn permute_rows(q: &QTensor, heads: usize) -> Result<QTensor> {
     let rows = q.shape().dims()[0];
     if heads == 0 || !rows.is_multiple_of(heads * 2) {
         return Err(Error::model(
@@ -176,25 +176,6 @@ fn hf_name(gguf: &str, fused_gate_up: bool) -> Option<String> {
     Some(format!("model.layers.{layer}.{hf}.{kind}"))
 }
 
-/// GGUF's row order for interleaved RoPE: within each head, row `2j + s` is HF row
-/// `s * head_dim / 2 + j` (HF rotates the two halves of a head, GGUF adjacent pairs).
-fn permute_rows(t: &Tensor, heads: usize) -> Result<Tensor> {
-    let dims = t.dims().to_vec();
-    let rows = dims[0];
-    if heads == 0 || !rows.is_multiple_of(heads * 2) {
-        return Err(Error::model(
-            "safetensors",
-            format!("cannot split {rows} rows over {heads} rotary heads"),
-        ));
-    }
-    let mut shape = vec![heads, 2, rows / heads / 2];
-    shape.extend_from_slice(&dims[1..]);
-    Ok(t.reshape(shape)?
-        .transpose(1, 2)?
-        .contiguous()?
-        .reshape(dims)?)
-}
-
 impl TensorSource for SafetensorsDir {
     fn has(&self, name: &str) -> bool {
         hf_name(name, self.fused_gate_up).is_some_and(|n| self.shards.contains(&n))
@@ -203,33 +184,26 @@ impl TensorSource for SafetensorsDir {
     fn get(&self, name: &str) -> Result<QTensor> {
         let hf = hf_name(name, self.fused_gate_up)
             .ok_or_else(|| Error::model("safetensors", format!("no tensor for {name}")))?;
-        if let Some(module) = hf.strip_suffix(".weight") {
-            if self.mlx.is_some() && self.shards.contains(&format!("{module}.scales")) {
-                let q = self.afq(module)?;
-                return match self.permute_qk {
-                    Some((heads, _)) if name.contains(".attn_q.") => permute_block_rows(&q, heads),
-                    Some((_, kv)) if name.contains(".attn_k.") => permute_block_rows(&q, kv),
-                    _ => Ok(q),
+        let afq = hf
+            .strip_suffix(".weight")
+            .filter(|m| self.mlx.is_some() && self.shards.contains(&format!("{m}.scales")));
+        let q = match afq {
+            Some(module) => self.afq(module)?,
+            None => {
+                let t = self.tensor(&hf)?;
+                let dtype = match t.dtype() {
+                    DType::F16 => GgmlDType::F16,
+                    DType::BF16 => GgmlDType::BF16,
+                    _ => GgmlDType::F32,
                 };
+                QTensor::quantize(&t, dtype)?
             }
-        }
-        let mut t = self
-            .shards
-            .get(&hf)
-            .ok_or_else(|| Error::model("safetensors", format!("missing tensor {hf}")))??;
-        if let Some((heads, kv_heads)) = self.permute_qk {
-            if name.contains(".attn_q.") {
-                t = permute_rows(&t, heads)?;
-            } else if name.contains(".attn_k.") {
-                t = permute_rows(&t, kv_heads)?;
-            }
-        }
-        let dtype = match t.dtype() {
-            DType::F16 => GgmlDType::F16,
-            DType::BF16 => GgmlDType::BF16,
-            _ => GgmlDType::F32,
         };
-        Ok(QTensor::quantize(&t, dtype)?)
+        match self.permute_qk {
+            Some((heads, _)) if name.contains(".attn_q.") => permute_rows(&q, heads),
+            Some((_, kv_heads)) if name.contains(".attn_k.") => permute_rows(&q, kv_heads),
+            _ => Ok(q),
+        }
     }
 }
 

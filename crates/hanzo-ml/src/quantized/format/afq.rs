@@ -69,17 +69,23 @@ impl AfqType {
                 ),
             ));
         }
+        Self::check_group(group)?;
+        Ok(Self {
+            bits: bits as u8,
+            group: group as u8,
+            scale,
+        })
+    }
+
+    /// A group size MLX takes (32, 64 or 128), or the error saying so.
+    pub fn check_group(group: usize) -> Result<()> {
         if !AFQ_GROUPS.contains(&group) {
             return Err(Error::invalid(
                 "AFQ",
                 format!("group size {group}: MLX takes 32, 64 or 128"),
             ));
         }
-        Ok(Self {
-            bits: bits as u8,
-            group: group as u8,
-            scale,
-        })
+        Ok(())
     }
 
     pub fn bits(self) -> usize {

@@ -27,6 +27,7 @@ pub struct AfqDot {
 /// The lengths every SIMD kernel reads through raw pointers, for one row of `t`: `w` whole
 /// blocks, `q` one byte per element, `d` per 32 elements (per 64 as eight floats for the
 /// 4-bit kernels' `nibble_order`).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub(super) fn check_lengths(t: AfqType, w: &[u8], q: &[i8], d: &[f32], gsum: &[f32]) {
     let groups = gsum.len();
     let k = groups * t.group();

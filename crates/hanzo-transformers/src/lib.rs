@@ -26,6 +26,6 @@ pub use models::{
 };
 pub use pipeline::{Finish, GenerateOptions, Generated, Generation, TextGeneration};
 pub use sampler::{Sampler, SamplingParams};
-pub use speculative::{PromptLookup, SpeculationStats};
+pub use speculative::{ModelDraft, PromptLookup, SpeculationStats};
 pub use stop::StopFilter;
 pub use tokenizer::Tokenizer;

@@ -5,7 +5,7 @@
 use crate::chat_template::{builtin_for, ChatTemplate, Message};
 use crate::models::{load_dir, load_gguf_with, Cache, LanguageModel, Logits, WeightMode};
 use crate::sampler::{Sampler, SamplingParams};
-use crate::speculative::{PromptLookup, SpeculationStats};
+use crate::speculative::{Draft, ModelDraft, PromptLookup, SpeculationStats};
 use crate::stop::StopFilter;
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 use crate::{Error, Result};
@@ -34,6 +34,9 @@ pub struct GenerateOptions {
     /// Greedy output is the same either way; sampled output keeps its distribution. Only
     /// [`TextGeneration`] drafts so far: the server's scheduler and Hanzo Edge ignore it.
     pub lookup: Option<PromptLookup>,
+    /// Speculative decoding with drafts from the pipeline's draft model (see
+    /// [`TextGeneration::attach_draft`]); not together with `lookup`.
+    pub draft: Option<ModelDraft>,
 }
 
 impl Default for GenerateOptions {
@@ -45,6 +48,7 @@ impl Default for GenerateOptions {
             stop_tokens: Vec::new(),
             penalize_prompt: true,
             lookup: None,
+            draft: None,
         }
     }
 }
@@ -81,6 +85,8 @@ pub struct TextGeneration {
     pub template_from_file: bool,
     /// The not yet started move of a GGUF file's weights onto huge pages.
     huge_pages: Mutex<Option<HugePages>>,
+    /// A smaller model with the same vocabulary, for speculative decoding's drafts.
+    draft: Option<Box<dyn LanguageModel>>,
 }
 
 impl TextGeneration {
@@ -174,7 +180,44 @@ impl TextGeneration {
             model,
             tokenizer,
             huge_pages: Mutex::new(huge_pages),
+            draft: None,
         })
+    }
+
+    /// Takes `draft`'s model as this pipeline's draft model ([`GenerateOptions::draft`]). Its
+    /// tokenizer must be this one's, token for token: its proposals are token ids.
+    pub fn attach_draft(&mut self, draft: TextGeneration) -> Result<()> {
+        let (mine, theirs) = (self.tokenizer.vocab(), draft.tokenizer.vocab());
+        let differs = (0..mine.len().max(theirs.len()) as u32)
+            .find(|&i| mine.text(i) != theirs.text(i))
+            .map(|i| {
+                let show = |t: Option<&str>| t.map_or("none".to_string(), |t| format!("{t:?}"));
+                format!(
+                    "token {i} is {} for the model and {} for the draft",
+                    show(mine.text(i)),
+                    show(theirs.text(i))
+                )
+            });
+        if let Some(why) = differs.or_else(|| {
+            (mine.len() != theirs.len()).then(|| {
+                format!(
+                    "the model has {} tokens, the draft {}",
+                    mine.len(),
+                    theirs.len()
+                )
+            })
+        }) {
+            return Err(Error::Invalid(format!(
+                "the draft model's vocabulary is not the model's: {why}"
+            )));
+        }
+        self.draft = Some(draft.model);
+        Ok(())
+    }
+
+    /// Whether a draft model is attached.
+    pub fn has_draft(&self) -> bool {
+        self.draft.is_some()
     }
 
     /// Token ids of a chat, ready for generation (template applied, specials parsed; the
@@ -255,11 +298,33 @@ impl TextGeneration {
                 limit: ctx,
             });
         }
-        let mut cache = self.model.new_cache(prompt.len() + opts.max_tokens.max(1));
-        if let Some(l) = &opts.lookup {
+        let max_draft = match (&opts.lookup, &opts.draft) {
+            (Some(_), Some(_)) => {
+                return Err(Error::Invalid(
+                    "drafts come from prompt lookup or a draft model, not both".into(),
+                ))
+            }
+            (Some(l), None) => l.max_draft,
+            (None, Some(_)) if self.draft.is_none() => {
+                return Err(Error::Invalid("no draft model is loaded".into()));
+            }
+            (None, Some(d)) => d.max_draft,
+            (None, None) => 0,
+        };
+        let limit = prompt.len() + opts.max_tokens.max(1);
+        let mut cache = self.model.new_cache(limit);
+        if max_draft > 0 {
             // A turned-down draft is truncated away, window layers included.
-            cache.keep_behind(l.max_draft + 1)?;
+            cache.keep_behind(max_draft + 1)?;
         }
+        let mut draft_cache = match (&self.draft, &opts.draft) {
+            (Some(m), Some(_)) => {
+                let mut c = m.new_cache(limit);
+                c.keep_behind(max_draft + 1)?;
+                Some(c)
+            }
+            _ => None,
+        };
         let mut sampler = Sampler::new(opts.sampling.clone());
         if opts.penalize_prompt {
             sampler.observe(prompt);
@@ -268,6 +333,9 @@ impl TextGeneration {
         let mut logits = None;
         for chunk in prompt.chunks(PREFILL_CHUNK) {
             logits = Some(self.model.forward(chunk, &mut cache, Logits::Last)?);
+            if let (Some(m), Some(c)) = (&self.draft, &mut draft_cache) {
+                m.forward(chunk, c, Logits::Last)?;
+            }
         }
         Ok(Generation {
             cache,
@@ -285,14 +353,16 @@ impl TextGeneration {
             prompt_seconds: t0.elapsed().as_secs_f64(),
             started: Instant::now(),
             lookup: opts.lookup,
-            history: match opts.lookup {
-                Some(_) => prompt.to_vec(),
-                None => Vec::new(),
+            draft_cache,
+            max_draft,
+            history: match max_draft {
+                0 => Vec::new(),
+                _ => prompt.to_vec(),
             },
             ahead: VecDeque::new(),
             speculation: SpeculationStats::default(),
             // A first draft of two: cheap to check, doubled while drafts are kept whole.
-            draft_len: opts.lookup.map_or(0, |l| l.max_draft.min(2)),
+            draft_len: max_draft.min(2),
         })
     }
 
@@ -310,8 +380,20 @@ impl TextGeneration {
         // A token is pending only once nothing produced ahead is left to give.
         if let Some(tok) = g.pending.take() {
             let room = g.cache.limit().saturating_sub(g.cache.len() + 1);
+            // The first decode step goes alone: it is the pass that repacks the weights
+            // (a pass of several tokens reads them as stored, with the stored form's
+            // numerics), and every check after it should compute what a decode step does.
+            let want = match g.cache.len() > g.prompt_tokens {
+                true => room.min(g.draft_len),
+                false => 0,
+            };
             let drafts = match &g.lookup {
-                Some(l) => l.propose(&g.history, room.min(g.draft_len)),
+                Some(l) => l
+                    .propose(&g.history, want)
+                    .into_iter()
+                    .map(|t| (t, vec![(t, 1.0)]))
+                    .collect(),
+                None if g.draft_cache.is_some() => self.draft_tokens(g, want)?,
                 None => Vec::new(),
             };
             if drafts.is_empty() {
@@ -327,7 +409,7 @@ impl TextGeneration {
                 (g.sampler.sample(&row), false)
             }
         };
-        if g.lookup.is_some() {
+        if g.max_draft > 0 {
             g.history.push(tok);
         }
         if self.tokenizer.vocab().is_end_of_generation(tok) {
@@ -353,9 +435,11 @@ impl TextGeneration {
     /// produces at those positions: each draft the sampler's check keeps (already in the
     /// cache), then the first token it put in a draft's place, or after a fully kept draft
     /// the token that follows it (to be fed next). The turned-down drafts leave the cache.
-    fn speculate(&self, g: &mut Generation, tok: u32, drafts: &[u32]) -> Result<()> {
+    fn speculate(&self, g: &mut Generation, tok: u32, drafts: &[Draft]) -> Result<()> {
         let len = g.cache.len();
-        let input: Vec<u32> = std::iter::once(tok).chain(drafts.iter().copied()).collect();
+        let input: Vec<u32> = std::iter::once(tok)
+            .chain(drafts.iter().map(|d| d.0))
+            .collect();
         let rows = self
             .model
             .forward(&input, &mut g.cache, Logits::All)?
@@ -363,11 +447,11 @@ impl TextGeneration {
         let vocab = self.tokenizer.vocab();
         let mut kept = 0;
         for (i, row) in rows.iter().enumerate() {
-            let Some(&draft) = drafts.get(i) else {
+            let Some((draft, q)) = drafts.get(i) else {
                 g.ahead.push_back((g.sampler.sample(row), false));
                 break;
             };
-            let (t, same) = g.sampler.verify(row, draft);
+            let (t, same) = g.sampler.verify_against(row, *draft, q);
             if !same {
                 g.ahead.push_back((t, false));
                 break;
@@ -379,18 +463,45 @@ impl TextGeneration {
             }
         }
         g.cache.truncate(len + 1 + kept)?;
+        if let Some(c) = &mut g.draft_cache {
+            // The draft model keeps what the target kept (it may lag a token behind).
+            let keep = c.len().min(len + 1 + kept);
+            c.truncate(keep)?;
+        }
         // The next draft's length follows how this one went: longer after a draft kept
         // whole, one past the kept part otherwise (a pass over a few tokens costs little
         // more than a decode step; a long draft turned down early costs several).
-        let max = g.lookup.map_or(1, |l| l.max_draft);
         g.draft_len = match kept == drafts.len() {
-            true => (g.draft_len * 2).min(max),
-            false => (kept + 1).min(max),
+            true => (g.draft_len * 2).min(g.max_draft),
+            false => (kept + 1).min(g.max_draft),
         };
         g.speculation.passes += 1;
         g.speculation.drafted += drafts.len();
         g.speculation.accepted += kept;
         Ok(())
+    }
+
+    /// Up to `n` tokens the draft model proposes after `g.history`, each with the
+    /// distribution it was drawn from. The draft's cache first catches up with the history
+    /// (after a draft kept whole it lacks the last draft token and the one after).
+    fn draft_tokens(&self, g: &mut Generation, n: usize) -> Result<Vec<Draft>> {
+        let (Some(model), Some(cache)) = (&self.draft, &mut g.draft_cache) else {
+            return Ok(Vec::new());
+        };
+        let vocab = self.tokenizer.vocab();
+        let mut out = Vec::with_capacity(n);
+        let mut input = g.history[cache.len()..].to_vec();
+        while out.len() < n && !input.is_empty() {
+            let logits = model.forward(&input, cache, Logits::Last)?;
+            let row = logits.flatten_all()?.to_vec1::<f32>()?;
+            let (t, q) = g.sampler.propose(&row[..row.len().min(vocab.len().max(1))]);
+            out.push((t, q));
+            if vocab.is_end_of_generation(t) || g.stop_tokens.contains(&t) {
+                break;
+            }
+            input = vec![t];
+        }
+        Ok(out)
     }
 }
 
@@ -414,13 +525,17 @@ pub struct Generation {
     prompt_seconds: f64,
     started: Instant,
     lookup: Option<PromptLookup>,
-    /// The prompt and the tokens given so far, where prompt lookup drafts from them.
+    /// The draft model's KV cache, with a draft model.
+    draft_cache: Option<Cache>,
+    /// Tokens drafted at most per pass (0: no speculation).
+    max_draft: usize,
+    /// The prompt and the tokens given so far, where drafts are made from.
     history: Vec<u32>,
     /// Tokens produced ahead by a speculative pass, to be given before the model runs
     /// again; `true` where the KV cache holds the token already.
     ahead: VecDeque<(u32, bool)>,
     speculation: SpeculationStats,
-    /// Tokens the next draft may have (at most `lookup.max_draft`).
+    /// Tokens the next draft may have (at most `max_draft`).
     draft_len: usize,
 }
 

@@ -118,14 +118,37 @@ impl Sampler {
         tok
     }
 
-    /// Speculative decoding's check of a drafted token (one proposed with certainty, as a
-    /// prompt lookup proposes): the token to keep at this position, and whether it is the
-    /// draft. Greedy: the argmax, which is the draft or not. Sampled: the draft with its
-    /// probability p(draft) under the filters above, else a draw from the distribution with
-    /// the draft taken out, so that each token comes out with exactly its probability p
-    /// (the rule of speculative sampling with a one-point draft distribution). Records the
-    /// token kept, as `sample` does.
+    /// A draft model's proposal: a token drawn from `logits` (the draft's row) as `sample`
+    /// would draw it, with the distribution it was drawn from, for
+    /// [`verify_against`](Self::verify_against). Greedy: the argmax, certain. Nothing is
+    /// recorded: the target's check records what is kept.
+    pub fn propose(&mut self, logits: &[f32]) -> (u32, Vec<(u32, f64)>) {
+        let logits = self.adjusted(logits);
+        if self.params.temperature <= 0.0 {
+            let tok = argmax(&logits);
+            return (tok, vec![(tok, 1.0)]);
+        }
+        let (ids, probs) = self.distribution(&logits);
+        let r: f64 = self.rng.gen();
+        let tok = pick(&ids, &probs, r);
+        (tok, ids.into_iter().zip(probs).collect())
+    }
+
+    /// Speculative decoding's check of a drafted token proposed with certainty (as a prompt
+    /// lookup proposes): [`verify_against`](Self::verify_against) with all of the draft's
+    /// probability on `draft`.
     pub fn verify(&mut self, logits: &[f32], draft: u32) -> (u32, bool) {
+        self.verify_against(logits, draft, &[(draft, 1.0)])
+    }
+
+    /// Speculative decoding's check of `draft`, drawn from the distribution `q` (token,
+    /// probability; tokens absent have none): the token to keep at this position, and
+    /// whether it is the draft. Greedy: the argmax, which is the draft or not. Sampled, with
+    /// p the distribution `sample` draws from: the draft with probability min(1, p/q), else
+    /// a draw from max(0, p - q) renormalised, so that each token comes out with exactly its
+    /// probability p whatever q is (the rule of speculative sampling). Records the token
+    /// kept, as `sample` does.
+    pub fn verify_against(&mut self, logits: &[f32], draft: u32, q: &[(u32, f64)]) -> (u32, bool) {
         let logits = self.adjusted(logits);
         let tok = if self.params.temperature <= 0.0 {
             argmax(&logits)
@@ -135,13 +158,30 @@ impl Sampler {
                 .iter()
                 .position(|&t| t == draft)
                 .map_or(0.0, |i| probs[i]);
+            let q_of = |t: u32| q.iter().find(|e| e.0 == t).map_or(0.0, |e| e.1);
+            // A draft its own distribution gives no weight is treated as certain.
+            let q_draft = match q_of(draft) {
+                w if w > 0.0 => w,
+                _ => 1.0,
+            };
             let r: f64 = self.rng.gen();
-            if r < p {
+            if r < p / q_draft {
                 draft
             } else {
-                // The residual max(0, p - q) with q all on the draft: p without the draft.
-                if let Some(i) = ids.iter().position(|&t| t == draft) {
-                    probs[i] = 0.0;
+                // The residual max(0, p - q). Only tokens p can give have any.
+                match q.len() {
+                    1 => {
+                        let (t, w) = q[0];
+                        if let Some(i) = ids.iter().position(|&x| x == t) {
+                            probs[i] = (probs[i] - w).max(0.0);
+                        }
+                    }
+                    _ => {
+                        let q: HashMap<u32, f64> = q.iter().copied().collect();
+                        for (t, p) in ids.iter().zip(probs.iter_mut()) {
+                            *p = (*p - q.get(t).copied().unwrap_or(0.0)).max(0.0);
+                        }
+                    }
                 }
                 let rest: f64 = probs.iter().sum();
                 if rest <= 0.0 {
@@ -345,6 +385,83 @@ mod tests {
         let mut g = Sampler::new(SamplingParams::greedy());
         assert_eq!(g.verify(&logits, 0), (0, true));
         assert_eq!(g.verify(&logits, 5), (0, false));
+    }
+
+    /// With a draft drawn from a distribution q of its own (a draft model's), the check
+    /// still gives each token exactly its probability p: q close to p, q far from it, q
+    /// weighting a token the filters remove.
+    #[test]
+    fn drafts_from_a_second_distribution_keep_the_sampled_distribution() {
+        let logits = [2.0f32, 1.0, 0.5, -3.0, 0.0, 1.5];
+        let params = SamplingParams {
+            temperature: 0.9,
+            top_k: 5,
+            top_p: 1.0,
+            min_p: 0.0,
+            seed: 3,
+            ..SamplingParams::default()
+        };
+        let (ids, probs) = Sampler::new(params.clone()).distribution(&logits);
+        let mut want = [0f64; 6];
+        for (&i, &p) in ids.iter().zip(&probs) {
+            want[i as usize] = p;
+        }
+        let qs: [[f64; 6]; 3] = [
+            [0.35, 0.15, 0.1, 0.0, 0.1, 0.3],
+            [0.05, 0.05, 0.5, 0.0, 0.3, 0.1],
+            [0.1, 0.1, 0.1, 0.4, 0.2, 0.1],
+        ];
+        let n = 60_000;
+        let mut draws = StdRng::seed_from_u64(99);
+        for (k, q) in qs.iter().enumerate() {
+            let q_sparse: Vec<(u32, f64)> = q
+                .iter()
+                .enumerate()
+                .filter(|e| *e.1 > 0.0)
+                .map(|(i, &w)| (i as u32, w))
+                .collect();
+            let ids: Vec<u32> = q_sparse.iter().map(|e| e.0).collect();
+            let ws: Vec<f64> = q_sparse.iter().map(|e| e.1).collect();
+            let mut s = Sampler::new(SamplingParams {
+                seed: 21 + k as u64,
+                ..params.clone()
+            });
+            let (mut counts, mut kept) = ([0usize; 6], 0);
+            for _ in 0..n {
+                let draft = pick(&ids, &ws, draws.gen());
+                let (t, same) = s.verify_against(&logits, draft, &q_sparse);
+                assert_eq!(same, t == draft);
+                kept += same as usize;
+                counts[t as usize] += 1;
+            }
+            for (t, (&c, &p)) in counts.iter().zip(&want).enumerate() {
+                let f = c as f64 / n as f64;
+                let tol = 5.0 * (p * (1.0 - p) / n as f64).sqrt() + 1e-9;
+                assert!((f - p).abs() <= tol, "q {k}: token {t} at {f}, want {p}");
+            }
+            // The acceptance rate is sum min(p, q) (the overlap of the two).
+            let overlap: f64 = want.iter().zip(q).map(|(p, q)| p.min(*q)).sum();
+            let f = kept as f64 / n as f64;
+            assert!(
+                (f - overlap).abs() < 0.01,
+                "q {k}: kept {f}, want {overlap}"
+            );
+        }
+        // A proposal from the same distribution is kept whole; greedy proposes the argmax.
+        let mut s = Sampler::new(params.clone());
+        let (t, q) = s.propose(&logits);
+        assert_eq!(q.iter().map(|e| e.1).sum::<f64>().round(), 1.0);
+        assert!(
+            q.iter().all(|e| e.0 != 3),
+            "top-k leaves out the lowest logit"
+        );
+        assert!(q.iter().any(|e| e.0 == t));
+        let mut g = Sampler::new(SamplingParams::greedy());
+        assert_eq!(g.propose(&logits), (0, vec![(0, 1.0)]));
+        assert_eq!(
+            g.verify_against(&logits, 5, &[(5, 0.9), (0, 0.1)]),
+            (0, false)
+        );
     }
 
     #[test]

@@ -44,6 +44,19 @@ impl PromptLookup {
     }
 }
 
+/// Drafts from a second, smaller model sharing the target's vocabulary (attached with
+/// [`TextGeneration::attach_draft`](crate::TextGeneration::attach_draft)): it proposes up to
+/// `max_draft` tokens a pass, one of its own forward passes each, sampled as the target
+/// samples, and the target checks them all in one pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModelDraft {
+    pub max_draft: usize,
+}
+
+/// A drafted token and the distribution it was drawn from (token, probability), which the
+/// target's check needs; a prompt lookup's drafts are certain.
+pub type Draft = (u32, Vec<(u32, f64)>);
+
 /// How speculation went over a generation.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SpeculationStats {

@@ -8,6 +8,10 @@
 //!
 //! An embedding model directory (BERT family) gets one test instead, enc<N>: a forward pass
 //! of the encoder over one sequence of N tokens (`-p`).
+//!
+//! With `--lookup` or `--draft-model`, two more rows: greedy generation of N tokens (`-n`)
+//! from a real prompt (`--spec-prompt`, a code edit by default) without and with
+//! speculative decoding, and the share of drafted tokens kept.
 
 use anyhow::{bail, Context, Result};
 use clap::Args as ClapArgs;
@@ -35,12 +39,20 @@ pub struct Args {
     /// together (a comma-separated list runs each N).
     #[arg(long, value_name = "N[,N...]", value_delimiter = ',')]
     pub parallel: Vec<usize>,
+    #[command(flatten)]
+    pub spec: super::speculation::SpecArgs,
+    /// The chat message the speculative rows answer (default: a code edit whose reply
+    /// repeats most of its prompt).
+    #[arg(long, value_name = "TEXT")]
+    pub spec_prompt: Option<String>,
 }
 
-struct Row {
-    test: String,
-    tokens: usize,
-    samples: Vec<f64>,
+pub(super) struct Row {
+    pub test: String,
+    pub tokens: usize,
+    pub samples: Vec<f64>,
+    /// Drafted tokens kept over drafted tokens (speculative rows).
+    pub acceptance: Option<f64>,
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -93,7 +105,8 @@ pub fn run(mut a: Args) -> Result<()> {
     if hanzo_transformers::Embedder::is_encoder_dir(&a.model.model) {
         return encoder(&a);
     }
-    let p = super::load(&a.model)?;
+    let mut p = super::load(&a.model)?;
+    a.spec.attach(&mut p)?;
     super::settle_weights(&p)?;
     let model = p.model.as_ref();
     let threads = rayon::current_num_threads();
@@ -120,7 +133,11 @@ pub fn run(mut a: Args) -> Result<()> {
             test: format!("{name}{n}"),
             tokens: n,
             samples,
+            acceptance: None,
         });
+    }
+    if a.spec.active() && a.n_gen > 0 {
+        rows.extend(super::bench_spec::rows(&p, &a)?);
     }
     report(
         &a,
@@ -223,6 +240,7 @@ fn encoder(a: &Args) -> Result<()> {
         test: format!("enc{n}"),
         tokens: n,
         samples,
+        acceptance: None,
     }];
     report(a, "bert", threads, "f32", rows)
 }
@@ -245,18 +263,29 @@ fn report(a: &Args, arch: &str, threads: usize, kernels: &str, rows: Vec<Row>) -
                     "tokens_per_second": med,
                     "ms_per_run": r.tokens as f64 * 1e3 / med,
                     "samples_tokens_per_second": r.samples,
+                    "draft_acceptance": r.acceptance,
                 })
             })
             .collect();
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
-        println!("| model | threads | test | t/s (median) | min | max | ms per run |");
-        println!("|---|---|---|---|---|---|---|");
+        let spec = rows.iter().any(|r| r.acceptance.is_some());
+        let (head, rule) = match spec {
+            true => (" drafts kept |", "---|"),
+            false => ("", ""),
+        };
+        println!("| model | threads | test | t/s (median) | min | max | ms per run |{head}");
+        println!("|---|---|---|---|---|---|---|{rule}");
         for r in &rows {
             let mut s = r.samples.clone();
             let med = median(&mut s);
+            let kept = match (spec, r.acceptance) {
+                (true, Some(k)) => format!(" {:.0}% |", 100.0 * k),
+                (true, None) => " |".into(),
+                (false, _) => String::new(),
+            };
             println!(
-                "| {arch} | {threads} | {} | {med:.2} | {:.2} | {:.2} | {:.2} |",
+                "| {arch} | {threads} | {} | {med:.2} | {:.2} | {:.2} | {:.2} |{kept}",
                 r.test,
                 s[0],
                 s[s.len() - 1],

@@ -3,9 +3,11 @@
 
 pub mod bench;
 pub mod bench_parallel;
+mod bench_spec;
 pub mod embed;
 pub mod perplexity;
 pub mod run;
+pub mod speculation;
 pub mod store;
 pub mod tokenize;
 

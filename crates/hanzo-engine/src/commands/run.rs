@@ -39,15 +39,8 @@ pub struct Args {
     /// Stop before this string (repeatable).
     #[arg(long)]
     pub stop: Vec<String>,
-    /// Speculative decoding by prompt lookup: draft what followed the last earlier match of
-    /// the newest N tokens (N down to 1) and check the draft in one pass. Greedy output is
-    /// unchanged; it pays where the reply repeats the prompt (code edits, summaries).
-    #[arg(long, value_name = "N")]
-    pub lookup: Option<usize>,
-    /// Tokens drafted at most per pass (with --lookup); drafts start at 2 and grow while
-    /// they are kept whole.
-    #[arg(long, default_value_t = 8, requires = "lookup")]
-    pub draft_k: usize,
+    #[command(flatten)]
+    pub spec: super::speculation::SpecArgs,
     pub prompt: String,
 }
 
@@ -55,7 +48,8 @@ pub fn run(a: Args) -> Result<()> {
     if a.system.is_some() && !a.chat {
         bail!("--system needs --chat");
     }
-    let p = super::load(&a.model)?;
+    let mut p = super::load(&a.model)?;
+    a.spec.attach(&mut p)?;
     let seed = a.seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -72,7 +66,7 @@ pub fn run(a: Args) -> Result<()> {
     } else {
         p.text_tokens(&a.prompt)
     };
-    let opts = GenerateOptions {
+    let opts = a.spec.apply(GenerateOptions {
         max_tokens: a.n,
         sampling: SamplingParams {
             temperature: a.temperature,
@@ -87,13 +81,8 @@ pub fn run(a: Args) -> Result<()> {
             seed,
         },
         stop: a.stop.clone(),
-        lookup: match a.lookup {
-            Some(0) => bail!("--lookup: an n-gram of at least 1 token"),
-            Some(n) => Some(hanzo_transformers::PromptLookup::new(n, a.draft_k)),
-            None => None,
-        },
         ..GenerateOptions::default()
-    };
+    })?;
     if a.temperature > 0.0 {
         eprintln!("seed {seed}");
     }
@@ -118,7 +107,7 @@ pub fn run(a: Args) -> Result<()> {
         g.finish
     );
     let s = g.speculation;
-    if a.lookup.is_some() {
+    if a.spec.active() {
         eprintln!(
             "speculation: {} passes, {} of {} drafted tokens kept ({:.0}%)",
             s.passes,

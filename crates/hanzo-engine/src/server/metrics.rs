@@ -25,6 +25,9 @@ pub struct Metrics {
     e2e: HistogramVec,
     queue_time: HistogramVec,
     success: IntCounterVec,
+    spec_drafts: IntCounterVec,
+    spec_accepted: IntCounterVec,
+    spec_ratio: GaugeVec,
 }
 
 const TTFT_BUCKETS: &[f64] = &[
@@ -74,6 +77,14 @@ impl Metrics {
             model,
         )?;
         registry.register(Box::new(kv_usage.clone()))?;
+        let spec_ratio = GaugeVec::new(
+            Opts::new(
+                name("spec_decode_draft_acceptance_rate"),
+                "Speculative decoding: drafted tokens kept over drafted tokens, so far",
+            ),
+            model,
+        )?;
+        registry.register(Box::new(spec_ratio.clone()))?;
         let up_since = Gauge::new(
             name("start_time_seconds"),
             "When the server started, in seconds since the Unix epoch",
@@ -140,6 +151,17 @@ impl Metrics {
                 "Finished sequences by reason (stop, length; abort when the client left)",
                 &["model_name", "finished_reason"],
             )?,
+            spec_drafts: counter(
+                "spec_decode_num_draft_tokens_total",
+                "Speculative decoding: tokens drafted by prompt lookup",
+                model,
+            )?,
+            spec_accepted: counter(
+                "spec_decode_num_accepted_tokens_total",
+                "Speculative decoding: drafted tokens the model kept",
+                model,
+            )?,
+            spec_ratio,
             registry,
         })
     }
@@ -192,6 +214,19 @@ impl Metrics {
         self.generation_tokens
             .with_label_values(&[model])
             .inc_by(n as u64);
+    }
+
+    /// One speculative check: `drafted` tokens proposed, `accepted` of them kept.
+    pub fn speculated(&self, model: &str, drafted: usize, accepted: usize) {
+        let (d, a) = (
+            self.spec_drafts.with_label_values(&[model]),
+            self.spec_accepted.with_label_values(&[model]),
+        );
+        d.inc_by(drafted as u64);
+        a.inc_by(accepted as u64);
+        self.spec_ratio
+            .with_label_values(&[model])
+            .set(a.get() as f64 / d.get().max(1) as f64);
     }
 
     pub fn ttft(&self, model: &str, s: f64) {

@@ -112,6 +112,14 @@ pub struct ModelSet {
     /// Quantize float weights to this type while loading, e.g. q8_0.
     #[arg(long, value_name = "TYPE")]
     pub isq: Option<String>,
+    /// Speculative decoding by prompt lookup for every sequence (without a grammar): each
+    /// decode step also checks what followed the last earlier match of the newest N tokens
+    /// (N down to 1). Greedy output is unchanged; it pays where replies repeat their input.
+    #[arg(long, value_name = "N")]
+    pub lookup: Option<usize>,
+    /// Tokens drafted at most per step (with --lookup).
+    #[arg(long, default_value_t = 8, requires = "lookup")]
+    pub draft_k: usize,
 }
 
 /// `512M`, `2G`, `65536` (`hanzo_api::sizes`).
@@ -138,6 +146,12 @@ impl ModelSet {
             ctx_size: self.ctx_size,
             max_seqs: self.max_seqs,
             max_queue: self.max_queue,
+            lookup: match (self.lookup, self.draft_k) {
+                (Some(0), _) => bail!("--lookup: an n-gram of at least 1 token"),
+                (Some(_), 0) => bail!("--draft-k: at least 1 token"),
+                (Some(n), k) => Some(hanzo_transformers::PromptLookup::new(n, k)),
+                (None, _) => None,
+            },
         };
         let mut models = Models::default();
         for spec in &self.models {

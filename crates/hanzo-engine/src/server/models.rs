@@ -152,6 +152,8 @@ pub struct Sizing {
     pub ctx_size: Option<usize>,
     pub max_seqs: usize,
     pub max_queue: usize,
+    /// Speculative decoding by prompt lookup for every sequence.
+    pub lookup: Option<hanzo_transformers::PromptLookup>,
 }
 
 /// `NAME=PATH`, or `PATH` named after its file (without the extension) or directory.
@@ -298,6 +300,7 @@ fn load_language_model(
         max_seqs: sizing.max_seqs,
         max_queue: sizing.max_queue,
         ctx_size,
+        lookup: sizing.lookup,
     };
     let pipeline = Arc::new(p);
     let scheduler = Scheduler::start(pipeline.clone(), kv, limits, metrics.clone(), name.clone())?;

@@ -14,6 +14,10 @@
 //!   back and it waits at the head of the queue to be recomputed (prompt and tokens so far).
 //! - A request whose receiver is gone (the client disconnected) is dropped at the next step,
 //!   queued or running, and its blocks go back to the pool.
+//! - With prompt lookup (`--lookup`), a decoding sequence's step carries a draft: the tokens
+//!   that followed the last earlier match of its newest n-gram. Its rows are computed as
+//!   decode steps, the sampler keeps the drafts it would have produced and replaces the first
+//!   it would not, and the turned-down positions leave the KV store (their blocks go back).
 
 use super::metrics::Metrics;
 pub use hanzo_api::events::{Constraint, Event, FinishReason, TokenLogprob};
@@ -22,7 +26,8 @@ use hanzo_transformers::pipeline::PREFILL_CHUNK;
 use hanzo_transformers::sampler::{log_softmax, top_n};
 use hanzo_transformers::tokenizer::StreamDecoder;
 use hanzo_transformers::{
-    Error as ModelError, Logits, Sampler, SamplingParams, SeqChunk, StopFilter, TextGeneration,
+    Error as ModelError, Logits, PromptLookup, Sampler, SamplingParams, SeqChunk, StopFilter,
+    TextGeneration,
 };
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -76,6 +81,9 @@ pub struct Limits {
     pub max_queue: usize,
     /// Positions one sequence may hold (prompt and generated tokens).
     pub ctx_size: usize,
+    /// Speculative decoding by prompt lookup for every sequence that can take it (one choice
+    /// per sequence, no grammar).
+    pub lookup: Option<PromptLookup>,
 }
 
 /// The handle request handlers hold: submit work, read the queue length.
@@ -166,6 +174,9 @@ struct Seq {
     choices: Vec<Choice>,
     /// Whether it was counted as waiting (fresh requests are; preempted ones are not).
     counted: bool,
+    /// Tokens its next draft may have: 2 at first, doubled while drafts are kept whole, one
+    /// past the kept part otherwise (as `TextGeneration` drafts).
+    draft_len: usize,
 }
 
 impl Seq {
@@ -194,11 +205,13 @@ struct State {
     last_stats: hanzo_ml::kv::KvStats,
 }
 
-/// One entry of a step's batch: which running sequence, how many of its tokens.
+/// One entry of a step's batch: which running sequence, how many of its tokens (its drafts
+/// included), and the drafted tokens that follow its next token.
 struct Planned {
     at: usize,
     len: usize,
     logits: bool,
+    drafts: Vec<u32>,
 }
 
 impl State {
@@ -249,6 +262,7 @@ impl State {
             computed: 0,
             choices,
             counted: true,
+            draft_len: 2,
         });
     }
 
@@ -304,6 +318,10 @@ impl State {
                 return;
             }
             let (id, cached) = self.kv.add_sequence_with_prefix(&s.tokens);
+            if let Some(l) = self.limits.lookup {
+                // Window layers keep what a turned-down draft takes back.
+                let _ = self.kv.keep_behind(id, l.max_draft + 1);
+            }
             s.id = Some(id);
             s.computed = cached;
             self.uncount(&mut s);
@@ -323,10 +341,12 @@ impl State {
         let mut plan = Vec::new();
         for (at, s) in self.running.iter().enumerate() {
             if s.tokens.len() - s.computed == 1 {
+                let drafts = self.drafts(s);
                 plan.push(Planned {
                     at,
-                    len: 1,
+                    len: 1 + drafts.len(),
                     logits: true,
+                    drafts,
                 });
             }
         }
@@ -345,9 +365,29 @@ impl State {
                 at,
                 len,
                 logits: s.computed + len == s.tokens.len(),
+                drafts: Vec::new(),
             });
         }
         plan
+    }
+
+    /// The draft prompt lookup proposes after a decoding sequence's tokens: none without
+    /// lookup, for a choice under a grammar, or without room (the context, `max_tokens`).
+    fn drafts(&self, s: &Seq) -> Vec<u32> {
+        let (Some(l), [c]) = (self.limits.lookup, &s.choices[..]) else {
+            return Vec::new();
+        };
+        if c.matcher.is_some() {
+            return Vec::new();
+        }
+        let Ok(max_tokens) = s.shared.lock().map(|sh| sh.req.max_tokens) else {
+            return Vec::new();
+        };
+        // The pass writes the next token and the drafts; the last kept one, or the one
+        // after them all, is sampled too.
+        let room = (self.limits.ctx_size.saturating_sub(s.tokens.len()))
+            .min(max_tokens.saturating_sub(c.generated + 1));
+        l.propose(&s.tokens, room.min(s.draft_len).min(l.max_draft))
     }
 
     fn step(&mut self) {
@@ -356,14 +396,33 @@ impl State {
             if plan.is_empty() {
                 return;
             }
+            // A drafting sequence's next token and its drafts.
+            let drafted: Vec<Vec<u32>> = plan
+                .iter()
+                .map(|p| match p.drafts.is_empty() {
+                    true => Vec::new(),
+                    false => {
+                        let s = &self.running[p.at];
+                        let next = s.tokens[s.computed];
+                        std::iter::once(next)
+                            .chain(p.drafts.iter().copied())
+                            .collect()
+                    }
+                })
+                .collect();
             let chunks: Vec<SeqChunk> = plan
                 .iter()
-                .map(|p| {
+                .zip(&drafted)
+                .map(|(p, d)| {
                     let s = &self.running[p.at];
+                    let id = s.id.expect("running");
+                    if !d.is_empty() {
+                        // Every row as the decode step it stands for.
+                        return SeqChunk::new(id, d, Logits::All).as_decode_steps();
+                    }
                     let tokens = &s.tokens[s.computed..s.computed + p.len];
                     let logits = if p.logits { Logits::Last } else { Logits::None };
-                    SeqChunk::new(s.id.expect("running"), tokens, logits)
-                        .in_run(run_length(s.computed, s.prefill_to))
+                    SeqChunk::new(id, tokens, logits).in_run(run_length(s.computed, s.prefill_to))
                 })
                 .collect();
             let result = self.pipeline.model.forward_batch(&chunks, &mut self.kv);
@@ -431,6 +490,17 @@ impl State {
         let mut finished = Vec::new();
         let mut forks = Vec::new();
         for p in plan {
+            if !p.drafts.is_empty() {
+                let n = p.len;
+                let Some(rows) = rows.get(next_row..next_row + n) else {
+                    break;
+                };
+                next_row += n;
+                if self.check_drafts(p, rows) {
+                    finished.push(p.at);
+                }
+                continue;
+            }
             let s = &mut self.running[p.at];
             s.computed += p.len;
             if p.len > 1 || s.choices.iter().all(|c| c.generated == 0) {
@@ -455,6 +525,7 @@ impl State {
                             prefill_to: s.prefill_to,
                             choices: vec![c],
                             counted: false,
+                            draft_len: s.draft_len,
                         },
                         r,
                     )),
@@ -463,7 +534,7 @@ impl State {
                     }
                 }
             }
-            if self.sample(p.at, row) {
+            if self.sample(p.at, row, None).0 {
                 finished.push(p.at);
             }
         }
@@ -471,7 +542,7 @@ impl State {
         for (s, r) in forks {
             self.running.push(s);
             let at = self.running.len() - 1;
-            if self.sample(at, rows[r]) {
+            if self.sample(at, rows[r], None).0 {
                 finished.push(at);
             }
         }
@@ -483,16 +554,54 @@ impl State {
         }
     }
 
-    /// Samples the next token of running sequence `at` (one choice) and streams its text.
-    /// Returns whether the choice has finished.
-    fn sample(&mut self, at: usize, row: &[f32]) -> bool {
+    /// The rows of a drafting sequence's pass (its next token, then each draft): the
+    /// sampler's check keeps drafts until the first it would not have produced, whose place
+    /// its own token takes (after a draft kept whole, the token that follows it). The store
+    /// keeps the next token and the kept drafts. Returns whether the choice has finished.
+    fn check_drafts(&mut self, p: &Planned, rows: &[&[f32]]) -> bool {
+        let base = self.running[p.at].computed;
+        let mut kept = 0;
+        let mut done = false;
+        for (i, row) in rows.iter().enumerate() {
+            let (finished, same) = self.sample(p.at, row, p.drafts.get(i).copied());
+            kept += usize::from(same);
+            if finished || !same {
+                done = finished;
+                break;
+            }
+        }
+        self.metrics.speculated(&self.model, p.drafts.len(), kept);
+        let s = &mut self.running[p.at];
+        s.computed = base + 1 + kept;
+        let max = self.limits.lookup.map_or(1, |l| l.max_draft);
+        s.draft_len = match kept == p.drafts.len() {
+            true => (s.draft_len * 2).min(max),
+            false => (kept + 1).min(max),
+        };
+        if done {
+            return true;
+        }
+        let id = s.id.expect("running");
+        if let Err(e) = self.kv.truncate(id, base + 1 + kept) {
+            let msg = format!("cannot take back a turned-down draft: {e}");
+            tracing::error!("{msg}");
+            self.running[p.at].send(Event::Error(msg));
+            return true;
+        }
+        false
+    }
+
+    /// Samples the next token of running sequence `at` (one choice) and streams its text;
+    /// with `draft`, the speculative check of that drafted token. Returns whether the choice
+    /// has finished and whether its token is the draft.
+    fn sample(&mut self, at: usize, row: &[f32], draft: Option<u32>) -> (bool, bool) {
         let p = self.pipeline.clone();
         let vocab = p.tokenizer.vocab();
         let ctx = self.limits.ctx_size;
         let s = &mut self.running[at];
         let shared = s.shared.clone();
         let Ok(sh) = shared.lock() else {
-            return true;
+            return (true, false);
         };
         let c = &mut s.choices[0];
         if let Some(ids) = &sh.req.score {
@@ -509,22 +618,23 @@ impl State {
                 FinishReason::Stop,
                 0,
             );
-            return true;
+            return (true, false);
         }
-        let tok = match &mut c.matcher {
-            None => c.sampler.sample(row),
-            Some(m) => {
+        let (tok, same) = match (&mut c.matcher, draft) {
+            (None, Some(d)) => c.sampler.verify(row, d),
+            (None, None) => (c.sampler.sample(row), false),
+            (Some(m), _) => {
                 let mut masked = row.to_vec();
                 if let Err(e) = m.mask(&mut masked) {
                     let _ = sh.req.events.send(Event::Error(format!("grammar: {e}")));
-                    return true;
+                    return (true, false);
                 }
                 let tok = c.sampler.sample(&masked);
                 if let Err(e) = m.consume(tok) {
                     let _ = sh.req.events.send(Event::Error(format!("grammar: {e}")));
-                    return true;
+                    return (true, false);
                 }
-                tok
+                (tok, false)
             }
         };
         let now = Instant::now();
@@ -595,11 +705,11 @@ impl State {
             });
         }
         let Some(reason) = reason else {
-            return false;
+            return (false, same);
         };
         let tokens = c.generated - usize::from(end);
         finish(&self.metrics, &self.model, &sh, c.index, reason, tokens);
-        true
+        (true, same)
     }
 
     fn report(&mut self) {

@@ -101,6 +101,13 @@ impl Blocks {
         }
     }
 
+    /// Takes `id` out of the prefix cache: its holder is about to write into it.
+    pub fn forget(&mut self, id: BlockId) {
+        if let Some(k) = self.key[id as usize].take() {
+            self.cached.remove(&k);
+        }
+    }
+
     /// The block holding content `key`, if cached.
     pub fn lookup(&self, key: u64) -> Option<BlockId> {
         self.cached.get(&key).copied()

@@ -125,10 +125,10 @@ pub(super) struct Seq {
     /// Per layer: blocks before this were dropped (except the pinned ones).
     pub(super) live_from: Vec<usize>,
     pub(super) len: usize,
-    /// Tokens of the block being filled (the full ones are summed up in `chain`).
-    partial: Vec<u32>,
-    /// Hash of every token in the full blocks so far.
-    chain: u64,
+    /// The tokens of positions `..len` (while `cacheable`: they name the blocks).
+    pub(super) tokens: Vec<u32>,
+    /// Per full block: the hash of every token up to its end (its prefix-cache name).
+    pub(super) chains: Vec<u64>,
     /// Positions before this stay in every layer, window layers included (`PagedKv::pin`).
     pub(super) pinned: usize,
     /// Window layers keep this many positions more than their window sees, so the sequence
@@ -314,8 +314,8 @@ impl PagedKv {
             tables: vec![Vec::new(); layers],
             live_from: vec![0; layers],
             len: 0,
-            partial: Vec::new(),
-            chain: 0,
+            tokens: Vec::new(),
+            chains: Vec::new(),
             pinned: 0,
             slack: 0,
             cacheable: true,
@@ -375,7 +375,9 @@ impl PagedKv {
         }
         self.stats.prefix_hit += len;
         let s = self.seq_mut(id).expect("just added");
-        (s.tables, s.live_from, s.len, s.chain) = (tables, live_from, len, chains[hit - 1]);
+        chains.truncate(hit);
+        (s.tables, s.live_from, s.len) = (tables, live_from, len);
+        (s.tokens, s.chains) = (prompt[..len].to_vec(), chains);
         (id, len)
     }
 
@@ -518,22 +520,23 @@ impl PagedKv {
             })
         } else {
             for &tok in tokens {
-                s.partial.push(tok);
                 s.len += 1;
-                if s.partial.len() == b && s.cacheable {
-                    s.chain = self.chain(s.chain, &s.partial);
-                    s.partial.clear();
+                if !s.cacheable {
+                    continue;
+                }
+                s.tokens.push(tok);
+                if s.len.is_multiple_of(b) {
+                    let prev = s.chains.last().copied().unwrap_or(0);
+                    let chain = self.chain(prev, &s.tokens[s.len - b..]);
+                    s.chains.push(chain);
                     let blk = s.len / b - 1;
                     for l in 0..layers {
                         let block = s.tables[l][blk];
                         if block != NONE {
-                            self.blocks.register(block, self.layer_key(s.chain, l));
+                            self.blocks.register(block, self.layer_key(chain, l));
                         }
                     }
                 }
-            }
-            if !s.cacheable {
-                s.partial.clear();
             }
             let pinned_blocks = s.pinned.div_ceil(b);
             for l in 0..layers {

@@ -62,6 +62,9 @@ impl PagedKv {
             };
             let rows = self.read_rows(id, l, from + count..len);
             self.relayout(id, l, new_len)?;
+            // The blocks rewritten no longer hold what the prefix cache names them by.
+            let b = self.layout.block_size;
+            self.forget_layer_blocks(id, l, from / b..new_len.div_ceil(b));
             self.write_rows(id, l, from, len.saturating_sub(from + count), &rows);
             moved.push(from..new_len);
         }
@@ -71,9 +74,12 @@ impl PagedKv {
         Ok(moved)
     }
 
-    /// Forgets positions `len..` of `id` (a history that diverged there). An error, with
-    /// nothing changed, when a window layer has already dropped positions its window would
-    /// see again at `len`: the caller starts the sequence over.
+    /// Forgets positions `len..` of `id` (a history that diverged there, a speculative draft
+    /// turned down). An error, with nothing changed, when a window layer has already dropped
+    /// positions its window would see again at `len`: the caller starts the sequence over.
+    /// Blocks shared with other sequences stay as they are (`reserve` copies the one being
+    /// filled again before writing it); the sequence's own block that is filled again leaves
+    /// the prefix cache, and its later full blocks enter it under the tokens kept.
     pub fn truncate(&mut self, id: SeqId, len: usize) -> Result<(), KvError> {
         let s = self.seq(id)?;
         if len > s.len {
@@ -95,13 +101,16 @@ impl PagedKv {
                 )));
             }
         }
-        self.check_unshared(id)?;
         for l in 0..self.layout.layers() {
             self.relayout(id, l, len)?;
         }
+        if !len.is_multiple_of(b) {
+            self.forget_blocks(id, len / b..len / b + 1);
+        }
         let s = self.seq_mut(id)?;
         s.len = len;
-        s.cacheable = false;
+        s.tokens.truncate(len);
+        s.chains.truncate(len / b);
         Ok(())
     }
 
@@ -144,6 +153,23 @@ impl PagedKv {
             self.k.write(a, kr);
         }
         Ok(())
+    }
+
+    /// Takes logical blocks `range` of every layer of `id` (its own: unshared) out of the
+    /// prefix cache, before they are written again.
+    fn forget_blocks(&mut self, id: SeqId, range: Range<usize>) {
+        for l in 0..self.layout.layers() {
+            self.forget_layer_blocks(id, l, range.clone());
+        }
+    }
+
+    fn forget_layer_blocks(&mut self, id: SeqId, layer: usize, range: Range<usize>) {
+        let table = &self.seqs[id.0 as usize].as_ref().expect("checked").tables[layer];
+        for &blk in table.get(range).unwrap_or_default() {
+            if blk != NONE && self.blocks.refs(blk) == 1 {
+                self.blocks.forget(blk);
+            }
+        }
     }
 
     fn check_unshared(&self, id: SeqId) -> Result<(), KvError> {

@@ -299,3 +299,49 @@ fn set_keys_overwrites_what_keys_reads() {
     assert_eq!(kv.keys(a, 1, 3..7), k);
     assert!(kv.set_keys(a, 1, 9, &k).is_err());
 }
+
+/// Speculative decoding's truncation in a server's store: drafts turned down leave a
+/// sequence that shares blocks (a fork) or whose block the prefix cache named, and neither
+/// the other sequence nor the cache sees what it writes next; its later blocks still enter
+/// the cache under the tokens kept; every block comes back.
+#[test]
+fn truncation_leaves_shared_and_cached_blocks_as_they_were() {
+    let mut kv = PagedKv::with_blocks(layout(vec![None, None]), 40);
+    let a = kv.add_sequence();
+    let prompt: Vec<u32> = (10..16).collect();
+    feed(&mut kv, a, &prompt).unwrap();
+    let b = kv.fork(a).unwrap();
+    // `a` drafts 5 tokens (positions 6..11, filling block 1 and naming it in the cache) and
+    // keeps 1 of them.
+    let drafted = [20, 21, 22, 23, 24];
+    feed(&mut kv, a, &drafted).unwrap();
+    kv.truncate(a, 7).unwrap();
+    assert_eq!(kv.len(a).unwrap(), 7);
+    // The next tokens go into block 1 again: the cache no longer names it.
+    let mut a_tokens: Vec<u32> = prompt.iter().chain(&drafted[..1]).copied().collect();
+    a_tokens.extend([30, 31, 32, 33, 34, 35]);
+    feed(&mut kv, a, &a_tokens[7..]).unwrap();
+    check(&kv, a, &a_tokens, 0..13);
+    // The fork still reads the prompt; it writes into its own copy of block 1.
+    check(&kv, b, &prompt, 0..6);
+    feed(&mut kv, b, &[40, 41]).unwrap();
+    check(&kv, b, &[10, 11, 12, 13, 14, 15, 40, 41], 0..8);
+    check(&kv, a, &a_tokens, 0..13);
+    // The turned-down continuation finds only the prompt's first block...
+    let mut turned_down: Vec<u32> = prompt.iter().chain(&drafted).copied().collect();
+    turned_down.push(99);
+    let (c, hit) = kv.add_sequence_with_prefix(&turned_down);
+    assert_eq!(hit, 4);
+    check(&kv, c, &turned_down, 0..4);
+    // ... and the kept one what it holds now: its full blocks entered the cache after the
+    // truncation too.
+    let mut kept = a_tokens[..12].to_vec();
+    kept.push(98);
+    let (d, hit) = kv.add_sequence_with_prefix(&kept);
+    assert_eq!(hit, 12);
+    check(&kv, d, &kept, 0..12);
+    for s in [a, b, c, d] {
+        kv.release(s).unwrap();
+    }
+    assert_eq!(kv.free_blocks(), kv.total_blocks());
+}

@@ -93,6 +93,13 @@ impl<'a> SeqChunk<'a> {
         }
     }
 
+    /// Every row computed as the decode step it stands for (the kernels of a one-token
+    /// run), however many rows: a speculative check, whose logits must be what one decode
+    /// step after another would give. The batch's runs stay shortest first.
+    pub fn as_decode_steps(self) -> Self {
+        Self { run: 1, ..self }
+    }
+
     /// The length of the run these tokens end.
     pub fn run(&self) -> usize {
         self.run

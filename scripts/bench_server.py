@@ -9,6 +9,9 @@ and llama.cpp's `llama-server` alike (`--ignore-eos` asks llama-server to run ev
 `max_tokens`; hanzo-engine has no such field, so pick a pretrained model that rarely stops).
 
     python3 scripts/bench_server.py --url http://127.0.0.1:36900 --model gemma --clients 1,4,16
+
+`--task code-edit` sends each client a short Python function to give back with a variable
+renamed instead, a reply that repeats its prompt (what `serve --lookup` drafts from).
 """
 
 import argparse
@@ -27,8 +30,17 @@ WORDS = (
 ).split()
 
 
-def prompt(i, words):
+def prompt(i, words, task="story"):
     rng = random.Random(i)
+    if task == "code-edit":
+        names = [rng.choice(WORDS) for _ in range(3)]
+        listing = (
+            f"def {names[0]}_{i}(values):\n    count = 0\n    for v in values:\n"
+            f"        if v is None:\n            continue\n        count += v\n"
+            f"    {names[1]} = count / len(values) if values else 0\n"
+            f"    print(\"{names[2]}:\", count)\n    return count, {names[1]}\n"
+        )
+        return f"{listing}\n# The same function with `count` renamed to `total`:\n"
     return f"Story {i}: " + " ".join(rng.choice(WORDS) for _ in range(words))
 
 
@@ -63,12 +75,12 @@ def one(url, model, text, max_tokens, ignore_eos, out):
     conn.close()
 
 
-def run(url, model, clients, words, max_tokens, ignore_eos, offset):
+def run(url, model, clients, words, max_tokens, ignore_eos, offset, task):
     out = []
     threads = [
         threading.Thread(
             target=one,
-            args=(url, model, prompt(offset + i, words), max_tokens, ignore_eos, out),
+            args=(url, model, prompt(offset + i, words, task), max_tokens, ignore_eos, out),
         )
         for i in range(clients)
     ]
@@ -99,11 +111,14 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--ignore-eos", action="store_true")
     ap.add_argument("--label", default="")
+    ap.add_argument("--task", choices=["story", "code-edit"], default="story")
     a = ap.parse_args()
     # Each run gets prompts of its own, so no run reads another's prefix cache.
     offset = 1000 * int(time.time() % 1000)
     for n in map(int, a.clients.split(",")):
-        row = run(a.url, a.model, n, a.prompt_words, a.max_tokens, a.ignore_eos, offset)
+        row = run(
+            a.url, a.model, n, a.prompt_words, a.max_tokens, a.ignore_eos, offset, a.task
+        )
         offset += n
         row["server"] = a.label
         print(json.dumps(row), flush=True)

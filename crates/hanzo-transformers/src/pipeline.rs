@@ -442,7 +442,7 @@ impl TextGeneration {
             .collect();
         let rows = self
             .model
-            .forward(&input, &mut g.cache, Logits::All)?
+            .forward_steps(&input, &mut g.cache)?
             .to_vec2::<f32>()?;
         let vocab = self.tokenizer.vocab();
         let mut kept = 0;

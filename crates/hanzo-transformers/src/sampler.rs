@@ -168,20 +168,14 @@ impl Sampler {
             if r < p / q_draft {
                 draft
             } else {
-                // The residual max(0, p - q). Only tokens p can give have any.
-                match q.len() {
-                    1 => {
-                        let (t, w) = q[0];
-                        if let Some(i) = ids.iter().position(|&x| x == t) {
-                            probs[i] = (probs[i] - w).max(0.0);
-                        }
-                    }
-                    _ => {
-                        let q: HashMap<u32, f64> = q.iter().copied().collect();
-                        for (t, p) in ids.iter().zip(probs.iter_mut()) {
-                            *p = (*p - q.get(t).copied().unwrap_or(0.0)).max(0.0);
-                        }
-                    }
+                // The residual max(0, p - q); only tokens p can give have any. q as a
+                // dense row over the ids it names.
+                let mut dense = vec![0f64; q.iter().map(|e| e.0 as usize + 1).max().unwrap_or(0)];
+                for &(t, w) in q {
+                    dense[t as usize] += w;
+                }
+                for (&t, p) in ids.iter().zip(probs.iter_mut()) {
+                    *p = (*p - dense.get(t as usize).copied().unwrap_or(0.0)).max(0.0);
                 }
                 let rest: f64 = probs.iter().sum();
                 if rest <= 0.0 {

@@ -33,7 +33,7 @@ def lookup_server():
     s.stop()
 
 
-def ask(server, i, max_tokens=160, **kw):
+def ask(server, i, max_tokens=112, **kw):
     r = server.client(timeout=300).chat.completions.create(
         model="qwen",
         messages=[{"role": "user", "content": f"{EDITS[i]}\n\n```python\n{CODE}```"}],

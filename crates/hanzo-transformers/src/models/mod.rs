@@ -219,6 +219,14 @@ pub trait LanguageModel: Send + Sync {
         let chunk = SeqChunk::new(cache.seq, tokens, logits);
         self.forward_batch(&[chunk], &mut cache.kv)
     }
+
+    /// [`Self::forward`] with every position's logits, each computed as the decode step it
+    /// stands for ([`SeqChunk::as_decode_steps`]): a speculative check.
+    fn forward_steps(&self, tokens: &[u32], cache: &mut Cache) -> Result<Tensor> {
+        cache.check_room(tokens.len())?;
+        let chunk = SeqChunk::new(cache.seq, tokens, Logits::All).as_decode_steps();
+        self.forward_batch(&[chunk], &mut cache.kv)
+    }
 }
 
 impl LanguageModel for Decoder {

@@ -339,9 +339,21 @@ impl State {
     /// at a multiple of `PREFILL_CHUNK`) while they fit in `PREFILL_CHUNK` tokens.
     fn plan(&self) -> Vec<Planned> {
         let mut plan = Vec::new();
+        // Drafts share one budget of `max_draft` rows a step: a pass over many decoding
+        // sequences is no longer bound by reading the weights, and rows of turned-down drafts
+        // would cost it more than they save.
+        let decoding = self
+            .running
+            .iter()
+            .filter(|s| s.tokens.len() - s.computed == 1)
+            .count();
+        let share = self
+            .limits
+            .lookup
+            .map_or(0, |l| l.max_draft.div_ceil(decoding.max(1)));
         for (at, s) in self.running.iter().enumerate() {
             if s.tokens.len() - s.computed == 1 {
-                let drafts = self.drafts(s);
+                let drafts = self.drafts(s, share);
                 plan.push(Planned {
                     at,
                     len: 1 + drafts.len(),
@@ -371,9 +383,10 @@ impl State {
         plan
     }
 
-    /// The draft prompt lookup proposes after a decoding sequence's tokens: none without
-    /// lookup, for a choice under a grammar, or without room (the context, `max_tokens`).
-    fn drafts(&self, s: &Seq) -> Vec<u32> {
+    /// The draft prompt lookup proposes after a decoding sequence's tokens, at most `share`
+    /// tokens: none without lookup, for a choice under a grammar, or without room (the
+    /// context, `max_tokens`).
+    fn drafts(&self, s: &Seq, share: usize) -> Vec<u32> {
         let (Some(l), [c]) = (self.limits.lookup, &s.choices[..]) else {
             return Vec::new();
         };
@@ -387,7 +400,7 @@ impl State {
         // after them all, is sampled too.
         let room = (self.limits.ctx_size.saturating_sub(s.tokens.len()))
             .min(max_tokens.saturating_sub(c.generated + 1));
-        l.propose(&s.tokens, room.min(s.draft_len).min(l.max_draft))
+        l.propose(&s.tokens, room.min(s.draft_len).min(share))
     }
 
     fn step(&mut self) {

@@ -333,6 +333,26 @@ pub fn argmax(logits: &[f32]) -> u32 {
 mod tests {
     use super::*;
 
+    /// The probability a plain draw gives each of `logits`' tokens under `params`.
+    fn probabilities(params: &SamplingParams, logits: &[f32; 6]) -> [f64; 6] {
+        let (ids, probs) = Sampler::new(params.clone()).distribution(logits);
+        let mut want = [0f64; 6];
+        for (&i, &p) in ids.iter().zip(&probs) {
+            want[i as usize] = p;
+        }
+        want
+    }
+
+    /// Each token's frequency in `n` draws within five standard deviations of a binomial
+    /// frequency of `want`.
+    fn assert_frequencies(counts: &[usize; 6], want: &[f64; 6], n: usize, case: &str) {
+        for (t, (&c, &p)) in counts.iter().zip(want).enumerate() {
+            let f = c as f64 / n as f64;
+            let tol = 5.0 * (p * (1.0 - p) / n as f64).sqrt() + 1e-9;
+            assert!((f - p).abs() <= tol, "{case}: token {t} at {f}, want {p}");
+        }
+    }
+
     /// Speculative sampling's check leaves each token's probability as a plain draw gives
     /// it, whatever the draft: a likely one, an unlikely one, one the filters remove.
     #[test]
@@ -346,12 +366,7 @@ mod tests {
             seed: 7,
             ..SamplingParams::default()
         };
-        let s = Sampler::new(params.clone());
-        let (ids, probs) = s.distribution(&logits);
-        let mut want = [0f64; 6];
-        for (&i, &p) in ids.iter().zip(&probs) {
-            want[i as usize] = p;
-        }
+        let want = probabilities(&params, &logits);
         assert_eq!(want[3], 0.0, "top-k leaves out the lowest logit");
         let n = 60_000;
         for draft in [0u32, 2, 3] {
@@ -365,15 +380,7 @@ mod tests {
                 assert_eq!(kept, t == draft);
                 counts[t as usize] += 1;
             }
-            for (t, (&c, &p)) in counts.iter().zip(&want).enumerate() {
-                let f = c as f64 / n as f64;
-                // Five standard deviations of a binomial frequency.
-                let tol = 5.0 * (p * (1.0 - p) / n as f64).sqrt() + 1e-9;
-                assert!(
-                    (f - p).abs() <= tol,
-                    "draft {draft}: token {t} at {f}, want {p}"
-                );
-            }
+            assert_frequencies(&counts, &want, n, &format!("draft {draft}"));
         }
         // Greedy: the argmax, whether it was drafted or not.
         let mut g = Sampler::new(SamplingParams::greedy());
@@ -395,11 +402,7 @@ mod tests {
             seed: 3,
             ..SamplingParams::default()
         };
-        let (ids, probs) = Sampler::new(params.clone()).distribution(&logits);
-        let mut want = [0f64; 6];
-        for (&i, &p) in ids.iter().zip(&probs) {
-            want[i as usize] = p;
-        }
+        let want = probabilities(&params, &logits);
         let qs: [[f64; 6]; 3] = [
             [0.35, 0.15, 0.1, 0.0, 0.1, 0.3],
             [0.05, 0.05, 0.5, 0.0, 0.3, 0.1],
@@ -428,11 +431,7 @@ mod tests {
                 kept += same as usize;
                 counts[t as usize] += 1;
             }
-            for (t, (&c, &p)) in counts.iter().zip(&want).enumerate() {
-                let f = c as f64 / n as f64;
-                let tol = 5.0 * (p * (1.0 - p) / n as f64).sqrt() + 1e-9;
-                assert!((f - p).abs() <= tol, "q {k}: token {t} at {f}, want {p}");
-            }
+            assert_frequencies(&counts, &want, n, &format!("q {k}"));
             // The acceptance rate is sum min(p, q) (the overlap of the two).
             let overlap: f64 = want.iter().zip(q).map(|(p, q)| p.min(*q)).sum();
             let f = kept as f64 / n as f64;

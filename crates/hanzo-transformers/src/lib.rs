@@ -9,6 +9,7 @@ pub mod chat_template;
 pub mod embedding;
 mod error;
 mod last_token;
+pub mod lora;
 pub mod models;
 pub mod pipeline;
 pub mod sampler;
@@ -20,6 +21,7 @@ pub mod tools;
 pub use chat_template::{ChatTemplate, FunctionCall, Message, ToolCall};
 pub use embedding::{l2_normalize, EmbedOptions, Embedder, Embeddings, EncoderFiles, Pooling};
 pub use error::{Error, Result};
+pub use lora::{Adapter, LoraId};
 pub use models::{
     describe_gguf, load_dir, load_gguf, load_gguf_with, Cache, Decoder, LanguageModel, Logits,
     ModelInfo, SeqChunk, WeightMode,

@@ -3,6 +3,7 @@
 //! generation through it.
 
 use crate::chat_template::{builtin_for, ChatTemplate, Message};
+use crate::lora::{Adapter, LoraId};
 use crate::models::{load_dir, load_gguf_with, Cache, LanguageModel, Logits, WeightMode};
 use crate::sampler::{Sampler, SamplingParams};
 use crate::speculative::{Draft, ModelDraft, PromptLookup, SpeculationStats};
@@ -87,6 +88,8 @@ pub struct TextGeneration {
     huge_pages: Mutex<Option<HugePages>>,
     /// A smaller model with the same vocabulary, for speculative decoding's drafts.
     draft: Option<Box<dyn LanguageModel>>,
+    /// The LoRA adapters generations run with (`attach_lora`).
+    lora: Option<LoraId>,
 }
 
 impl TextGeneration {
@@ -181,6 +184,7 @@ impl TextGeneration {
             tokenizer,
             huge_pages: Mutex::new(huge_pages),
             draft: None,
+            lora: None,
         })
     }
 
@@ -213,6 +217,19 @@ impl TextGeneration {
         }
         self.draft = Some(draft.model);
         Ok(())
+    }
+
+    /// Attaches `adapters` to the model, applied together to every generation from now on
+    /// (`LanguageModel::attach_lora`; a draft model keeps running without them).
+    pub fn attach_lora(&mut self, adapters: &[Adapter]) -> Result<LoraId> {
+        let id = self.model.attach_lora(adapters)?;
+        self.lora = Some(id);
+        Ok(id)
+    }
+
+    /// The adapters generations run with, if any.
+    pub fn lora(&self) -> Option<LoraId> {
+        self.lora
     }
 
     /// Whether a draft model is attached.
@@ -313,6 +330,7 @@ impl TextGeneration {
         };
         let limit = prompt.len() + opts.max_tokens.max(1);
         let mut cache = self.model.new_cache(limit);
+        cache.set_lora(self.lora);
         if max_draft > 0 {
             // A turned-down draft is truncated away, window layers included.
             cache.keep_behind(max_draft + 1)?;

@@ -15,7 +15,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Args as ClapArgs;
-use hanzo_transformers::{LanguageModel, Logits};
+use hanzo_transformers::{Cache, LanguageModel, Logits, LoraId};
 use rand::{Rng, SeedableRng};
 use std::time::Instant;
 
@@ -79,8 +79,15 @@ fn tokens(
     t
 }
 
-fn pp(model: &dyn LanguageModel, toks: &[u32]) -> Result<f64> {
-    let mut cache = model.new_cache(toks.len());
+/// A cache for `n` positions that runs with the pipeline's adapters.
+fn cache(model: &dyn LanguageModel, lora: Option<LoraId>, n: usize) -> Cache {
+    let mut cache = model.new_cache(n);
+    cache.set_lora(lora);
+    cache
+}
+
+fn pp(model: &dyn LanguageModel, lora: Option<LoraId>, toks: &[u32]) -> Result<f64> {
+    let mut cache = cache(model, lora, toks.len());
     let t0 = Instant::now();
     for chunk in toks.chunks(hanzo_transformers::pipeline::PREFILL_CHUNK) {
         model.forward(chunk, &mut cache, Logits::Last)?;
@@ -88,8 +95,8 @@ fn pp(model: &dyn LanguageModel, toks: &[u32]) -> Result<f64> {
     Ok(toks.len() as f64 / t0.elapsed().as_secs_f64())
 }
 
-fn tg(model: &dyn LanguageModel, toks: &[u32]) -> Result<f64> {
-    let mut cache = model.new_cache(toks.len());
+fn tg(model: &dyn LanguageModel, lora: Option<LoraId>, toks: &[u32]) -> Result<f64> {
+    let mut cache = cache(model, lora, toks.len());
     let t0 = Instant::now();
     for &t in toks {
         model.forward(&[t], &mut cache, Logits::Last)?;
@@ -116,18 +123,19 @@ pub fn run(mut a: Args) -> Result<()> {
         return parallel(&a, model, threads);
     }
     let bos = p.tokenizer.special().bos;
-    tg(model, &[bos.unwrap_or(0)])?;
+    let lora = p.lora();
+    tg(model, lora, &[bos.unwrap_or(0)])?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(1234);
     let mut rows = Vec::new();
-    type Test = fn(&dyn LanguageModel, &[u32]) -> Result<f64>;
+    type Test = fn(&dyn LanguageModel, Option<LoraId>, &[u32]) -> Result<f64>;
     for (name, n, f) in [("pp", a.n_prompt, pp as Test), ("tg", a.n_gen, tg as Test)] {
         if n == 0 {
             continue;
         }
         let toks = tokens(model, bos, n, &mut rng);
-        f(model, &toks)?; // warm-up: page in the weights
+        f(model, lora, &toks)?; // warm-up: page in the weights
         let samples = (0..a.reps)
-            .map(|_| f(model, &toks))
+            .map(|_| f(model, lora, &toks))
             .collect::<Result<Vec<_>>>()?;
         rows.push(Row {
             test: format!("{name}{n}"),

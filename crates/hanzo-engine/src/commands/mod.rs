@@ -13,7 +13,7 @@ pub mod tokenize;
 
 use anyhow::{Context, Result};
 use hanzo_ml::quantized::GgmlDType;
-use hanzo_transformers::{Logits, TextGeneration, WeightMode};
+use hanzo_transformers::{Adapter, Logits, TextGeneration, WeightMode};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -30,6 +30,11 @@ pub struct ModelArgs {
     /// Dequantize every weight to f32 (slow; the reference numerics).
     #[arg(long)]
     pub f32: bool,
+    /// A LoRA adapter to run with: a GGUF adapter (llama.cpp's) or a PEFT directory
+    /// (adapter_config.json + adapter_model.safetensors), its update times SCALE (default
+    /// 1). Repeat to apply several at once. The weights stay as stored.
+    #[arg(long, value_name = "FILE[:SCALE]")]
+    pub lora: Vec<String>,
 }
 
 impl ModelArgs {
@@ -55,9 +60,10 @@ pub fn load(m: &ModelArgs) -> Result<TextGeneration> {
     let mode = m.mode()?;
     let path = &crate::store::resolve_model(&m.model)?;
     let spinner = crate::progress::spinner(&format!("loading {}", path.display()));
-    let p = TextGeneration::load(path, mode)
+    let mut p = TextGeneration::load(path, mode)
         .with_context(|| format!("cannot load {}", path.display()))?;
     spinner.finish_and_clear();
+    attach_loras(&mut p, &m.lora)?;
     let info = p.model.info();
     eprintln!(
         "loaded {} ({} layers, hidden {}, vocab {}, context {}) in {:.3} s",
@@ -69,6 +75,28 @@ pub fn load(m: &ModelArgs) -> Result<TextGeneration> {
         t0.elapsed().as_secs_f64()
     );
     Ok(p)
+}
+
+/// Attaches the adapters of `--lora` specs (`FILE[:SCALE]`) to `p`, applied together.
+pub fn attach_loras(p: &mut TextGeneration, specs: &[String]) -> Result<()> {
+    if specs.is_empty() {
+        return Ok(());
+    }
+    let adapters = specs
+        .iter()
+        .map(|s| Adapter::open_spec(s).with_context(|| format!("--lora {s}")))
+        .collect::<Result<Vec<_>>>()?;
+    p.attach_lora(&adapters)?;
+    for a in &adapters {
+        eprintln!(
+            "LoRA adapter {}: {} weights, rank {}, {:.1} MiB",
+            a.name,
+            a.weights().count(),
+            a.rank(),
+            a.bytes() as f64 / (1 << 20) as f64
+        );
+    }
+    Ok(())
 }
 
 /// Two forward passes page the weights in and repack them (the first, a prompt's, reads

@@ -67,6 +67,7 @@ pub fn compute(
             chunk[0] = b;
         }
         let mut cache = p.model.new_cache_as(ctx, kv_dtype);
+        cache.set_lora(p.lora());
         let logits = p.model.forward(chunk, &mut cache, Logits::All)?;
         chunk[0] = saved;
         let rows = logits.to_vec_flat::<f32>()?;

@@ -43,6 +43,7 @@ impl SpecArgs {
                 model: d.clone(),
                 isq: self.draft_isq.clone(),
                 f32: false,
+                lora: Vec::new(),
             })?;
             p.attach_draft(draft)
                 .with_context(|| format!("--draft-model {}", d.display()))?;

@@ -1,7 +1,8 @@
 //! The memory behind the KV store's blocks: keys or values as f16 (llama.cpp's default
-//! cache type) or as Q8_0 (32 values share one f16 scale: 34 bytes for 32 values, 53% of
-//! f16, llama.cpp's `--cache-type-k/v q8_0`). Everything outside this file addresses an
-//! arena by value index; only here do the two element types differ.
+//! cache type), as Q8_0 (32 values share one f16 scale: 34 bytes for 32 values, 53% of
+//! f16, llama.cpp's `--cache-type-k/v q8_0`) or as f32 (twice f16's bytes, no rounding: the
+//! reference numerics). Everything outside this file addresses an arena by value index;
+//! only here do the element types differ.
 
 use crate::quantized::format::{BlockQ8_0, GgmlBlock, QK};
 use half::{f16, slice::HalfFloatSliceExt};
@@ -13,6 +14,8 @@ pub enum KvDtype {
     F16,
     /// Blocks of 32 values, each an i8 times the block's f16 scale (max |x| / 127).
     Q8_0,
+    /// Unrounded: what a float reference computes.
+    F32,
 }
 
 impl KvDtype {
@@ -21,13 +24,14 @@ impl KvDtype {
         match self {
             KvDtype::F16 => n * std::mem::size_of::<f16>(),
             KvDtype::Q8_0 => n / QK * std::mem::size_of::<BlockQ8_0>(),
+            KvDtype::F32 => n * 4,
         }
     }
 
     /// Values a row must be a multiple of.
     pub fn granule(self) -> usize {
         match self {
-            KvDtype::F16 => 1,
+            KvDtype::F16 | KvDtype::F32 => 1,
             KvDtype::Q8_0 => QK,
         }
     }
@@ -36,6 +40,7 @@ impl KvDtype {
         match self {
             KvDtype::F16 => "f16",
             KvDtype::Q8_0 => "q8_0",
+            KvDtype::F32 => "f32",
         }
     }
 }
@@ -52,7 +57,8 @@ impl std::str::FromStr for KvDtype {
         match s.to_ascii_lowercase().as_str() {
             "f16" => Ok(KvDtype::F16),
             "q8_0" | "q8" => Ok(KvDtype::Q8_0),
-            _ => Err(format!("unknown KV cache type {s:?} (f16 or q8_0)")),
+            "f32" => Ok(KvDtype::F32),
+            _ => Err(format!("unknown KV cache type {s:?} (f16, q8_0 or f32)")),
         }
     }
 }
@@ -62,6 +68,7 @@ impl std::str::FromStr for KvDtype {
 pub(super) enum Arena {
     F16(Vec<f16>),
     Q8(Vec<BlockQ8_0>),
+    F32(Vec<f32>),
 }
 
 impl Arena {
@@ -71,6 +78,7 @@ impl Arena {
         match dtype {
             KvDtype::F16 => Arena::F16(bytemuck::allocation::zeroed_vec(n)),
             KvDtype::Q8_0 => Arena::Q8(bytemuck::allocation::zeroed_vec(n / QK)),
+            KvDtype::F32 => Arena::F32(bytemuck::allocation::zeroed_vec(n)),
         }
     }
 
@@ -78,16 +86,17 @@ impl Arena {
         match self {
             Arena::F16(_) => KvDtype::F16,
             Arena::Q8(_) => KvDtype::Q8_0,
+            Arena::F32(_) => KvDtype::F32,
         }
     }
 
     /// The f16 values `at..at + len`, for the kernels that read the cache in place; `None`
-    /// for a quantized arena.
+    /// for the other types.
     #[inline]
     pub fn f16(&self, at: usize, len: usize) -> Option<&[f16]> {
         match self {
             Arena::F16(xs) => Some(&xs[at..at + len]),
-            Arena::Q8(_) => None,
+            Arena::Q8(_) | Arena::F32(_) => None,
         }
     }
 
@@ -95,6 +104,7 @@ impl Arena {
     pub fn read(&self, at: usize, out: &mut [f32]) {
         match self {
             Arena::F16(xs) => xs[at..at + out.len()].convert_to_f32_slice(out),
+            Arena::F32(xs) => out.copy_from_slice(&xs[at..at + out.len()]),
             Arena::Q8(blocks) => {
                 let mut done = 0;
                 while done < out.len() {
@@ -115,6 +125,7 @@ impl Arena {
     pub fn write(&mut self, at: usize, xs: &[f32]) {
         match self {
             Arena::F16(ys) => ys[at..at + xs.len()].convert_from_f32_slice(xs), // F16C, to nearest even
+            Arena::F32(ys) => ys[at..at + xs.len()].copy_from_slice(xs),
             Arena::Q8(blocks) => {
                 debug_assert!(
                     at.is_multiple_of(QK) && xs.len().is_multiple_of(QK),
@@ -130,6 +141,7 @@ impl Arena {
     pub fn copy_within(&mut self, from: usize, len: usize, to: usize) {
         match self {
             Arena::F16(xs) => xs.copy_within(from..from + len, to),
+            Arena::F32(xs) => xs.copy_within(from..from + len, to),
             Arena::Q8(b) => b.copy_within(from / QK..(from + len) / QK, to / QK),
         }
     }
@@ -139,6 +151,7 @@ impl Arena {
         match dtype {
             KvDtype::F16 => Arena::F16(Vec::with_capacity(n)),
             KvDtype::Q8_0 => Arena::Q8(Vec::with_capacity(n / QK)),
+            KvDtype::F32 => Arena::F32(Vec::with_capacity(n)),
         }
     }
 
@@ -146,6 +159,7 @@ impl Arena {
     pub fn push_from(&mut self, other: &Arena, at: usize, len: usize) {
         match (self, other) {
             (Arena::F16(dst), Arena::F16(src)) => dst.extend_from_slice(&src[at..at + len]),
+            (Arena::F32(dst), Arena::F32(src)) => dst.extend_from_slice(&src[at..at + len]),
             (Arena::Q8(dst), Arena::Q8(src)) => {
                 dst.extend_from_slice(&src[at / QK..(at + len) / QK])
             }
@@ -157,6 +171,9 @@ impl Arena {
     pub fn put(&mut self, to: usize, other: &Arena, from: usize, len: usize) {
         match (self, other) {
             (Arena::F16(dst), Arena::F16(src)) => {
+                dst[to..to + len].copy_from_slice(&src[from..from + len])
+            }
+            (Arena::F32(dst), Arena::F32(src)) => {
                 dst[to..to + len].copy_from_slice(&src[from..from + len])
             }
             (Arena::Q8(dst), Arena::Q8(src)) => {
@@ -202,7 +219,7 @@ mod tests {
     #[test]
     fn raw_copies_keep_the_stored_bytes() {
         let xs: Vec<f32> = (0..64).map(|i| (i as f32).sin()).collect();
-        for dtype in [KvDtype::F16, KvDtype::Q8_0] {
+        for dtype in [KvDtype::F16, KvDtype::Q8_0, KvDtype::F32] {
             let mut a = Arena::zeroed(dtype, 256);
             a.write(0, &xs);
             let mut side = Arena::with_capacity(dtype, 64);

@@ -6,6 +6,7 @@
 //! matrix (prefill chunks and decode tokens mixed), every weight read once for all of them,
 //! each sequence attending over its own blocks of the paged KV store.
 
+use super::lora::{spans, Loras, Site, Span};
 use super::meta::Embedding;
 use super::numerics::{geglu, rope_tables};
 use super::{check_tokens, rope_heads, Logits, ModelInfo, SeqChunk};
@@ -110,6 +111,8 @@ pub struct Decoder {
     pub(crate) final_norm: Tensor,
     pub(crate) blocks: Vec<Block>,
     pub(crate) ropes: Vec<Rope>,
+    /// Attached LoRA adapter sets (`LanguageModel::attach_lora`).
+    pub(crate) loras: Loras,
 }
 
 impl Decoder {
@@ -143,6 +146,13 @@ impl Decoder {
         }
         for (i, c) in batch.iter().enumerate() {
             check_tokens(c.tokens, self.info.vocab_size)?;
+            if let Some(id) = c.lora() {
+                if !self.loras.has(id) {
+                    return Err(Error::Invalid(format!(
+                        "LoRA set {id:?} is not attached to this model"
+                    )));
+                }
+            }
             if batch[..i].iter().any(|o| o.seq == c.seq) {
                 return Err(Error::Invalid(format!(
                     "sequence {} appears twice in one batch",
@@ -191,6 +201,9 @@ impl Decoder {
             return Ok(Tensor::zeros((0, vocab), DType::F32, &Device::Cpu)?);
         }
         let out = wanted.head.project(&self.output, &wanted.hidden)?;
+        let out = self
+            .loras
+            .add(out, &wanted.hidden, &wanted.loras, Site::Output)?;
         wanted.in_caller_order(out)
     }
 
@@ -238,6 +251,8 @@ impl Decoder {
             })
             .collect();
         let n = tokens.len();
+        let lora = spans(batch.iter().map(|c| (c.tokens.len(), c.lora())));
+        let lora = &lora[..];
         let rows = Rows {
             runs: batch
                 .iter()
@@ -263,7 +278,7 @@ impl Decoder {
         for (li, block) in self.blocks.iter().enumerate() {
             let (cos, sin) = &tables[block.rope];
             let h = x.rms_norm(&block.attn_norm, eps)?;
-            let (q, k, v) = self.qkv(block, &h, &rows)?;
+            let (q, k, v) = self.qkv(li, block, &h, &rows, lora)?;
             let (qn, kn) = match &block.qk_norm {
                 Some((q, k)) => (Some(q), Some(k)),
                 None => (None, None),
@@ -292,7 +307,8 @@ impl Decoder {
                 1 => parts.pop().expect("one part"),
                 _ => Tensor::cat(&parts.iter().collect::<Vec<_>>(), 0)?,
             };
-            let mut a = rows.project(&block.o, &a)?;
+            let o = rows.project(&block.o, &a)?;
+            let mut a = self.loras.add(o, &a, lora, Site::O(li))?;
             if let Some(w) = &block.post_attn_norm {
                 a = a.rms_norm(w, eps)?;
             }
@@ -301,10 +317,12 @@ impl Decoder {
             let (gate, up) = match &block.gate_up {
                 GateUp::Split { gate, up } => {
                     let [g, u] = rows.project_many(&[gate, up], &h)?.try_into().expect("two");
-                    (g, u)
+                    let g = self.loras.add(g, &h, lora, Site::Gate(li))?;
+                    (g, self.loras.add(u, &h, lora, Site::Up(li))?)
                 }
                 GateUp::Fused(w) => {
                     let y = rows.project(w, &h)?;
+                    let y = self.loras.add(y, &h, lora, Site::GateUp(li))?;
                     let f = y.dims()[1] / 2;
                     (y.narrow(1, 0, f)?, y.narrow(1, f, f)?)
                 }
@@ -313,7 +331,8 @@ impl Decoder {
                 Activation::GeluTanh => geglu(&gate, &up)?,
                 Activation::Silu => gate.silu()?.mul(&up)?,
             };
-            let mut y = rows.project(&block.down, &m)?;
+            let y = rows.project(&block.down, &m)?;
+            let mut y = self.loras.add(y, &m, lora, Site::Down(li))?;
             if let Some(w) = &block.post_ffn_norm {
                 y = y.rms_norm(w, eps)?;
             }
@@ -341,6 +360,7 @@ impl Decoder {
             caller[o] = i;
         }
         let (mut alone, mut panels, mut picks) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut alone_lora, mut panel_lora) = (Vec::new(), Vec::new());
         let mut shortest_panel_run = usize::MAX;
         for &i in &caller {
             let (c, at) = (&pass.batch[i], pass.offsets[i]);
@@ -355,9 +375,13 @@ impl Decoder {
                 shortest_panel_run = shortest_panel_run.min(c.run());
             }
             for r in wanted {
-                let class = if panel { &mut panels } else { &mut alone };
+                let (class, loras) = match panel {
+                    true => (&mut panels, &mut panel_lora),
+                    false => (&mut alone, &mut alone_lora),
+                };
                 picks.push((panel, class.len()));
                 class.push(r as u32);
+                loras.push((1, c.lora()));
             }
         }
         let na = alone.len();
@@ -391,6 +415,7 @@ impl Decoder {
             hidden,
             head,
             places,
+            loras: spans(alone_lora.into_iter().chain(panel_lora)),
         })
     }
 
@@ -451,15 +476,30 @@ impl Decoder {
         Ok(())
     }
 
-    fn qkv(&self, block: &Block, h: &Tensor, rows: &Rows) -> Result<(Tensor, Tensor, Tensor)> {
+    fn qkv(
+        &self,
+        li: usize,
+        block: &Block,
+        h: &Tensor,
+        rows: &Rows,
+        lora: &[Span],
+    ) -> Result<(Tensor, Tensor, Tensor)> {
         Ok(match &block.qkv {
             Qkv::Split { q, k, v } => {
                 let ys = rows.project_many(&[&q.w, &k.w, &v.w], h)?;
-                let [q, k, v] = [(q, &ys[0]), (k, &ys[1]), (v, &ys[2])].map(|(p, y)| p.bias(y));
+                let [q, k, v] = [
+                    (q, &ys[0], Site::Q(li)),
+                    (k, &ys[1], Site::K(li)),
+                    (v, &ys[2], Site::V(li)),
+                ]
+                .map(|(p, y, site)| p.bias(&self.loras.add(y.clone(), h, lora, site)?));
                 (q?, k?, v?)
             }
             Qkv::Fused(p) => {
-                let y = p.bias(&rows.project(&p.w, h)?)?;
+                let y = self
+                    .loras
+                    .add(rows.project(&p.w, h)?, h, lora, Site::Qkv(li))?;
+                let y = p.bias(&y)?;
                 let (qr, kr) = (
                     self.cfg.heads * self.cfg.head_dim,
                     self.cfg.kv_heads * self.cfg.head_dim,
@@ -491,6 +531,8 @@ struct Wanted {
     head: Rows,
     /// Where each row, in the caller's order, lies in `hidden`.
     places: Vec<u32>,
+    /// The adapter sets of `hidden`'s rows.
+    loras: Vec<Span>,
 }
 
 impl Wanted {

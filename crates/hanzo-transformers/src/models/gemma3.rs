@@ -108,5 +108,6 @@ pub(crate) fn load(g: &Gguf) -> Result<Decoder> {
                 scale: 1.0,
             },
         ],
+        loras: Default::default(),
     })
 }

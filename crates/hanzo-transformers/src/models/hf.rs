@@ -121,7 +121,7 @@ fn bits16(t: &Tensor, scale: AfqScale) -> Result<Vec<u16>> {
 /// GGUF's row order for interleaved RoPE: within each head, row `2j + s` is HF row
 /// `s * head_dim / 2 + j` (HF rotates the two halves of a head, GGUF adjacent pairs). Whole
 /// rows of bytes move, so it serves float and AFQ weights (and 1-D biases) alike.
-fn permute_rows(q: &QTensor, heads: usize) -> Result<QTensor> {
+pub(crate) fn permute_rows(q: &QTensor, heads: usize) -> Result<QTensor> {
     let rows = q.shape().dims()[0];
     if heads == 0 || !rows.is_multiple_of(heads * 2) {
         return Err(Error::model(
@@ -143,37 +143,59 @@ fn permute_rows(q: &QTensor, heads: usize) -> Result<QTensor> {
     Ok(QTensor::from_bytes(q.dtype(), q.shape().clone(), &out)?)
 }
 
+/// A block's tensors: GGUF's part name beside Hugging Face's (Llama-family layout).
+const BLOCK_PARTS: &[(&str, &str)] = &[
+    ("attn_norm", "input_layernorm"),
+    ("attn_q", "self_attn.q_proj"),
+    ("attn_k", "self_attn.k_proj"),
+    ("attn_v", "self_attn.v_proj"),
+    ("attn_qkv", "self_attn.qkv_proj"),
+    ("attn_output", "self_attn.o_proj"),
+    ("attn_q_norm", "self_attn.q_norm"),
+    ("attn_k_norm", "self_attn.k_norm"),
+    ("ffn_norm", "post_attention_layernorm"),
+    ("ffn_gate", "mlp.gate_proj"),
+    ("ffn_up", "mlp.up_proj"),
+    ("ffn_down", "mlp.down_proj"),
+];
+
+/// The tensors outside the blocks: GGUF's name beside Hugging Face's.
+const TOP_NAMES: &[(&str, &str)] = &[
+    ("token_embd.weight", "model.embed_tokens.weight"),
+    ("output_norm.weight", "model.norm.weight"),
+    ("output.weight", "lm_head.weight"),
+];
+
 /// The HF name of a GGUF tensor name (Llama-family layout; Phi-3 fuses gate and up).
 fn hf_name(gguf: &str, fused_gate_up: bool) -> Option<String> {
-    let top = match gguf {
-        "token_embd.weight" => Some("model.embed_tokens.weight"),
-        "output_norm.weight" => Some("model.norm.weight"),
-        "output.weight" => Some("lm_head.weight"),
-        _ => None,
-    };
-    if let Some(t) = top {
-        return Some(t.to_string());
+    if let Some((_, hf)) = TOP_NAMES.iter().find(|(g, _)| *g == gguf) {
+        return Some(hf.to_string());
     }
     let rest = gguf.strip_prefix("blk.")?;
     let (layer, rest) = rest.split_once('.')?;
     let (part, kind) = rest.rsplit_once('.')?;
     let hf = match part {
-        "attn_norm" => "input_layernorm",
-        "attn_q" => "self_attn.q_proj",
-        "attn_k" => "self_attn.k_proj",
-        "attn_v" => "self_attn.v_proj",
-        "attn_qkv" => "self_attn.qkv_proj",
-        "attn_output" => "self_attn.o_proj",
-        "attn_q_norm" => "self_attn.q_norm",
-        "attn_k_norm" => "self_attn.k_norm",
-        "ffn_norm" => "post_attention_layernorm",
-        "ffn_gate" => "mlp.gate_proj",
         "ffn_up" if fused_gate_up => "mlp.gate_up_proj",
-        "ffn_up" => "mlp.up_proj",
-        "ffn_down" => "mlp.down_proj",
-        _ => return None,
+        _ => BLOCK_PARTS.iter().find(|(g, _)| *g == part)?.1,
     };
     Some(format!("model.layers.{layer}.{hf}.{kind}"))
+}
+
+/// The GGUF name of a Hugging Face tensor name (`hf_name` the other way; Phi-3's
+/// `mlp.gate_up_proj` is `ffn_up`).
+pub(crate) fn gguf_name(hf: &str) -> Option<String> {
+    if let Some((g, _)) = TOP_NAMES.iter().find(|(_, h)| *h == hf) {
+        return Some(g.to_string());
+    }
+    let rest = hf.strip_prefix("model.layers.")?;
+    let (layer, rest) = rest.split_once('.')?;
+    layer.parse::<usize>().ok()?;
+    let (part, kind) = rest.rsplit_once('.')?;
+    let gguf = match part {
+        "mlp.gate_up_proj" => "ffn_up",
+        _ => BLOCK_PARTS.iter().find(|(_, h)| *h == part)?.0,
+    };
+    Some(format!("blk.{layer}.{gguf}.{kind}"))
 }
 
 impl TensorSource for SafetensorsDir {

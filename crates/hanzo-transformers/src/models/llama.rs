@@ -150,5 +150,6 @@ pub(crate) fn load(g: &Gguf) -> Result<Decoder> {
         final_norm: g.vector("output_norm.weight", hidden)?,
         blocks: layers,
         ropes: vec![Rope::Table(rope)],
+        loras: Default::default(),
     })
 }

@@ -8,12 +8,14 @@ mod decoder;
 mod gemma3;
 pub mod hf;
 mod llama;
+mod lora;
 pub(crate) mod meta;
 pub mod numerics;
 
 pub use decoder::Decoder;
 pub use meta::WeightMode;
 
+use crate::lora::{Adapter, LoraId};
 use crate::{Error, Result};
 use hanzo_ml::kv::{KvDtype, KvLayout, PagedKv, SeqId};
 use hanzo_ml::quantized::gguf::GgufFile;
@@ -68,6 +70,8 @@ pub struct SeqChunk<'a> {
     pub logits: Logits,
     /// The length of the run these tokens end, at least `tokens.len()` (see `in_run`).
     run: usize,
+    /// The LoRA adapter set the tokens run with (`LanguageModel::attach_lora`).
+    lora: Option<LoraId>,
 }
 
 impl<'a> SeqChunk<'a> {
@@ -79,7 +83,18 @@ impl<'a> SeqChunk<'a> {
             tokens,
             logits,
             run,
+            lora: None,
         }
+    }
+
+    /// The chunk run with adapter set `lora` (none: the base model).
+    pub fn with_lora(self, lora: Option<LoraId>) -> Self {
+        Self { lora, ..self }
+    }
+
+    /// The adapter set the chunk runs with.
+    pub fn lora(&self) -> Option<LoraId> {
+        self.lora
     }
 
     /// The last `tokens.len()` positions of a run of `run` positions whose first ones were
@@ -112,6 +127,8 @@ pub struct Cache {
     kv: PagedKv,
     seq: SeqId,
     limit: usize,
+    /// The adapter set the sequence runs with.
+    lora: Option<LoraId>,
 }
 
 impl Cache {
@@ -119,7 +136,21 @@ impl Cache {
         let blocks = layout.layers() * limit.max(1).div_ceil(layout.block_size);
         let mut kv = PagedKv::with_blocks(layout, blocks);
         let seq = kv.add_sequence();
-        Self { kv, seq, limit }
+        Self {
+            kv,
+            seq,
+            limit,
+            lora: None,
+        }
+    }
+
+    /// Runs the sequence with adapter set `lora` from now on (none: the base model).
+    pub fn set_lora(&mut self, lora: Option<LoraId>) {
+        self.lora = lora;
+    }
+
+    pub fn lora(&self) -> Option<LoraId> {
+        self.lora
     }
 
     /// Bytes of the store.
@@ -194,6 +225,19 @@ pub trait LanguageModel: Send + Sync {
         0
     }
 
+    /// Attaches a set of LoRA adapters, applied together, to the model (which keeps its
+    /// weights as they are): chunks and caches that name the returned id run with them
+    /// (`SeqChunk::with_lora`, `Cache::set_lora`), others without, in the same batches.
+    /// An error, before anything changes, for an adapter made for another architecture or
+    /// one whose shapes do not fit the model's weights.
+    fn attach_lora(&mut self, adapters: &[Adapter]) -> Result<LoraId> {
+        let _ = adapters;
+        Err(Error::Invalid(format!(
+            "{} models take no LoRA adapters",
+            self.info().architecture
+        )))
+    }
+
     /// Evicts `count` positions of `seq` right after its pinned prefix (`PagedKv::evict`):
     /// the later positions move down by `count`, and their keys are rotated back by `count`
     /// positions, so the store holds what a fresh pass over the kept tokens would have
@@ -216,7 +260,7 @@ pub trait LanguageModel: Send + Sync {
     /// for [`Logits::Last`], `tokens.len()` for `All`).
     fn forward(&self, tokens: &[u32], cache: &mut Cache, logits: Logits) -> Result<Tensor> {
         cache.check_room(tokens.len())?;
-        let chunk = SeqChunk::new(cache.seq, tokens, logits);
+        let chunk = SeqChunk::new(cache.seq, tokens, logits).with_lora(cache.lora);
         self.forward_batch(&[chunk], &mut cache.kv)
     }
 
@@ -224,7 +268,9 @@ pub trait LanguageModel: Send + Sync {
     /// stands for ([`SeqChunk::as_decode_steps`]): a speculative check.
     fn forward_steps(&self, tokens: &[u32], cache: &mut Cache) -> Result<Tensor> {
         cache.check_room(tokens.len())?;
-        let chunk = SeqChunk::new(cache.seq, tokens, Logits::All).as_decode_steps();
+        let chunk = SeqChunk::new(cache.seq, tokens, Logits::All)
+            .as_decode_steps()
+            .with_lora(cache.lora);
         self.forward_batch(&[chunk], &mut cache.kv)
     }
 }
@@ -252,6 +298,10 @@ impl LanguageModel for Decoder {
 
     fn repack_weights(&self) -> usize {
         Decoder::repack_weights(self)
+    }
+
+    fn attach_lora(&mut self, adapters: &[Adapter]) -> Result<LoraId> {
+        Decoder::attach_lora(self, adapters)
     }
 }
 

@@ -57,6 +57,10 @@ pub struct Args {
     /// Do not use the importance matrix for weights whose names contain this.
     #[arg(long, value_name = "NAME", requires = "imatrix")]
     pub exclude_weights: Vec<String>,
+    /// Fold a LoRA adapter (GGUF or PEFT directory) into the weights it changes, times SCALE
+    /// (default 1), before quantizing; repeat for several. GGUF input only.
+    #[arg(long, value_name = "FILE[:SCALE]")]
+    pub lora: Vec<String>,
 }
 
 pub fn run(mut args: Args) -> Result<()> {
@@ -102,6 +106,7 @@ pub fn run(mut args: Args) -> Result<()> {
     let source =
         Source::open(&args.input).with_context(|| format!("reading {}", args.input.display()))?;
     let tensors = source.tensors()?;
+    let merge = LoraMerge::open(&args.lora, &source, &tensors)?;
     let names: Vec<&str> = tensors.iter().map(|t| t.name.as_str()).collect();
     let mut planner = Planner::new(recipe, args.pure, &names, source.n_gqa())
         .with_importance(imatrix.as_ref().is_some_and(|m| m.len() > 0));
@@ -154,10 +159,12 @@ pub fn run(mut args: Args) -> Result<()> {
     let written = write_gguf(&mut out, &metadata, &specs, |i| {
         let (t, spec) = (&tensors[i], &specs[i]);
         bar.set_message(t.name.clone());
+        let merged = merge.changes(&t.name);
         let data: Cow<[u8]> = match source.raw(&t.name).map_err(to_ml)? {
-            Some(raw) if spec.dtype == t.dtype => raw,
+            Some(raw) if spec.dtype == t.dtype && !merged => raw,
             _ => {
-                let x = source.f32(&t.name).map_err(to_ml)?;
+                let mut x = source.f32(&t.name).map_err(to_ml)?;
+                merge.apply(&t.name, &mut x).map_err(to_ml)?;
                 let q = match importance[i] {
                     Some(w) => QTensor::quantize_f32_weighted(&x, t.shape.clone(), spec.dtype, w)?,
                     None => QTensor::quantize_f32(&x, t.shape.clone(), spec.dtype)?,
@@ -184,6 +191,82 @@ pub fn run(mut args: Args) -> Result<()> {
         start.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// The adapters of `--lora`, laid out for the model's rows, folded into its weights.
+struct LoraMerge {
+    adapters: Vec<hanzo_transformers::Adapter>,
+}
+
+impl LoraMerge {
+    fn open(specs: &[String], source: &Source, tensors: &[source::SourceTensor]) -> Result<Self> {
+        if specs.is_empty() {
+            return Ok(Self {
+                adapters: Vec::new(),
+            });
+        }
+        let Source::Gguf(file) = source else {
+            bail!("--lora: folding an adapter in needs a GGUF model as input");
+        };
+        let arch = file
+            .get("general.architecture")
+            .and_then(|v| v.as_str())
+            .context("--lora: the model has no general.architecture")?;
+        let count = |k: &str| {
+            file.get(&format!("{arch}.attention.{k}"))
+                .and_then(|v| v.to_usize())
+                .unwrap_or(0)
+        };
+        let (heads, kv_heads) = (count("head_count"), count("head_count_kv"));
+        let mut adapters = Vec::new();
+        for spec in specs {
+            let a = hanzo_transformers::Adapter::open_spec(spec)
+                .and_then(|a| a.for_model(arch, heads, kv_heads.max(1)))
+                .with_context(|| format!("--lora {spec}"))?;
+            for (name, w) in a.weights() {
+                let Some(t) = tensors.iter().find(|t| t.name == name) else {
+                    let tied = match name == "output.weight" {
+                        true => " (its output head is the token embedding, which stays shared)",
+                        false => "",
+                    };
+                    bail!("--lora {spec}: the model has no weight {name}{tied}");
+                };
+                let (out, inp) = w.weight_dims();
+                if t.shape != [out, inp] {
+                    bail!(
+                        "--lora {spec}: {name} is {:?} in the model, the update [{out}, {inp}]",
+                        t.shape
+                    );
+                }
+            }
+            tracing::info!(
+                "folding LoRA adapter {} into {} weights",
+                a.name,
+                a.weights().count()
+            );
+            adapters.push(a);
+        }
+        Ok(Self { adapters })
+    }
+
+    /// Whether an adapter changes weight `name`.
+    fn changes(&self, name: &str) -> bool {
+        self.adapters
+            .iter()
+            .any(|a| a.weights().any(|(n, _)| n == name))
+    }
+
+    /// `w` (weight `name`'s values, row-major) plus every adapter's update of it.
+    fn apply(&self, name: &str, w: &mut [f32]) -> Result<()> {
+        for a in &self.adapters {
+            if let Some(d) = a.delta(name)? {
+                for (x, d) in w.iter_mut().zip(d.flatten_all()?.to_vec1::<f32>()?) {
+                    *x += d;
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The types llama-quantize will not write without an importance matrix (below 3 bits the

@@ -43,6 +43,7 @@ fn openai_clients_get_what_the_api_promises() {
         .env("HANZO_ENGINE_BIN", env!("CARGO_BIN_EXE_hanzo-engine"))
         .env("HANZO_QWEN", fixture("qwen2"))
         .env("HANZO_MINILM", fixture("minilm"))
+        .env("HANZO_SMOLLM2", fixture("smollm2"))
         .env("HANZO_FEATURES", FEATURES.join(","))
         .status()
         .expect("run pytest");

@@ -4,7 +4,7 @@
 
 use super::api::{self, ChatRequest, CompletionRequest, GenSettings, Prompt};
 use super::error::{ApiError, ApiResult};
-use super::models::ChatModel;
+use super::models::{ChatModel, Served};
 use super::scheduler::GenRequest;
 use super::AppState;
 use axum::body::Bytes;
@@ -15,7 +15,8 @@ use std::sync::Arc;
 
 pub async fn chat(State(app): State<Arc<AppState>>, body: Bytes) -> ApiResult<Response> {
     let req: ChatRequest = api::parse(&body)?;
-    let model = app.models.chat(&req.model)?;
+    let served = app.models.chat_as(&req.model)?;
+    let model = served.model;
     let tools = req.tool_plan()?;
     let prompt = model.chat_prompt(&req.messages()?, tools.as_ref())?;
     let settings = req.gen.settings(model.vocab())?;
@@ -25,7 +26,7 @@ pub async fn chat(State(app): State<Arc<AppState>>, body: Bytes) -> ApiResult<Re
         (None, Some(schema)) => model.json_constraints(schema, settings.n)?,
     };
     let mut job = submit(
-        model,
+        served,
         Kind::Chat,
         prompt,
         settings,
@@ -39,7 +40,8 @@ pub async fn chat(State(app): State<Arc<AppState>>, body: Bytes) -> ApiResult<Re
 
 pub async fn completions(State(app): State<Arc<AppState>>, body: Bytes) -> ApiResult<Response> {
     let req: CompletionRequest = api::parse(&body)?;
-    let model = app.models.chat(&req.model)?;
+    let served = app.models.chat_as(&req.model)?;
+    let model = served.model;
     req.check_unsupported()?;
     let prompt = match req.prompt {
         Prompt::Text(t) => model.pipeline.text_tokens(&t),
@@ -65,19 +67,20 @@ pub async fn completions(State(app): State<Arc<AppState>>, body: Bytes) -> ApiRe
     }
     let settings = req.gen.settings(model.vocab())?;
     let logprobs = req.logprobs.map(|k| k as usize);
-    let job = submit(model, Kind::Text, prompt, settings, logprobs, Vec::new())?;
+    let job = submit(served, Kind::Text, prompt, settings, logprobs, Vec::new())?;
     let usage = req.stream_options.is_some_and(|o| o.include_usage);
     job.respond(req.stream, usage).await
 }
 
 fn submit(
-    model: &ChatModel,
+    served: Served,
     kind: Kind,
     prompt: Vec<u32>,
     s: GenSettings,
     logprobs: Option<usize>,
     constraints: Vec<Box<dyn super::scheduler::Constraint>>,
 ) -> ApiResult<Job> {
+    let model = served.model;
     let ctx = model.ctx_size;
     let room = ctx.saturating_sub(prompt.len());
     if room == 0 {
@@ -110,11 +113,12 @@ fn submit(
         logprobs,
         score: None,
         constraints,
+        lora: served.lora,
         events: tx,
     })?;
     Ok(Job::new(
         kind,
-        &model.name,
+        served.name,
         super::FINGERPRINT,
         s.n,
         prompt_tokens,
@@ -132,7 +136,14 @@ pub async fn chat_text(
     settings: GenSettings,
 ) -> ApiResult<(String, &'static str, usize, usize)> {
     let prompt = model.chat_prompt(messages, None)?;
-    let mut job = submit(model, Kind::Chat, prompt, settings, None, Vec::new())?;
+    let mut job = submit(
+        Served::base(model),
+        Kind::Chat,
+        prompt,
+        settings,
+        None,
+        Vec::new(),
+    )?;
     let prompt_tokens = job.prompt_tokens;
     let c = hanzo_api::response::gather(&mut job).await?.swap_remove(0);
     let finish = c

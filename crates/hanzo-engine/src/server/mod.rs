@@ -32,7 +32,7 @@ use axum::{Json, Router};
 use clap::Args as ClapArgs;
 use error::ApiError;
 use metrics::Metrics;
-use models::{Models, Sizing};
+use models::{LoraSpec, Models, Sizing};
 use serde_json::json;
 use std::sync::Arc;
 
@@ -120,6 +120,12 @@ pub struct ModelSet {
     /// Tokens drafted at most per step (with --lookup).
     #[arg(long, default_value_t = 8, requires = "lookup")]
     pub draft_k: usize,
+    /// A LoRA adapter (GGUF or PEFT directory) loaded once and chosen per request with
+    /// `"model": "MODEL+NAME"`: for language model MODEL (default: the first), named NAME
+    /// (default: its file or directory name), its update times SCALE. Repeat for several;
+    /// requests with different adapters run in one batch.
+    #[arg(long, value_name = "[MODEL+][NAME=]FILE[:SCALE]")]
+    pub lora: Vec<String>,
 }
 
 /// `512M`, `2G`, `65536` (`hanzo_api::sizes`).
@@ -153,9 +159,24 @@ impl ModelSet {
                 (None, _) => None,
             },
         };
+        let loras: Vec<LoraSpec> = self.lora.iter().map(|s| LoraSpec::parse(s)).collect();
         let mut models = Models::default();
         for spec in &self.models {
-            models.load(spec, sizing, &metrics)?;
+            models.load(spec, sizing, &metrics, &loras)?;
+        }
+        for l in &loras {
+            let target = l.model.as_deref();
+            let found = models
+                .chat
+                .iter()
+                .any(|m| target.is_none_or(|t| t == m.name));
+            if !found {
+                bail!(
+                    "--lora {}: no language model named {}",
+                    l.file,
+                    target.unwrap_or("(none is served)")
+                );
+            }
         }
         Ok(Arc::new(AppState {
             models,
@@ -283,7 +304,13 @@ async fn list_models(State(app): State<Arc<AppState>>) -> Json<serde_json::Value
     let data: Vec<_> = m
         .chat
         .iter()
-        .map(|c| model_entry(&c.name, c.created))
+        .flat_map(|c| {
+            std::iter::once(model_entry(&c.name, c.created)).chain(
+                c.adapters
+                    .iter()
+                    .map(|(a, _)| model_entry(&format!("{}+{a}", c.name), c.created)),
+            )
+        })
         .chain(m.embed.iter().map(|e| model_entry(&e.name, e.created)))
         .collect();
     Json(json!({"object": "list", "data": data}))
@@ -295,10 +322,9 @@ async fn one_model(
 ) -> Response {
     let m = &app.models;
     let created = m
-        .chat
-        .iter()
-        .find(|c| c.name == id)
-        .map(|c| c.created)
+        .chat_as(&id)
+        .ok()
+        .map(|s| s.model.created)
         .or_else(|| m.embed.iter().find(|e| e.name == id).map(|e| e.created));
     match created {
         Some(c) => Json(model_entry(&id, c)).into_response(),

@@ -8,7 +8,7 @@ use super::tools::{TokenBytes, ToolGate, ToolPlan};
 use anyhow::{bail, Context, Result};
 use hanzo_ml::kv::{KvLayout, PagedKv};
 use hanzo_transformers::pipeline::PREFILL_CHUNK;
-use hanzo_transformers::{Embedder, TextGeneration, WeightMode};
+use hanzo_transformers::{Adapter, Embedder, LoraId, TextGeneration, WeightMode};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -27,6 +27,54 @@ pub struct ChatModel {
     pub token_bytes: std::sync::OnceLock<Arc<TokenBytes>>,
     /// One embedding pass at a time: each holds a KV store of its own beside the pool.
     pub embedding_pass: Arc<tokio::sync::Semaphore>,
+    /// LoRA adapters requests choose with `model: "NAME+ADAPTER"`, by adapter name.
+    pub adapters: Vec<(String, LoraId)>,
+}
+
+/// A language model as a request named it: alone, or with one of its adapters.
+#[derive(Clone, Copy)]
+pub struct Served<'a> {
+    pub model: &'a ChatModel,
+    /// The name the request used (`NAME` or `NAME+ADAPTER`), echoed in the response.
+    pub name: &'a str,
+    pub lora: Option<LoraId>,
+}
+
+impl<'a> Served<'a> {
+    pub fn base(model: &'a ChatModel) -> Self {
+        Self {
+            model,
+            name: &model.name,
+            lora: None,
+        }
+    }
+}
+
+/// `--lora [MODEL+][NAME=]FILE[:SCALE]`: an adapter for language model MODEL (default: the
+/// first), served as `MODEL+NAME` (default NAME: the adapter's file or directory name).
+#[derive(Clone, Debug)]
+pub struct LoraSpec {
+    pub model: Option<String>,
+    pub name: Option<String>,
+    pub file: String,
+}
+
+impl LoraSpec {
+    pub fn parse(spec: &str) -> Self {
+        let (model, rest) = match spec.split_once('+') {
+            Some((m, rest)) if !m.is_empty() && !m.contains('/') => (Some(m.to_string()), rest),
+            _ => (None, spec),
+        };
+        let (name, file) = match rest.split_once('=') {
+            Some((n, f)) if !n.is_empty() && !n.contains('/') => (Some(n.to_string()), f),
+            _ => (None, rest),
+        };
+        Self {
+            model,
+            name,
+            file: file.to_string(),
+        }
+    }
 }
 
 impl ChatModel {
@@ -186,12 +234,34 @@ fn positions_in(layout: &KvLayout, blocks: usize, limit: usize) -> usize {
 }
 
 impl Models {
+    /// Every name a request may use: the models, and each language model with each of
+    /// its adapters (`MODEL+ADAPTER`).
     pub fn names(&self) -> Vec<String> {
         self.chat
             .iter()
-            .map(|m| m.name.clone())
+            .flat_map(|m| {
+                std::iter::once(m.name.clone())
+                    .chain(m.adapters.iter().map(|(a, _)| format!("{}+{a}", m.name)))
+            })
             .chain(self.embed.iter().map(|m| m.name.clone()))
             .collect()
+    }
+
+    /// The language model `name` (`MODEL`, or `MODEL+ADAPTER` for one of its adapters).
+    pub fn chat_as<'a>(&'a self, name: &'a str) -> ApiResult<Served<'a>> {
+        if let Some((base, adapter)) = name.split_once('+') {
+            if let Some(m) = self.chat.iter().find(|m| m.name == base) {
+                if let Some((_, id)) = m.adapters.iter().find(|(a, _)| a == adapter) {
+                    return Ok(Served {
+                        model: m,
+                        name,
+                        lora: Some(*id),
+                    });
+                }
+                return Err(ApiError::model_not_found(name, &self.names()));
+            }
+        }
+        Ok(Served::base(self.chat(name)?))
     }
 
     pub fn chat(&self, name: &str) -> ApiResult<&ChatModel> {
@@ -221,7 +291,13 @@ impl Models {
 
     /// Loads one model: a BERT-family directory becomes an embedder, anything else a
     /// language model with a scheduler of its own.
-    pub fn load(&mut self, spec: &str, sizing: Sizing, metrics: &Arc<Metrics>) -> Result<()> {
+    pub fn load(
+        &mut self,
+        spec: &str,
+        sizing: Sizing,
+        metrics: &Arc<Metrics>,
+        loras: &[LoraSpec],
+    ) -> Result<()> {
         let (mut name, path) = parse_spec(spec);
         let stored = crate::store::resolve_model(&path)?;
         if stored != path && !spec.contains('=') {
@@ -249,8 +325,15 @@ impl Models {
             });
             return Ok(());
         }
-        self.chat
-            .push(load_language_model(name, &path, sizing, metrics, created)?);
+        // The adapters named for this model, and those naming none for the first one.
+        let first = self.chat.is_empty();
+        let mine: Vec<&LoraSpec> = loras
+            .iter()
+            .filter(|l| l.model.as_deref().map_or(first, |m| m == name))
+            .collect();
+        self.chat.push(load_language_model(
+            name, &path, sizing, metrics, created, &mine,
+        )?);
         Ok(())
     }
 }
@@ -261,10 +344,32 @@ fn load_language_model(
     sizing: Sizing,
     metrics: &Arc<Metrics>,
     created: u64,
+    loras: &[&LoraSpec],
 ) -> Result<ChatModel> {
     let t0 = Instant::now();
-    let p = TextGeneration::load(path, sizing.mode)
+    let mut p = TextGeneration::load(path, sizing.mode)
         .with_context(|| format!("cannot load {}", path.display()))?;
+    let mut adapters: Vec<(String, LoraId)> = Vec::new();
+    for l in loras {
+        let a = Adapter::open_spec(&l.file).with_context(|| format!("--lora {}", l.file))?;
+        let adapter = l.name.clone().unwrap_or_else(|| a.name.clone());
+        if adapters.iter().any(|(n, _)| *n == adapter) {
+            bail!(
+                "model {name}: two adapters are named {adapter:?}; name one with --lora NAME=FILE"
+            );
+        }
+        let id = p
+            .model
+            .attach_lora(std::slice::from_ref(&a))
+            .with_context(|| format!("--lora {}", l.file))?;
+        tracing::info!(
+            "model {name}+{adapter}: LoRA adapter, {} weights, rank {}, {:.1} MiB",
+            a.weights().count(),
+            a.rank(),
+            a.bytes() as f64 / (1 << 20) as f64
+        );
+        adapters.push((adapter, id));
+    }
     warm_up(&p)?;
     let info = p.model.info().clone();
     let layout = p.model.kv_layout();
@@ -314,6 +419,7 @@ fn load_language_model(
         grammars: Default::default(),
         token_bytes: Default::default(),
         embedding_pass: Arc::new(tokio::sync::Semaphore::new(1)),
+        adapters,
     })
 }
 

@@ -113,6 +113,7 @@ pub async fn rerank(State(app): State<Arc<AppState>>, body: Bytes) -> ApiResult<
             logprobs: None,
             score: Some(ids.clone()),
             constraints: Vec::new(),
+            lora: None,
             events: tx,
         })?;
         receivers.push(rx);

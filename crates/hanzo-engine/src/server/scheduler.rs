@@ -26,8 +26,8 @@ use hanzo_transformers::pipeline::PREFILL_CHUNK;
 use hanzo_transformers::sampler::{log_softmax, top_n};
 use hanzo_transformers::tokenizer::StreamDecoder;
 use hanzo_transformers::{
-    Error as ModelError, Logits, PromptLookup, Sampler, SamplingParams, SeqChunk, StopFilter,
-    TextGeneration,
+    Error as ModelError, Logits, LoraId, PromptLookup, Sampler, SamplingParams, SeqChunk,
+    StopFilter, TextGeneration,
 };
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -51,6 +51,8 @@ pub struct GenRequest {
     pub score: Option<Vec<u32>>,
     /// One grammar per choice (constrained decoding), or none.
     pub constraints: Vec<Box<dyn Constraint>>,
+    /// The LoRA adapter the request runs with (`model: "base+adapter"`), if any.
+    pub lora: Option<LoraId>,
     pub events: UnboundedSender<Event>,
 }
 
@@ -177,6 +179,8 @@ struct Seq {
     /// Tokens its next draft may have: 2 at first, doubled while drafts are kept whole, one
     /// past the kept part otherwise (as `TextGeneration` drafts).
     draft_len: usize,
+    /// The request's LoRA adapter.
+    lora: Option<LoraId>,
 }
 
 impl Seq {
@@ -250,6 +254,7 @@ impl State {
             })
             .collect();
         let tokens = req.prompt.clone();
+        let lora = req.lora;
         self.waiting.push_back(Seq {
             shared: Arc::new(std::sync::Mutex::new(Shared {
                 req,
@@ -263,6 +268,7 @@ impl State {
             choices,
             counted: true,
             draft_len: 2,
+            lora,
         });
     }
 
@@ -317,7 +323,10 @@ impl State {
                 self.waiting.push_front(s);
                 return;
             }
-            let (id, cached) = self.kv.add_sequence_with_prefix(&s.tokens);
+            // An adapter's keys and values are its own: its sequences share blocks only
+            // with each other.
+            let namespace = s.lora.map_or(0, |l| 1 + l.index() as u64);
+            let (id, cached) = self.kv.add_sequence_with_prefix_in(&s.tokens, namespace);
             if let Some(l) = self.limits.lookup {
                 // Window layers keep what a turned-down draft takes back.
                 let _ = self.kv.keep_behind(id, l.max_draft + 1);
@@ -431,11 +440,15 @@ impl State {
                     let id = s.id.expect("running");
                     if !d.is_empty() {
                         // Every row as the decode step it stands for.
-                        return SeqChunk::new(id, d, Logits::All).as_decode_steps();
+                        return SeqChunk::new(id, d, Logits::All)
+                            .as_decode_steps()
+                            .with_lora(s.lora);
                     }
                     let tokens = &s.tokens[s.computed..s.computed + p.len];
                     let logits = if p.logits { Logits::Last } else { Logits::None };
-                    SeqChunk::new(id, tokens, logits).in_run(run_length(s.computed, s.prefill_to))
+                    SeqChunk::new(id, tokens, logits)
+                        .in_run(run_length(s.computed, s.prefill_to))
+                        .with_lora(s.lora)
                 })
                 .collect();
             let result = self.pipeline.model.forward_batch(&chunks, &mut self.kv);
@@ -539,6 +552,7 @@ impl State {
                             choices: vec![c],
                             counted: false,
                             draft_len: s.draft_len,
+                            lora: s.lora,
                         },
                         r,
                     )),

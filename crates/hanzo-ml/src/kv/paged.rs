@@ -129,6 +129,9 @@ pub(super) struct Seq {
     pub(super) tokens: Vec<u32>,
     /// Per full block: the hash of every token up to its end (its prefix-cache name).
     pub(super) chains: Vec<u64>,
+    /// Where the chain of hashes starts: sequences whose keys and values differ for the
+    /// same tokens (a LoRA adapter) share no blocks with other namespaces.
+    pub(super) namespace: u64,
     /// Positions before this stay in every layer, window layers included (`PagedKv::pin`).
     pub(super) pinned: usize,
     /// Window layers keep this many positions more than their window sees, so the sequence
@@ -316,6 +319,7 @@ impl PagedKv {
             len: 0,
             tokens: Vec::new(),
             chains: Vec::new(),
+            namespace: 0,
             pinned: 0,
             slack: 0,
             cacheable: true,
@@ -326,12 +330,24 @@ impl PagedKv {
     /// cache holds (at least one prompt token is always left to compute, for its logits).
     /// Returns the sequence and the positions it already holds.
     pub fn add_sequence_with_prefix(&mut self, prompt: &[u32]) -> (SeqId, usize) {
+        self.add_sequence_with_prefix_in(prompt, 0)
+    }
+
+    /// [`Self::add_sequence_with_prefix`] within prefix-cache namespace `namespace`: it
+    /// finds, and its full blocks become, only blocks of sequences of the same namespace (0
+    /// is the default one). For sequences whose keys and values differ for the same tokens,
+    /// such as those run with a LoRA adapter.
+    pub fn add_sequence_with_prefix_in(
+        &mut self,
+        prompt: &[u32],
+        namespace: u64,
+    ) -> (SeqId, usize) {
         let b = self.layout.block_size;
         let layers = self.layout.layers();
         let max_blocks = prompt.len().saturating_sub(1) / b;
         self.stats.prefix_queried += prompt.len();
         let mut chains = Vec::with_capacity(max_blocks);
-        let mut chain = 0;
+        let mut chain = namespace;
         for blk in prompt.chunks_exact(b).take(max_blocks) {
             chain = self.chain(chain, blk);
             chains.push(chain);
@@ -359,6 +375,7 @@ impl PagedKv {
             }
         }
         let id = self.add_sequence();
+        self.seq_mut(id).expect("just added").namespace = namespace;
         if hit == 0 {
             return (id, 0);
         }
@@ -526,7 +543,7 @@ impl PagedKv {
                 }
                 s.tokens.push(tok);
                 if s.len.is_multiple_of(b) {
-                    let prev = s.chains.last().copied().unwrap_or(0);
+                    let prev = s.chains.last().copied().unwrap_or(s.namespace);
                     let chain = self.chain(prev, &s.tokens[s.len - b..]);
                     s.chains.push(chain);
                     let blk = s.len / b - 1;

@@ -141,6 +141,33 @@ fn a_shared_prefix_is_reused_and_evicted_blocks_are_recomputed() {
 }
 
 #[test]
+fn namespaces_share_no_prefix_blocks() {
+    let mut kv = PagedKv::with_blocks(layout(vec![None, Some(5)]), 40);
+    let prompt: Vec<u32> = (100..114).collect();
+    // Computed in namespace 7 (say, with an adapter): found there only.
+    let (a, hit) = kv.add_sequence_with_prefix_in(&prompt, 7);
+    assert_eq!(hit, 0);
+    feed(&mut kv, a, &prompt).unwrap();
+    kv.release(a).unwrap();
+    let (b, hit) = kv.add_sequence_with_prefix(&prompt);
+    assert_eq!(
+        hit, 0,
+        "the default namespace found another namespace's blocks"
+    );
+    let (c, hit) = kv.add_sequence_with_prefix_in(&prompt, 8);
+    assert_eq!(hit, 0);
+    let (d, hit) = kv.add_sequence_with_prefix_in(&prompt, 7);
+    assert_eq!(hit, 12);
+    // The blocks it fills past the hit join namespace 7 too.
+    feed(&mut kv, d, &prompt[12..]).unwrap();
+    check(&kv, d, &prompt, 0..14);
+    for s in [b, c, d] {
+        kv.release(s).unwrap();
+    }
+    assert_eq!(kv.free_blocks(), 40);
+}
+
+#[test]
 fn window_layers_keep_only_what_the_window_sees() {
     // Layer 0 full, layer 1 sees the last 6 positions.
     let mut kv = PagedKv::with_blocks(layout(vec![None, Some(6)]), 100);

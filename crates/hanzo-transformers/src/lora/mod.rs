@@ -222,3 +222,10 @@ fn is_gguf(path: &Path) -> Result<bool> {
 /// Which adapter set a sequence runs with: the handle `LanguageModel::attach_lora` returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct LoraId(pub(crate) u32);
+
+impl LoraId {
+    /// The attach order: 0 for the model's first adapter set, 1 for its second, ...
+    pub fn index(&self) -> u32 {
+        self.0
+    }
+}

@@ -24,10 +24,63 @@ pub(crate) enum Site {
     Output,
 }
 
-/// One update, ready to multiply: `Aᵀ` `[in, r]` and `scale·Bᵀ` `[r, out]`.
+/// One update, ready to multiply: `A` `[r, in]` and `scale·Bᵀ` `[r, out]`, row-major.
 struct Pair {
-    a_t: Tensor,
-    b_t: Tensor,
+    a: Vec<f32>,
+    b_t: Vec<f32>,
+    rank: usize,
+}
+
+impl Pair {
+    /// `x·Aᵀ·(scale·Bᵀ)` for the rows of `x` `[n, in]`, added to `out` `[n, out]`. Each row
+    /// is computed on its own in a fixed order, so a row gets the same numbers whatever
+    /// rows share its pass (a general matrix product picks its blocking by the row count).
+    fn add_product(&self, x: &[f32], out: &mut [f32]) {
+        let inp = self.a.len() / self.rank;
+        let width = self.b_t.len() / self.rank;
+        let row = |(x, out): (&[f32], &mut [f32])| {
+            for (a, b) in self.a.chunks_exact(inp).zip(self.b_t.chunks_exact(width)) {
+                let t = dot(x, a);
+                for (o, &b) in out.iter_mut().zip(b) {
+                    *o += t * b;
+                }
+            }
+        };
+        let rows = x.chunks_exact(inp).zip(out.chunks_exact_mut(width));
+        // Threads only where a pass has rows enough to share out.
+        if x.len() / inp >= 8 {
+            use rayon::prelude::*;
+            x.par_chunks_exact(inp)
+                .zip(out.par_chunks_exact_mut(width))
+                .for_each(row);
+        } else {
+            rows.for_each(row);
+        }
+    }
+}
+
+/// `Σ a·b` in eight interleaved partial sums (the compiler keeps them in one vector).
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for l in 0..8 {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    let half = [
+        acc[0] + acc[4],
+        acc[1] + acc[5],
+        acc[2] + acc[6],
+        acc[3] + acc[7],
+    ];
+    (half[0] + half[2]) + (half[1] + half[3]) + tail
 }
 
 /// The adapter sets attached to one decoder; a [`LoraId`] indexes `sets`.
@@ -77,19 +130,14 @@ impl Loras {
             let Some(pairs) = self.sets.get(s.id.0 as usize).and_then(|m| m.get(&site)) else {
                 continue;
             };
-            let xs = match s.len == n {
-                true => x.clone(),
-                false => x.narrow(0, s.start, s.len)?,
-            };
-            let mut d: Option<Tensor> = None;
+            let xs = x.narrow(0, s.start, s.len)?.to_vec_flat::<f32>()?;
+            let width = y.dims()[1];
+            let mut d = vec![0f32; s.len * width];
             for p in pairs {
-                let t = xs.matmul(&p.a_t)?.matmul(&p.b_t)?;
-                d = Some(match d {
-                    Some(d) => d.add(&t)?,
-                    None => t,
-                });
+                p.add_product(&xs, &mut d);
             }
-            pieces.extend(d.map(|d| (s.start, d)));
+            let d = Tensor::from_vec(d, (s.len, width), &Device::Cpu)?;
+            pieces.push((s.start, d));
         }
         match pieces.len() {
             0 => return Ok(y),
@@ -150,8 +198,15 @@ impl Decoder {
                     ));
                 }
                 let pair = Pair {
-                    a_t: w.a.t()?.contiguous()?,
-                    b_t: w.b.affine(w.scale, 0.0)?.t()?.contiguous()?,
+                    a: w.a.flatten_all()?.to_vec1::<f32>()?,
+                    b_t: w
+                        .b
+                        .affine(w.scale, 0.0)?
+                        .t()?
+                        .contiguous()?
+                        .flatten_all()?
+                        .to_vec1::<f32>()?,
+                    rank: w.rank(),
                 };
                 set.entry(site).or_default().push(pair);
             }

@@ -101,6 +101,20 @@ fn sum_dot_max() {
                 k.name
             );
 
+            // axpy: one rounding of the fused product and sum (or two, unfused), per element.
+            let mut o = b.clone();
+            (k.axpy)(-1.5, &a, &mut o);
+            for i in 0..n {
+                let want = (b[i] as f64) - 1.5 * (a[i] as f64);
+                let tol = 2.0 * f32::EPSILON as f64 * (b[i].abs() as f64 + 1.5 * a[i].abs() as f64);
+                assert!(
+                    (o[i] as f64 - want).abs() <= tol,
+                    "{} axpy n={n} at {i}: {} vs {want}",
+                    k.name,
+                    o[i]
+                );
+            }
+
             let m = (k.max)(&a);
             let m_ref = a.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
             assert_eq!(m, m_ref, "{} max n={n}", k.name);

@@ -6,7 +6,7 @@
 use super::decoder::{Decoder, GateUp, Qkv};
 use crate::lora::{Adapter, LoraId};
 use crate::{Error, Result};
-use hanzo_ml::{DType, Device, Tensor};
+use hanzo_ml::{Device, Tensor};
 use std::collections::HashMap;
 
 /// A projection an adapter can change.
@@ -36,17 +36,14 @@ impl Pair {
     /// is computed on its own in a fixed order, so a row gets the same numbers whatever
     /// rows share its pass (a general matrix product picks its blocking by the row count).
     fn add_product(&self, x: &[f32], out: &mut [f32]) {
+        let k = hanzo_ml::cpu::simd::kernels();
         let inp = self.a.len() / self.rank;
         let width = self.b_t.len() / self.rank;
         let row = |(x, out): (&[f32], &mut [f32])| {
             for (a, b) in self.a.chunks_exact(inp).zip(self.b_t.chunks_exact(width)) {
-                let t = dot(x, a);
-                for (o, &b) in out.iter_mut().zip(b) {
-                    *o += t * b;
-                }
+                (k.axpy)((k.dot)(x, a), b, out);
             }
         };
-        let rows = x.chunks_exact(inp).zip(out.chunks_exact_mut(width));
         // Threads only where a pass has rows enough to share out.
         if x.len() / inp >= 8 {
             use rayon::prelude::*;
@@ -54,33 +51,11 @@ impl Pair {
                 .zip(out.par_chunks_exact_mut(width))
                 .for_each(row);
         } else {
-            rows.for_each(row);
+            x.chunks_exact(inp)
+                .zip(out.chunks_exact_mut(width))
+                .for_each(row);
         }
     }
-}
-
-/// `Σ a·b` in eight interleaved partial sums (the compiler keeps them in one vector).
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in ca.zip(cb) {
-        for l in 0..8 {
-            acc[l] += x[l] * y[l];
-        }
-    }
-    let half = [
-        acc[0] + acc[4],
-        acc[1] + acc[5],
-        acc[2] + acc[6],
-        acc[3] + acc[7],
-    ];
-    (half[0] + half[2]) + (half[1] + half[3]) + tail
 }
 
 /// The adapter sets attached to one decoder; a [`LoraId`] indexes `sets`.
@@ -119,47 +94,38 @@ impl Loras {
         (id.0 as usize) < self.sets.len()
     }
 
-    /// `y` (a projection's output for the rows of `x`) plus every span's update.
+    /// `y` (a projection's output for the rows of `x`) plus every span's update, added to
+    /// a copy of `y`'s values row by row.
     pub fn add(&self, y: Tensor, x: &Tensor, spans: &[Span], site: Site) -> Result<Tensor> {
-        if spans.is_empty() {
+        let active: Vec<(&Span, &Vec<Pair>)> = spans
+            .iter()
+            .filter_map(|s| {
+                let pairs = self.sets.get(s.id.0 as usize)?.get(&site)?;
+                Some((s, pairs))
+            })
+            .collect();
+        if active.is_empty() {
             return Ok(y);
         }
-        let n = x.dims()[0];
-        let mut pieces: Vec<(usize, Tensor)> = Vec::new();
-        for s in spans {
-            let Some(pairs) = self.sets.get(s.id.0 as usize).and_then(|m| m.get(&site)) else {
-                continue;
-            };
-            let xs = x.narrow(0, s.start, s.len)?.to_vec_flat::<f32>()?;
-            let width = y.dims()[1];
-            let mut d = vec![0f32; s.len * width];
+        let (n, width) = y.dims2()?;
+        let inp = x.dims()[1];
+        let x = x.contiguous()?;
+        let (from, to) = x
+            .layout()
+            .contiguous_offsets()
+            .ok_or_else(|| Error::Invalid("LoRA input is not contiguous".into()))?;
+        let hanzo_ml::Storage::Cpu(storage) = x.storage();
+        let xs = &storage.as_slice::<f32>()?[from..to];
+        let mut out = y.to_vec_flat::<f32>()?;
+        for (s, pairs) in active {
+            let rows = s.start..s.start + s.len;
+            let x = &xs[rows.start * inp..rows.end * inp];
+            let o = &mut out[rows.start * width..rows.end * width];
             for p in pairs {
-                p.add_product(&xs, &mut d);
+                p.add_product(x, o);
             }
-            let d = Tensor::from_vec(d, (s.len, width), &Device::Cpu)?;
-            pieces.push((s.start, d));
         }
-        match pieces.len() {
-            0 => return Ok(y),
-            1 if pieces[0].1.dims()[0] == n => return Ok(y.add(&pieces[0].1)?),
-            _ => {}
-        }
-        // The rows without an update get zeros.
-        let out = y.dims()[1];
-        let zeros = |rows: usize| Tensor::zeros((rows, out), DType::F32, &Device::Cpu);
-        let mut parts = Vec::with_capacity(2 * pieces.len() + 1);
-        let mut at = 0;
-        for (start, d) in pieces {
-            if start > at {
-                parts.push(zeros(start - at)?);
-            }
-            at = start + d.dims()[0];
-            parts.push(d);
-        }
-        if at < n {
-            parts.push(zeros(n - at)?);
-        }
-        Ok(y.add(&Tensor::cat(&parts.iter().collect::<Vec<_>>(), 0)?)?)
+        Ok(Tensor::from_vec(out, (n, width), &Device::Cpu)?)
     }
 }
 

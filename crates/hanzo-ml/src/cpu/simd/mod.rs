@@ -56,6 +56,8 @@ pub struct Kernels {
     /// NaN if any element is NaN; -inf for an empty slice.
     pub max: fn(&[f32]) -> f32,
     pub dot: fn(&[f32], &[f32]) -> f32,
+    /// `o += alpha · x`.
+    pub axpy: fn(f32, &[f32], &mut [f32]),
     pub add: fn(&[f32], &[f32], &mut [f32]),
     pub sub: fn(&[f32], &[f32], &mut [f32]),
     pub mul: fn(&[f32], &[f32], &mut [f32]),
@@ -85,6 +87,7 @@ impl Kernels {
         sum: scalar::sum,
         max: scalar::max,
         dot: scalar::dot,
+        axpy: scalar::axpy,
         add: scalar::add,
         sub: scalar::sub,
         mul: scalar::mul,

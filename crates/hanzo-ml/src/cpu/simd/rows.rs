@@ -163,6 +163,23 @@ pub(super) fn dot<S: F32Vector>(s: S, a: &[f32], b: &[f32]) -> f32 {
     s.hsum(s.add(s.add(acc[0], acc[1]), s.add(acc[2], acc[3])))
 }
 
+/// `o += alpha · x` over their common length.
+#[inline(always)]
+pub(super) fn axpy<S: F32Vector>(s: S, alpha: f32, x: &[f32], o: &mut [f32]) {
+    let n = x.len().min(o.len());
+    let (x, o) = (&x[..n], &mut o[..n]);
+    let a = s.splat(alpha);
+    let mut oc = o.chunks_exact_mut(S::LANES);
+    let mut xc = x.chunks_exact(S::LANES);
+    for (o, x) in (&mut oc).zip(&mut xc) {
+        let v = s.fma(a, s.load(x), s.load(o));
+        s.store(o, v);
+    }
+    for (o, &x) in oc.into_remainder().iter_mut().zip(xc.remainder()) {
+        *o += alpha * x;
+    }
+}
+
 /// Sum of (x - c)^2 (the tail is padded with `c`, which adds 0).
 #[inline(always)]
 fn sq_dev<S: F32Vector>(s: S, x: &[f32], c: f32) -> f32 {

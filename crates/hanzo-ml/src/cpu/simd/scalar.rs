@@ -23,6 +23,12 @@ pub fn max(v: &[f32]) -> f32 {
     )
 }
 
+pub fn axpy(alpha: f32, x: &[f32], o: &mut [f32]) {
+    for (o, &x) in o.iter_mut().zip(x) {
+        *o += alpha * x;
+    }
+}
+
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
     let n = a.len().min(b.len());

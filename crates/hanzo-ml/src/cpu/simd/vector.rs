@@ -70,6 +70,7 @@ macro_rules! row_kernels {
                 sum: entry::sum,
                 max: entry::max,
                 dot: entry::dot,
+                axpy: entry::axpy,
                 add: entry::add,
                 sub: entry::sub,
                 mul: entry::mul,
@@ -93,6 +94,7 @@ macro_rules! row_kernels {
             row_entry!(super::$v, $features, sum(v: &[f32]) -> f32);
             row_entry!(super::$v, $features, max(v: &[f32]) -> f32);
             row_entry!(super::$v, $features, dot(a: &[f32], b: &[f32]) -> f32);
+            row_entry!(super::$v, $features, axpy(alpha: f32, x: &[f32], o: &mut [f32]));
             row_entry!(super::$v, $features, add(a: &[f32], b: &[f32], o: &mut [f32]));
             row_entry!(super::$v, $features, sub(a: &[f32], b: &[f32], o: &mut [f32]));
             row_entry!(super::$v, $features, mul(a: &[f32], b: &[f32], o: &mut [f32]));

@@ -85,7 +85,7 @@ pub struct ModelArgs {
     /// Prompt tokens per forward pass (fewer: less memory, slower prompts).
     #[arg(long, default_value_t = 256)]
     prefill_chunk: usize,
-    /// How the KV cache holds keys and values: f16, or q8_0 (53% of the bytes).
+    /// How the KV cache holds keys and values: f16, q8_0 (53% of the bytes) or f32 (twice).
     #[arg(long, default_value = "f16")]
     kv_dtype: KvDtype,
     /// Above this thermal state (0 nominal, 1 fair, 2 serious, 3 critical) generate on half

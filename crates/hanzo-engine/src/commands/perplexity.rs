@@ -19,7 +19,7 @@ pub struct Args {
     /// Tokens per chunk.
     #[arg(short = 'c', long = "ctx-size", default_value_t = 512)]
     pub ctx: usize,
-    /// How the KV cache holds keys and values: f16 or q8_0 (llama.cpp's
+    /// How the KV cache holds keys and values: f16, q8_0 or f32 (llama.cpp's
     /// `--cache-type-k/v`), to measure what a quantized cache costs.
     #[arg(long = "kv-dtype", default_value = "f16")]
     pub kv_dtype: KvDtype,

@@ -84,7 +84,7 @@ pub fn attach_loras(p: &mut TextGeneration, specs: &[String]) -> Result<()> {
     }
     let adapters = specs
         .iter()
-        .map(|s| Adapter::open_spec(s).with_context(|| format!("--lora {s}")))
+        .map(|s| open_adapter(s).with_context(|| format!("--lora {s}")))
         .collect::<Result<Vec<_>>>()?;
     p.attach_lora(&adapters)?;
     for a in &adapters {
@@ -97,6 +97,17 @@ pub fn attach_loras(p: &mut TextGeneration, specs: &[String]) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The LoRA adapter of a `--lora` spec (`FILE[:SCALE]`); an error in a build without them.
+pub fn open_adapter(spec: &str) -> Result<Adapter> {
+    #[cfg(feature = "lora")]
+    return Ok(Adapter::open_spec(spec)?);
+    #[cfg(not(feature = "lora"))]
+    anyhow::bail!(
+        "{spec}: this build leaves out LoRA adapters (--no-default-features); build \
+         hanzo-engine with its default features or `--features lora`"
+    );
 }
 
 /// Two forward passes page the weights in and repack them (the first, a prompt's, reads

@@ -220,8 +220,8 @@ impl LoraMerge {
         let (heads, kv_heads) = (count("head_count"), count("head_count_kv"));
         let mut adapters = Vec::new();
         for spec in specs {
-            let a = hanzo_transformers::Adapter::open_spec(spec)
-                .and_then(|a| a.for_model(arch, heads, kv_heads.max(1)))
+            let a = crate::commands::open_adapter(spec)
+                .and_then(|a| Ok(a.for_model(arch, heads, kv_heads.max(1))?))
                 .with_context(|| format!("--lora {spec}"))?;
             for (name, w) in a.weights() {
                 let Some(t) = tensors.iter().find(|t| t.name == name) else {

@@ -4,7 +4,9 @@
 
 use super::api::{self, ChatRequest, CompletionRequest, GenSettings, Prompt};
 use super::error::{ApiError, ApiResult};
-use super::models::{ChatModel, Served};
+#[cfg(feature = "mcp")]
+use super::models::ChatModel;
+use super::models::Served;
 use super::scheduler::GenRequest;
 use super::AppState;
 use axum::body::Bytes;

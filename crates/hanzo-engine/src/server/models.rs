@@ -8,7 +8,7 @@ use super::tools::{TokenBytes, ToolGate, ToolPlan};
 use anyhow::{bail, Context, Result};
 use hanzo_ml::kv::{KvLayout, PagedKv};
 use hanzo_transformers::pipeline::PREFILL_CHUNK;
-use hanzo_transformers::{Adapter, Embedder, LoraId, TextGeneration, WeightMode};
+use hanzo_transformers::{Embedder, LoraId, TextGeneration, WeightMode};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -351,7 +351,8 @@ fn load_language_model(
         .with_context(|| format!("cannot load {}", path.display()))?;
     let mut adapters: Vec<(String, LoraId)> = Vec::new();
     for l in loras {
-        let a = Adapter::open_spec(&l.file).with_context(|| format!("--lora {}", l.file))?;
+        let a =
+            crate::commands::open_adapter(&l.file).with_context(|| format!("--lora {}", l.file))?;
         let adapter = l.name.clone().unwrap_or_else(|| a.name.clone());
         if adapters.iter().any(|(n, _)| *n == adapter) {
             bail!(

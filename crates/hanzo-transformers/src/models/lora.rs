@@ -7,10 +7,9 @@ use super::decoder::{Decoder, GateUp, Qkv};
 use crate::lora::{Adapter, LoraId};
 use crate::{Error, Result};
 use hanzo_ml::{Device, Tensor};
-use std::collections::HashMap;
 
 /// A projection an adapter can change.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Site {
     Q(usize),
     K(usize),
@@ -46,10 +45,9 @@ impl Pair {
         };
         // Threads only where a pass has rows enough to share out.
         if x.len() / inp >= 8 {
-            use rayon::prelude::*;
-            x.par_chunks_exact(inp)
-                .zip(out.par_chunks_exact_mut(width))
-                .for_each(row);
+            hanzo_ml::cpu::par::for_each_chunk(out, width, &|i, o| {
+                row((&x[i * inp..(i + 1) * inp], o))
+            });
         } else {
             x.chunks_exact(inp)
                 .zip(out.chunks_exact_mut(width))
@@ -58,10 +56,30 @@ impl Pair {
     }
 }
 
-/// The adapter sets attached to one decoder; a [`LoraId`] indexes `sets`.
+/// The adapter sets attached to one decoder; a [`LoraId`] indexes `sets`, and a set holds
+/// each site's updates at `Site::slot`.
 #[derive(Default)]
 pub(crate) struct Loras {
-    sets: Vec<HashMap<Site, Vec<Pair>>>,
+    sets: Vec<Vec<Vec<Pair>>>,
+}
+
+impl Site {
+    /// Where a set keeps this site's updates: the head first, then nine per block.
+    fn slot(self) -> usize {
+        let (i, k) = match self {
+            Site::Output => return 0,
+            Site::Q(i) => (i, 0),
+            Site::K(i) => (i, 1),
+            Site::V(i) => (i, 2),
+            Site::Qkv(i) => (i, 3),
+            Site::O(i) => (i, 4),
+            Site::Gate(i) => (i, 5),
+            Site::Up(i) => (i, 6),
+            Site::GateUp(i) => (i, 7),
+            Site::Down(i) => (i, 8),
+        };
+        1 + 9 * i + k
+    }
 }
 
 /// Rows `start..start + len` of a pass run with adapter set `id`.
@@ -96,12 +114,13 @@ impl Loras {
 
     /// `y` (a projection's output for the rows of `x`) plus every span's update, added to
     /// a copy of `y`'s values row by row.
+    #[inline(never)] // called at every projection: one copy, not one per call site
     pub fn add(&self, y: Tensor, x: &Tensor, spans: &[Span], site: Site) -> Result<Tensor> {
         let active: Vec<(&Span, &Vec<Pair>)> = spans
             .iter()
             .filter_map(|s| {
-                let pairs = self.sets.get(s.id.0 as usize)?.get(&site)?;
-                Some((s, pairs))
+                let pairs = self.sets.get(s.id.0 as usize)?.get(site.slot())?;
+                (!pairs.is_empty()).then_some((s, pairs))
             })
             .collect();
         if active.is_empty() {
@@ -109,22 +128,17 @@ impl Loras {
         }
         let (n, width) = y.dims2()?;
         let inp = x.dims()[1];
-        let x = x.contiguous()?;
-        let (from, to) = x
-            .layout()
-            .contiguous_offsets()
-            .ok_or_else(|| Error::Invalid("LoRA input is not contiguous".into()))?;
-        let hanzo_ml::Storage::Cpu(storage) = x.storage();
-        let xs = &storage.as_slice::<f32>()?[from..to];
         let mut out = y.to_vec_flat::<f32>()?;
-        for (s, pairs) in active {
-            let rows = s.start..s.start + s.len;
-            let x = &xs[rows.start * inp..rows.end * inp];
-            let o = &mut out[rows.start * width..rows.end * width];
-            for p in pairs {
-                p.add_product(x, o);
+        x.with_contiguous(|xs: &[f32]| {
+            for (s, pairs) in &active {
+                let rows = s.start..s.start + s.len;
+                let x = &xs[rows.start * inp..rows.end * inp];
+                let o = &mut out[rows.start * width..rows.end * width];
+                for p in pairs.iter() {
+                    p.add_product(x, o);
+                }
             }
-        }
+        })?;
         Ok(Tensor::from_vec(out, (n, width), &Device::Cpu)?)
     }
 }
@@ -138,7 +152,7 @@ impl Decoder {
             ));
         }
         let id = LoraId(self.loras.sets.len() as u32);
-        let mut set: HashMap<Site, Vec<Pair>> = HashMap::new();
+        let mut set: Vec<Vec<Pair>> = Vec::new();
         for adapter in adapters {
             let (heads, kv_heads) = (self.cfg.heads, self.cfg.kv_heads);
             let adapter = adapter.for_model(&self.info.architecture, heads, kv_heads)?;
@@ -174,7 +188,11 @@ impl Decoder {
                         .to_vec1::<f32>()?,
                     rank: w.rank(),
                 };
-                set.entry(site).or_default().push(pair);
+                let slot = site.slot();
+                if set.len() <= slot {
+                    set.resize_with(slot + 1, Vec::new);
+                }
+                set[slot].push(pair);
             }
         }
         self.loras.sets.push(set);

@@ -462,6 +462,19 @@ mod tests {
     }
 
     #[test]
+    fn lora_specs_name_their_model_and_adapter() {
+        let l = LoraSpec::parse("smol+attn=/a/attn:0.5");
+        assert_eq!(l.model.as_deref(), Some("smol"));
+        assert_eq!(l.name.as_deref(), Some("attn"));
+        assert_eq!(l.file, "/a/attn:0.5");
+        let l = LoraSpec::parse("/adapters/v1+v2/attn.gguf");
+        assert_eq!((l.model, l.name), (None, None));
+        assert_eq!(l.file, "/adapters/v1+v2/attn.gguf");
+        let l = LoraSpec::parse("attn=adapter");
+        assert_eq!((l.model, l.name.as_deref()), (None, Some("attn")));
+    }
+
+    #[test]
     fn pool_capacity_in_positions() {
         // Two full-attention layers, 16-position blocks: 10 blocks hold 5 blocks per layer.
         let layout = KvLayout::new(8, vec![None, None]);

@@ -229,3 +229,27 @@ impl LoraId {
         self.0
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_split_a_trailing_scale_off_the_path() {
+        assert_eq!(
+            parse_spec("a/b.gguf").unwrap(),
+            (PathBuf::from("a/b.gguf"), 1.0)
+        );
+        assert_eq!(
+            parse_spec("a/b.gguf:0.5").unwrap(),
+            (PathBuf::from("a/b.gguf"), 0.5)
+        );
+        assert_eq!(parse_spec("a/b:-1").unwrap(), (PathBuf::from("a/b"), -1.0));
+        // A colon that is not followed by a number belongs to the path.
+        assert_eq!(
+            parse_spec("c:/x/y").unwrap(),
+            (PathBuf::from("c:/x/y"), 1.0)
+        );
+        assert!(parse_spec("a.gguf:inf").is_err());
+    }
+}

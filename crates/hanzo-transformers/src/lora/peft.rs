@@ -178,3 +178,29 @@ fn matching<T: Copy>(patterns: &[(String, T)], module: &str) -> Result<Option<T>
     }
     Ok(None)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::matching;
+
+    #[test]
+    fn patterns_name_a_module_or_a_dotted_suffix_of_it() {
+        let p = vec![
+            ("layers.3.mlp.down_proj".to_string(), 2.0),
+            ("q_proj".to_string(), 4.0),
+        ];
+        let m = "model.layers.3.mlp.down_proj";
+        assert_eq!(matching(&p, m).unwrap(), Some(2.0));
+        assert_eq!(matching(&p, "model.layers.13.mlp.down_proj").unwrap(), None);
+        assert_eq!(
+            matching(&p, "model.layers.0.self_attn.q_proj").unwrap(),
+            Some(4.0)
+        );
+        assert_eq!(
+            matching(&p, "model.layers.0.self_attn.xq_proj").unwrap(),
+            None
+        );
+        let bad = vec![("(".to_string(), 1.0)];
+        assert!(matching(&bad, m).is_err());
+    }
+}

@@ -12,7 +12,6 @@ use hanzo_ml::quantized::gguf::GgufFile;
 use hanzo_transformers::models::SeqChunk;
 use hanzo_transformers::{load_gguf_with, Adapter, LanguageModel, Logits, LoraId, WeightMode};
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::OnceLock;
 
 const REFERENCE: &str = "smollm2-135m-lora-peft.json";
@@ -20,21 +19,7 @@ const REFERENCE: &str = "smollm2-135m-lora-peft.json";
 /// The adapters, written once per test run and checked against the reference's hashes.
 fn adapters_dir() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("lora-adapters");
-        let script =
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/lora_adapters.py");
-        let ok = Command::new("python3")
-            .arg(script)
-            .arg("write")
-            .arg(&dir)
-            .arg(common::reference_path(REFERENCE))
-            .status()
-            .expect("python3")
-            .success();
-        assert!(ok, "scripts/lora_adapters.py write failed");
-        dir
-    })
+    DIR.get_or_init(|| common::write_checked("lora_adapters.py", "lora-adapters", REFERENCE))
 }
 
 fn adapter(name: &str) -> Adapter {

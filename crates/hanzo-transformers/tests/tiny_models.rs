@@ -10,7 +10,6 @@ mod common;
 use common::row;
 use hanzo_transformers::{load_dir, Logits, WeightMode};
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::OnceLock;
 
 const REFERENCE: &str = "tiny-models-transformers.json";
@@ -18,20 +17,7 @@ const REFERENCE: &str = "tiny-models-transformers.json";
 /// The models, written once per test run and checked against the reference's weights.
 fn models_dir() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("tiny-models");
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/tiny_models.py");
-        let ok = Command::new("python3")
-            .arg(script)
-            .arg("write")
-            .arg(&dir)
-            .arg(common::reference_path(REFERENCE))
-            .status()
-            .expect("python3")
-            .success();
-        assert!(ok, "scripts/tiny_models.py write failed");
-        dir
-    })
+    DIR.get_or_init(|| common::write_checked("tiny_models.py", "tiny-models", REFERENCE))
 }
 
 /// Every position's logits against transformers'. The KV cache holds f16 (as llama.cpp's

@@ -4,11 +4,9 @@
 //! `alpha / r`, or not at all when alpha is 0 or missing (llama.cpp's rule). The converter
 //! already permuted B's query and key rows as it permutes the weights.
 
-use super::{Adapter, LowRank};
+use super::{Adapter, Halves, LowRank};
 use crate::{Error, Result};
 use hanzo_ml::quantized::gguf::GgufFile;
-use hanzo_ml::Tensor;
-use std::collections::BTreeMap;
 use std::path::Path;
 
 pub(super) fn read(path: &Path) -> Result<Adapter> {
@@ -36,7 +34,7 @@ pub(super) fn read(path: &Path) -> Result<Adapter> {
         .get("adapter.lora.alpha")
         .and_then(|v| v.to_f64())
         .unwrap_or(0.0);
-    let mut pairs: BTreeMap<String, (Option<Tensor>, Option<Tensor>)> = BTreeMap::new();
+    let mut halves = Halves::default();
     for info in file.tensor_infos() {
         let (base, is_a) = if let Some(b) = info.name.strip_suffix(".lora_a") {
             (b, true)
@@ -45,18 +43,11 @@ pub(super) fn read(path: &Path) -> Result<Adapter> {
         } else {
             return Err(err(format!("tensor {:?} is not a LoRA weight", info.name)));
         };
-        let t = file.tensor(&info.name)?.dequantize()?;
-        let slot = pairs.entry(base.to_string()).or_default();
-        match is_a {
-            true => slot.0 = Some(t),
-            false => slot.1 = Some(t),
-        }
+        halves.put(base, is_a, file.tensor(&info.name)?.dequantize()?);
     }
+    let pairs = halves.pairs("lora_a and lora_b").map_err(err)?;
     let mut weights = Vec::with_capacity(pairs.len());
-    for (name, pair) in pairs {
-        let (Some(a), Some(b)) = pair else {
-            return Err(err(format!("{name}: lora_a and lora_b do not both appear")));
-        };
+    for (name, a, b) in pairs {
         let rank = a.dims().first().copied().unwrap_or(1).max(1);
         let scale = match alpha {
             0.0 => 1.0,

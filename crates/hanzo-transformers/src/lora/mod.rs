@@ -195,6 +195,33 @@ impl Adapter {
     }
 }
 
+/// The A and B halves of a file's updates, collected in the file's order and named by what
+/// they change (the readers of both forms).
+#[derive(Default)]
+struct Halves(std::collections::BTreeMap<String, (Option<Tensor>, Option<Tensor>)>);
+
+impl Halves {
+    fn put(&mut self, name: &str, is_a: bool, t: Tensor) {
+        let slot = self.0.entry(name.to_string()).or_default();
+        match is_a {
+            true => slot.0 = Some(t),
+            false => slot.1 = Some(t),
+        }
+    }
+
+    /// `(name, A, B)` in name order; the message for a name missing a half, which the
+    /// file calls `halves` (`lora_a and lora_b`).
+    fn pairs(self, halves: &str) -> std::result::Result<Vec<(String, Tensor, Tensor)>, String> {
+        self.0
+            .into_iter()
+            .map(|(name, pair)| match pair {
+                (Some(a), Some(b)) => Ok((name, a, b)),
+                _ => Err(format!("{name}: {halves} do not both appear")),
+            })
+            .collect()
+    }
+}
+
 /// `FILE[:SCALE]`: the path and the scale (1 when left out). A colon followed by something
 /// that is not a number belongs to the path.
 pub fn parse_spec(spec: &str) -> Result<(PathBuf, f64)> {

@@ -3,12 +3,11 @@
 //! `base_model.model.<module>.lora_A.weight` (`[r, in]`) and `...lora_B.weight` (`[out, r]`).
 //! A module's update is scaled by `alpha / r`, or `alpha / √r` with rank-stabilised LoRA.
 
-use super::{Adapter, LowRank};
+use super::{Adapter, Halves, LowRank};
 use crate::models::hf::gguf_name;
 use crate::{Error, Result};
-use hanzo_ml::{DType, Tensor};
+use hanzo_ml::DType;
 use serde_json::Value as Json;
-use std::collections::BTreeMap;
 use std::path::Path;
 
 fn err(msg: impl Into<String>) -> Error {
@@ -37,8 +36,7 @@ pub(super) fn read(dir: &Path) -> Result<Adapter> {
         )));
     }
     let tensors = hanzo_ml::io::safetensors::load(&file)?;
-    // module -> (A, B)
-    let mut pairs: BTreeMap<String, (Option<Tensor>, Option<Tensor>)> = BTreeMap::new();
+    let mut halves = Halves::default();
     for (key, t) in tensors {
         let Some(rest) = key.strip_prefix("base_model.model.") else {
             return Err(err(format!(
@@ -59,20 +57,11 @@ pub(super) fn read(dir: &Path) -> Result<Adapter> {
                  `modules_to_save`, are not supported)"
             )));
         };
-        let slot = pairs.entry(module.to_string()).or_default();
-        let t = t.to_dtype(DType::F32)?;
-        match is_a {
-            true => slot.0 = Some(t),
-            false => slot.1 = Some(t),
-        }
+        halves.put(module, is_a, t.to_dtype(DType::F32)?);
     }
+    let pairs = halves.pairs("lora_A and lora_B").map_err(err)?;
     let mut weights = Vec::with_capacity(pairs.len());
-    for (module, pair) in pairs {
-        let (Some(a), Some(b)) = pair else {
-            return Err(err(format!(
-                "{module}: lora_A and lora_B do not both appear"
-            )));
-        };
+    for (module, a, b) in pairs {
         let name = gguf_name(&format!("{module}.weight")).ok_or_else(|| {
             err(format!(
                 "{module}: not a projection of a supported architecture's blocks or its head"

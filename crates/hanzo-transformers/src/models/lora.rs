@@ -6,6 +6,7 @@
 use super::decoder::{Decoder, GateUp, Qkv};
 use crate::lora::{Adapter, LoraId};
 use crate::{Error, Result};
+use hanzo_ml::quantized::QMatMul;
 use hanzo_ml::{Device, Tensor};
 
 /// A projection an adapter can change.
@@ -114,7 +115,6 @@ impl Loras {
 
     /// `y` (a projection's output for the rows of `x`) plus every span's update, added to
     /// a copy of `y`'s values row by row.
-    #[inline(never)] // called at every projection: one copy, not one per call site
     pub fn add(&self, y: Tensor, x: &Tensor, spans: &[Span], site: Site) -> Result<Tensor> {
         let active: Vec<(&Span, &Vec<Pair>)> = spans
             .iter()
@@ -157,13 +157,13 @@ impl Decoder {
             let (heads, kv_heads) = (self.cfg.heads, self.cfg.kv_heads);
             let adapter = adapter.for_model(&self.info.architecture, heads, kv_heads)?;
             for (name, w) in adapter.weights() {
-                let site = self.site(name).ok_or_else(|| {
+                let (site, weight) = self.site(name).ok_or_else(|| {
                     Error::model(
                         format!("LoRA adapter {}", adapter.name),
                         format!("{name}: this model has no such projection"),
                     )
                 })?;
-                let dims = self.site_dims(site);
+                let dims = weight.weight_dims();
                 if w.weight_dims() != dims {
                     return Err(Error::model(
                         format!("LoRA adapter {}", adapter.name),
@@ -199,57 +199,27 @@ impl Decoder {
         Ok(id)
     }
 
-    /// The projection a GGUF weight name stands for in this model, if it has it.
-    fn site(&self, name: &str) -> Option<Site> {
+    /// The projection a GGUF weight name stands for in this model, with its weight, if the
+    /// model has it.
+    fn site(&self, name: &str) -> Option<(Site, &QMatMul)> {
         if name == "output.weight" {
-            return Some(Site::Output);
+            return Some((Site::Output, &self.output));
         }
         let rest = name.strip_prefix("blk.")?.strip_suffix(".weight")?;
         let (layer, part) = rest.split_once('.')?;
         let i: usize = layer.parse().ok()?;
         let block = self.blocks.get(i)?;
-        let fused_qkv = matches!(block.qkv, Qkv::Fused(_));
-        let fused_gate_up = matches!(block.gate_up, GateUp::Fused(_));
-        Some(match part {
-            "attn_q" if !fused_qkv => Site::Q(i),
-            "attn_k" if !fused_qkv => Site::K(i),
-            "attn_v" if !fused_qkv => Site::V(i),
-            "attn_qkv" if fused_qkv => Site::Qkv(i),
-            "attn_output" => Site::O(i),
-            "ffn_gate" if !fused_gate_up => Site::Gate(i),
-            "ffn_up" if fused_gate_up => Site::GateUp(i),
-            "ffn_up" => Site::Up(i),
-            "ffn_down" => Site::Down(i),
+        Some(match (part, &block.qkv, &block.gate_up) {
+            ("attn_q", Qkv::Split { q, .. }, _) => (Site::Q(i), &q.w),
+            ("attn_k", Qkv::Split { k, .. }, _) => (Site::K(i), &k.w),
+            ("attn_v", Qkv::Split { v, .. }, _) => (Site::V(i), &v.w),
+            ("attn_qkv", Qkv::Fused(p), _) => (Site::Qkv(i), &p.w),
+            ("attn_output", _, _) => (Site::O(i), &block.o),
+            ("ffn_gate", _, GateUp::Split { gate, .. }) => (Site::Gate(i), gate),
+            ("ffn_up", _, GateUp::Split { up, .. }) => (Site::Up(i), up),
+            ("ffn_up", _, GateUp::Fused(w)) => (Site::GateUp(i), w),
+            ("ffn_down", _, _) => (Site::Down(i), &block.down),
             _ => return None,
         })
-    }
-
-    /// `(out, in)` of the weight at `site` (one `site` returned).
-    fn site_dims(&self, site: Site) -> (usize, usize) {
-        let b = |i: usize| &self.blocks[i];
-        match site {
-            Site::Q(i) | Site::K(i) | Site::V(i) => match &b(i).qkv {
-                Qkv::Split { q, k, v } => match site {
-                    Site::Q(_) => q.w.weight_dims(),
-                    Site::K(_) => k.w.weight_dims(),
-                    _ => v.w.weight_dims(),
-                },
-                Qkv::Fused(p) => p.w.weight_dims(),
-            },
-            Site::Qkv(i) => match &b(i).qkv {
-                Qkv::Fused(p) => p.w.weight_dims(),
-                Qkv::Split { q, .. } => q.w.weight_dims(),
-            },
-            Site::O(i) => b(i).o.weight_dims(),
-            Site::Gate(i) | Site::Up(i) | Site::GateUp(i) => match &b(i).gate_up {
-                GateUp::Split { gate, up } => match site {
-                    Site::Gate(_) => gate.weight_dims(),
-                    _ => up.weight_dims(),
-                },
-                GateUp::Fused(w) => w.weight_dims(),
-            },
-            Site::Down(i) => b(i).down.weight_dims(),
-            Site::Output => self.output.weight_dims(),
-        }
     }
 }

@@ -56,6 +56,26 @@ pub fn convert_fixture(script: &str, flags: &[&str], id: &str, out: &str) -> Pat
     dst
 }
 
+/// Runs `scripts/SCRIPT write OUT REFERENCE` (a writer of NumPy-made test weights that
+/// fails unless they hash to what `tests/reference/REFERENCE` recorded) into `out`, a name
+/// under the test target's temporary folder, and returns the output path.
+pub fn write_checked(script: &str, out: &str, reference_name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(out);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scripts")
+        .join(script);
+    let ok = Command::new("python3")
+        .arg(&script)
+        .arg("write")
+        .arg(&dir)
+        .arg(reference_path(reference_name))
+        .status()
+        .expect("python3")
+        .success();
+    assert!(ok, "{} write failed", script.display());
+    dir
+}
+
 pub fn argmax(v: &[f32]) -> usize {
     let mut best = 0;
     for (i, &x) in v.iter().enumerate() {

@@ -83,12 +83,17 @@ impl Budget {
     pub fn compute(file: &GgufFile, info: &ModelInfo, layout: &KvLayout, cfg: &EdgeConfig) -> Self {
         let ctx = cfg.max_context_tokens;
         let chunk = cfg.chunk();
-        let kv_blocks = layout.blocks_pinned(ctx, chunk + TRUNCATE_SLACK, cfg.max_keep_tokens);
+        // A pass that checks a prompt lookup's draft runs its tokens and keeps every row's
+        // logits.
+        let checked = cfg.lookup.map_or(1, |l| l.max_draft + 1);
+        let pass = chunk.max(checked);
+        let kv_blocks = layout.blocks_pinned(ctx, pass + TRUNCATE_SLACK, cfg.max_keep_tokens);
         Self {
             breakdown: Breakdown {
                 weights: weights_bytes(file),
                 kv_cache: (kv_blocks * layout.block_bytes()) as u64,
-                activations: scratch_bytes(info, chunk, 1) as u64 + attention_bytes(layout, ctx),
+                activations: scratch_bytes(info, pass, checked) as u64
+                    + attention_bytes(layout, ctx),
                 tokenizer: tokenizer_bytes(file),
                 runtime: RUNTIME_BYTES,
                 guard: 0,

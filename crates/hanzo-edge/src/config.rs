@@ -1,6 +1,11 @@
 use hanzo_ml::kv::KvDtype;
 use std::path::PathBuf;
 
+/// The most tokens a prompt lookup drafts per pass: turned-down drafts are truncated away,
+/// and the sliding-window layers keep `TRUNCATE_SLACK` positions behind their windows for
+/// that.
+pub(crate) const MAX_DRAFT: usize = 16;
+
 /// What to do with the KV cache when a conversation outgrows `max_context_tokens`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Eviction {
@@ -40,6 +45,12 @@ pub struct EdgeConfig {
     /// Tokens kept after the system prompt when evicting (llama.cpp's `--keep`).
     pub keep_tokens: usize,
     pub eviction: Eviction,
+    /// Speculative decoding by prompt lookup: each decode pass also checks up to
+    /// `max_draft` tokens copied from what followed the newest earlier match of the last
+    /// `ngram` tokens in the conversation (`--lookup N --draft-k K`). Greedy replies are
+    /// the same with it as without; sampled ones keep the model's distribution. It pays
+    /// where replies repeat their input (code edits, summaries). Off by default.
+    pub lookup: Option<hanzo_transformers::PromptLookup>,
     /// How the KV cache holds keys and values: f16, or Q8_0 at 53% of the bytes (its
     /// perplexity cost and speed are measured in docs/EDGE.md).
     pub kv_dtype: KvDtype,
@@ -82,6 +93,7 @@ impl EdgeConfig {
             max_keep_tokens: (max_context_tokens / 4).min(256),
             keep_tokens: 0,
             eviction: Eviction::Rerotate,
+            lookup: None,
             kv_dtype: KvDtype::F16,
             thermal_limit: Some(1),
             thermal_zones: PathBuf::from("/sys/class/thermal"),
@@ -117,6 +129,14 @@ impl EdgeConfig {
                 "max_keep_tokens {} is over half of max_context_tokens {}: evictions would leave no room",
                 self.max_keep_tokens, self.max_context_tokens
             ));
+        }
+        if let Some(l) = &self.lookup {
+            if l.ngram == 0 || l.max_draft == 0 || l.max_draft > MAX_DRAFT {
+                return bad(format!(
+                    "lookup: an n-gram of at least 1 token and 1 to {MAX_DRAFT} drafted tokens (n-gram {}, drafts {})",
+                    l.ngram, l.max_draft
+                ));
+            }
         }
         if self.threads == Some(0) {
             return bad("threads must be at least 1".into());

@@ -187,6 +187,42 @@ impl Conversation {
         Ok((out, evicted))
     }
 
+    /// Runs `tokens` at the next positions in one pass, each computed as a decode step
+    /// computes it, and returns every row's logits: a speculative check (the pending token,
+    /// then the draft). They must fit the context as it is (drafts never cause an eviction).
+    pub fn feed_steps(
+        &mut self,
+        model: &dyn LanguageModel,
+        tokens: &[u32],
+    ) -> Result<Tensor, EdgeError> {
+        if self.held.len() + tokens.len() > self.ctx {
+            return Err(EdgeError::Request(format!(
+                "a draft check of {} tokens after {} positions overflows the context of {}",
+                tokens.len(),
+                self.held.len(),
+                self.ctx
+            )));
+        }
+        let chunk = SeqChunk::new(self.seq, tokens, Logits::All).as_decode_steps();
+        let rows = model.forward_batch(&[chunk], &mut self.kv)?;
+        self.held.extend_from_slice(tokens);
+        Ok(rows)
+    }
+
+    /// Drops the positions from `len` on (turned-down drafts).
+    pub fn truncate(&mut self, len: usize) -> Result<(), EdgeError> {
+        if len < self.held.len() {
+            self.kv.truncate(self.seq, len)?;
+            self.held.truncate(len);
+        }
+        Ok(())
+    }
+
+    /// Positions the context has room for before an eviction.
+    pub fn room(&self) -> usize {
+        self.ctx - self.held.len()
+    }
+
     /// Evicts so that `t` more positions fit: at least what is missing, and half of what
     /// follows the pinned prefix (as llama.cpp's context shift), so that evictions stay rare.
     fn make_room(

@@ -5,7 +5,7 @@ use crate::config::EdgeConfig;
 use crate::conversation::{Conversation, Evicted};
 use crate::guard::stream::Guarding;
 use crate::guard::{Guard, GuardReport, Judge, Stage, Verdict};
-use crate::stream::{Reply, TokenStream};
+use crate::stream::{Reply, Speculation, TokenStream};
 use crate::thermal::Throttle;
 use crate::EdgeError;
 use hanzo_ml::quantized::gguf::GgufFile;
@@ -461,6 +461,7 @@ impl Edge {
             started: Instant::now(),
             first_token: None,
             entropies: None,
+            speculation: None,
             #[cfg(feature = "cloud")]
             route: None,
             guard: None,
@@ -605,6 +606,7 @@ impl Edge {
             started,
             first_token: None,
             entropies: None,
+            speculation: self.config.lookup.map(Speculation::new),
             #[cfg(feature = "cloud")]
             route: None,
             guard: None,
@@ -628,6 +630,22 @@ impl Edge {
         let (logits, evicted) =
             throttle.run(|| conversation.feed(model, tokens, chunk, eviction))?;
         Ok((logits.expect("at least one token"), evicted))
+    }
+}
+
+impl Edge {
+    /// Runs a speculative check's tokens (the pending token and its draft) in one pass and
+    /// returns every row's logits; see `Conversation::feed_steps`.
+    pub(crate) fn feed_steps(&mut self, tokens: &[u32]) -> Result<Tensor, EdgeError> {
+        self.throttle.update();
+        let Self {
+            conversation,
+            pipeline,
+            throttle,
+            ..
+        } = self;
+        let model = pipeline.model.as_ref();
+        throttle.run(|| conversation.feed_steps(model, tokens))
     }
 }
 

@@ -5,7 +5,8 @@ use crate::edge::Edge;
 use crate::EdgeError;
 use hanzo_ml::Tensor;
 use hanzo_transformers::tokenizer::StreamDecoder;
-use hanzo_transformers::{Finish, Sampler, StopFilter};
+use hanzo_transformers::{Finish, PromptLookup, Sampler, SpeculationStats, StopFilter};
+use std::collections::VecDeque;
 use web_time::Instant;
 
 /// One item of a [`TokenStream`].
@@ -69,6 +70,10 @@ pub struct Summary {
     /// What the safety guard found and what it cost, where `EdgeConfig::guard` is set. A
     /// flagged turn's reply is the guard's refusal.
     pub guard: Option<crate::guard::GuardReport>,
+    /// Tokens a prompt lookup drafted for this reply (`EdgeConfig::lookup`), and of those
+    /// the ones the model kept.
+    pub drafted_tokens: usize,
+    pub accepted_tokens: usize,
 }
 
 /// The reply to [`Edge::chat`] or [`Edge::complete`]: an iterator of [`Event`]s. Dropping
@@ -101,6 +106,8 @@ pub struct Reply {
     /// The entropy (nats) of each sampled token's distribution, where the cloud fallback
     /// judges the local draft by it.
     pub(crate) entropies: Option<Vec<f32>>,
+    /// Speculative decoding's state, where `EdgeConfig::lookup` asks for it.
+    pub(crate) speculation: Option<Speculation>,
     /// The cloud fallback's state for this reply.
     #[cfg(feature = "cloud")]
     pub(crate) route: Option<Box<crate::cloud::Route>>,
@@ -203,26 +210,36 @@ impl Reply {
     /// `TextGeneration::step`, whose rules this follows).
     fn step(&mut self, edge: &mut Edge) -> Result<String, EdgeError> {
         if let Some(tok) = self.pending.take() {
-            let (logits, e) = edge.feed(&[tok])?;
-            self.evicted.tokens += e.tokens;
-            self.evicted.events += e.events;
-            self.logits = logits;
+            if !self.check_draft(edge, tok)? {
+                let (logits, e) = edge.feed(&[tok])?;
+                self.evicted.tokens += e.tokens;
+                self.evicted.events += e.events;
+                self.logits = logits;
+            }
         }
         if self.generated >= self.max_tokens {
             return Ok(self.end(Finish::Length));
         }
-        let row = self.logits.flatten_all()?.to_vec1::<f32>()?;
-        if let Some(e) = self.entropies.as_mut() {
-            e.push(entropy(&row));
-        }
-        let tok = self.sampler.sample(&row);
+        let ahead = self.speculation.as_mut().and_then(|s| s.ahead.pop_front());
+        let (tok, cached) = match ahead {
+            Some(ahead) => ahead,
+            None => {
+                let row = self.logits.flatten_all()?.to_vec1::<f32>()?;
+                if let Some(e) = self.entropies.as_mut() {
+                    e.push(entropy(&row));
+                }
+                (self.sampler.sample(&row), false)
+            }
+        };
         self.first_token
             .get_or_insert_with(|| self.started.elapsed().as_secs_f64());
         let tokenizer = &edge.pipeline.tokenizer;
         if tokenizer.vocab().is_end_of_generation(tok) {
+            self.drop_ahead(edge, cached)?;
             return Ok(self.end(Finish::EndOfText));
         }
         if self.stop_tokens.contains(&tok) {
+            self.drop_ahead(edge, cached)?;
             return Ok(self.end(Finish::Stop));
         }
         self.generated += 1;
@@ -230,12 +247,78 @@ impl Reply {
         let (mut out, hit) = self.stops.push(&self.decoder.push(tokenizer, tok));
         if hit {
             self.finish = Some(Finish::Stop);
+            self.drop_ahead(edge, cached)?;
         } else if self.generated == self.max_tokens {
             out += &self.end(Finish::Length);
-        } else {
+            self.drop_ahead(edge, cached)?;
+        } else if !cached {
             self.pending = Some(tok);
         }
         Ok(out)
+    }
+
+    /// Speculative decoding by prompt lookup: feeds `tok` and a draft in one pass and keeps
+    /// the tokens the model produces at those positions (`Speculation::ahead`): each draft
+    /// the sampler's check keeps, then the token it put in a draft's place (or the one after
+    /// a draft kept whole). The turned-down drafts leave the KV cache. False, with nothing
+    /// fed, where there is no draft. Drafts use only the room the context has: they never
+    /// cause an eviction, so evictions come when they would without them.
+    fn check_draft(&mut self, edge: &mut Edge, tok: u32) -> Result<bool, EdgeError> {
+        // The cloud fallback's entropy judge reads every sampled row: no drafts then.
+        let (Some(spec), None) = (self.speculation.as_mut(), &self.entropies) else {
+            return Ok(false);
+        };
+        // What the pass can give is the kept drafts and one more token.
+        let want = spec
+            .draft_len
+            .min(edge.conversation.room().saturating_sub(1))
+            .min(self.max_tokens.saturating_sub(self.generated + 1));
+        let mut history = Vec::with_capacity(edge.conversation.len() + 1);
+        history.extend_from_slice(edge.conversation.tokens());
+        history.push(tok);
+        let drafts = spec.lookup.propose(&history, want);
+        if drafts.is_empty() {
+            return Ok(false);
+        }
+        history.clear();
+        history.push(tok);
+        history.extend_from_slice(&drafts);
+        let rows = edge.feed_steps(&history)?.to_vec2::<f32>()?;
+        let vocab = edge.pipeline.tokenizer.vocab();
+        let mut kept = 0;
+        for (i, row) in rows.iter().enumerate() {
+            let Some(&draft) = drafts.get(i) else {
+                spec.ahead.push_back((self.sampler.sample(row), false));
+                break;
+            };
+            let (t, same) = self.sampler.verify(row, draft);
+            if !same {
+                spec.ahead.push_back((t, false));
+                break;
+            }
+            kept += 1;
+            spec.ahead.push_back((t, true));
+            if vocab.is_end_of_generation(t) || self.stop_tokens.contains(&t) {
+                break;
+            }
+        }
+        let len = edge.conversation.len();
+        edge.conversation.truncate(len - (drafts.len() - kept))?;
+        spec.went(drafts.len(), kept);
+        Ok(true)
+    }
+
+    /// At the end of a reply, takes back out of the KV cache what a speculative check put
+    /// there past it: the last token where it was a kept draft (`cached`), and the kept
+    /// drafts not given; the conversation then holds what it would without speculation.
+    fn drop_ahead(&mut self, edge: &mut Edge, cached: bool) -> Result<(), EdgeError> {
+        let Some(spec) = self.speculation.as_mut() else {
+            return Ok(());
+        };
+        let n = usize::from(cached) + spec.ahead.iter().filter(|a| a.1).count();
+        spec.ahead.clear();
+        let len = edge.conversation.len();
+        edge.conversation.truncate(len - n)
     }
 
     fn end(&mut self, why: Finish) -> String {
@@ -286,7 +369,42 @@ impl Reply {
             cloud_error: None,
             cached: false,
             guard: None,
+            drafted_tokens: self.speculation.as_ref().map_or(0, |s| s.stats.drafted),
+            accepted_tokens: self.speculation.as_ref().map_or(0, |s| s.stats.accepted),
         }
+    }
+}
+
+/// A reply's prompt lookup (`EdgeConfig::lookup`).
+pub(crate) struct Speculation {
+    lookup: PromptLookup,
+    /// Tokens the last check produced, in order, not yet given: kept drafts (true: the KV
+    /// cache holds them), then the model's own next token (false: still to be fed).
+    ahead: VecDeque<(u32, bool)>,
+    /// The next draft's length: two at first, doubled after a draft kept whole, one past
+    /// the kept part otherwise (`TextGeneration`'s rule), at most `lookup.max_draft`.
+    draft_len: usize,
+    stats: SpeculationStats,
+}
+
+impl Speculation {
+    pub(crate) fn new(lookup: PromptLookup) -> Self {
+        Self {
+            lookup,
+            ahead: VecDeque::new(),
+            draft_len: lookup.max_draft.min(2),
+            stats: SpeculationStats::default(),
+        }
+    }
+
+    fn went(&mut self, drafted: usize, kept: usize) {
+        self.draft_len = match kept == drafted {
+            true => (self.draft_len * 2).min(self.lookup.max_draft),
+            false => (kept + 1).min(self.lookup.max_draft),
+        };
+        self.stats.passes += 1;
+        self.stats.drafted += drafted;
+        self.stats.accepted += kept;
     }
 }
 

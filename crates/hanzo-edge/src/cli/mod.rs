@@ -85,6 +85,14 @@ pub struct ModelArgs {
     /// Prompt tokens per forward pass (fewer: less memory, slower prompts).
     #[arg(long, default_value_t = 256)]
     prefill_chunk: usize,
+    /// Speculative decoding by prompt lookup: each pass also checks a draft copied from
+    /// what followed the last earlier match of the newest N tokens (greedy replies stay the
+    /// same; it pays where replies repeat their input).
+    #[arg(long, value_name = "N")]
+    lookup: Option<usize>,
+    /// Tokens drafted at most per pass with --lookup (1 to 16).
+    #[arg(long, default_value_t = 8, requires = "lookup")]
+    draft_k: usize,
     /// How the KV cache holds keys and values: f16, q8_0 (53% of the bytes) or f32 (twice).
     #[arg(long, default_value = "f16")]
     kv_dtype: KvDtype,
@@ -242,6 +250,9 @@ impl ModelArgs {
         c.keep_tokens = self.keep;
         c.prefill_chunk = self.prefill_chunk;
         c.kv_dtype = self.kv_dtype;
+        c.lookup = self
+            .lookup
+            .map(|n| hanzo_transformers::PromptLookup::new(n, self.draft_k));
         c.thermal_limit = self.thermal_limit.0;
         c.key = key_source(self.key_file.clone(), self.key_env.clone());
         c.tools = local_tools(self.sandbox.as_deref(), &self.allow, 1 << 20)?;

@@ -74,6 +74,14 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
             s.evicted_tokens,
             s.evictions
         );
+        if edge.config().lookup.is_some() {
+            eprintln!(
+                "speculation: {} of {} drafted tokens kept ({:.0}%)",
+                s.accepted_tokens,
+                s.drafted_tokens,
+                100.0 * s.accepted_tokens as f64 / s.drafted_tokens.max(1) as f64
+            );
+        }
         if let Some(g) = &s.guard {
             eprintln!("{}", super::guard::report_line(g));
         }

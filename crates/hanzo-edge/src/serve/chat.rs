@@ -248,6 +248,8 @@ fn extra(s: &Summary) -> Value {
         "computed_prompt_tokens": s.computed_prompt_tokens,
         "time_to_first_token_s": s.time_to_first_token_s,
         "tokens_per_second": s.tokens_per_second,
+        "drafted_tokens": s.drafted_tokens,
+        "accepted_tokens": s.accepted_tokens,
         "guard": s.guard.as_ref().map(guard_json),
     }})
 }

@@ -22,6 +22,9 @@ pub struct Metrics {
     guard_flagged: CounterVec,
     guard_seconds: Counter,
     guard_tokens: Counter,
+    draft_tokens: Counter,
+    accepted_tokens: Counter,
+    acceptance: Gauge,
 }
 
 impl Metrics {
@@ -132,6 +135,19 @@ impl Metrics {
             guard_flagged,
             guard_seconds,
             guard_tokens,
+            // vLLM's names, as `hanzo-engine serve` has them.
+            draft_tokens: counter(
+                "hanzo_edge_spec_decode_num_draft_tokens_total",
+                "Tokens a prompt lookup drafted (--lookup).",
+            )?,
+            accepted_tokens: counter(
+                "hanzo_edge_spec_decode_num_accepted_tokens_total",
+                "Drafted tokens the model kept.",
+            )?,
+            acceptance: gauge(
+                "hanzo_edge_spec_decode_draft_acceptance_rate",
+                "Kept drafted tokens over drafted ones, since start.",
+            )?,
             registry,
         })
     }
@@ -160,6 +176,12 @@ impl Metrics {
         }
         if s.cloud_error.is_some() {
             self.cloud_errors.inc();
+        }
+        if s.drafted_tokens > 0 {
+            self.draft_tokens.inc_by(s.drafted_tokens as f64);
+            self.accepted_tokens.inc_by(s.accepted_tokens as f64);
+            self.acceptance
+                .set(self.accepted_tokens.get() / self.draft_tokens.get());
         }
         if let Some(g) = &s.guard {
             self.guard_seconds.inc_by(g.seconds);

@@ -37,11 +37,20 @@ pub struct Breakdown {
     /// The safety guard (`EdgeConfig::guard`): its KV store and attention scratch, and with
     /// a model of its own, that model's weights, activations and tokenizer; 0 without one.
     pub guard: u64,
+    /// LoRA adapters (`EdgeConfig::lora`): their A and scaled Bᵀ in f32, as the model holds
+    /// them beside its weights; 0 without any.
+    pub lora: u64,
 }
 
 impl Breakdown {
     pub fn total(&self) -> u64 {
-        self.weights + self.kv_cache + self.activations + self.tokenizer + self.runtime + self.guard
+        self.weights
+            + self.kv_cache
+            + self.activations
+            + self.tokenizer
+            + self.runtime
+            + self.guard
+            + self.lora
     }
 }
 
@@ -59,6 +68,9 @@ impl std::fmt::Display for Breakdown {
         )?;
         if self.guard > 0 {
             write!(f, ", guard {}", m(self.guard))?;
+        }
+        if self.lora > 0 {
+            write!(f, ", LoRA {}", m(self.lora))?;
         }
         Ok(())
     }
@@ -97,6 +109,7 @@ impl Budget {
                 tokenizer: tokenizer_bytes(file),
                 runtime: RUNTIME_BYTES,
                 guard: 0,
+                lora: cfg.lora.iter().map(|a| a.bytes() as u64).sum(),
             },
             kv_blocks,
             guard_kv_blocks: 0,

@@ -51,6 +51,11 @@ pub struct EdgeConfig {
     /// the same with it as without; sampled ones keep the model's distribution. It pays
     /// where replies repeat their input (code edits, summaries). Off by default.
     pub lookup: Option<hanzo_transformers::PromptLookup>,
+    /// LoRA adapters every reply runs with, applied together beside the quantized weights
+    /// (`hanzo_transformers::Adapter::open_spec("FILE[:SCALE]")` reads llama.cpp's GGUF
+    /// adapters and PEFT directories). Their bytes count in the budget. `Edge::new` takes
+    /// them: the model keeps its own copy, so this list is empty afterwards.
+    pub lora: Vec<hanzo_transformers::Adapter>,
     /// How the KV cache holds keys and values: f16, or Q8_0 at 53% of the bytes (its
     /// perplexity cost and speed are measured in docs/EDGE.md).
     pub kv_dtype: KvDtype,
@@ -94,6 +99,7 @@ impl EdgeConfig {
             keep_tokens: 0,
             eviction: Eviction::Rerotate,
             lookup: None,
+            lora: Vec::new(),
             kv_dtype: KvDtype::F16,
             thermal_limit: Some(1),
             thermal_zones: PathBuf::from("/sys/class/thermal"),

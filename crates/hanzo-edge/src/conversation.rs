@@ -6,7 +6,7 @@ use crate::config::Eviction;
 use crate::EdgeError;
 use hanzo_ml::kv::{KvLayout, PagedKv, SeqId};
 use hanzo_ml::Tensor;
-use hanzo_transformers::{LanguageModel, Logits, SeqChunk};
+use hanzo_transformers::{LanguageModel, Logits, LoraId, SeqChunk};
 use std::collections::hash_map::DefaultHasher;
 use std::hash::Hasher;
 
@@ -21,6 +21,8 @@ pub(crate) struct Conversation {
     evicted_hash: DefaultHasher,
     ctx: usize,
     slack: usize,
+    /// The LoRA adapters every pass runs with (`EdgeConfig::lora`).
+    lora: Option<LoraId>,
 }
 
 /// What an eviction did.
@@ -31,7 +33,13 @@ pub(crate) struct Evicted {
 }
 
 impl Conversation {
-    pub fn new(layout: KvLayout, blocks: usize, ctx: usize, slack: usize) -> Self {
+    pub fn new(
+        layout: KvLayout,
+        blocks: usize,
+        ctx: usize,
+        slack: usize,
+        lora: Option<LoraId>,
+    ) -> Self {
         let mut kv = PagedKv::with_blocks(layout, blocks);
         let seq = kv.add_sequence();
         let _ = kv.keep_behind(seq, slack);
@@ -43,7 +51,13 @@ impl Conversation {
             evicted_hash: DefaultHasher::new(),
             ctx,
             slack,
+            lora,
         }
+    }
+
+    /// A chunk of this conversation's passes: `tokens` of `seq`, with its adapters.
+    fn chunk<'a>(&self, seq: SeqId, tokens: &'a [u32], logits: Logits) -> SeqChunk<'a> {
+        SeqChunk::new(seq, tokens, logits).with_lora(self.lora)
     }
 
     /// Positions in use.
@@ -98,7 +112,7 @@ impl Conversation {
             } else {
                 Logits::None
             };
-            match model.hidden_batch(&[SeqChunk::new(seq, c, want)], &mut self.kv) {
+            match model.hidden_batch(&[self.chunk(seq, c, want)], &mut self.kv) {
                 Ok(h) if i + 1 == n => out = h.to_vec_flat::<f32>().map_err(EdgeError::from),
                 Ok(_) => {}
                 Err(e) => {
@@ -180,7 +194,7 @@ impl Conversation {
             } else {
                 Logits::None
             };
-            let logits = model.forward_batch(&[SeqChunk::new(self.seq, c, want)], &mut self.kv)?;
+            let logits = model.forward_batch(&[self.chunk(self.seq, c, want)], &mut self.kv)?;
             self.held.extend_from_slice(c);
             out = Some(logits);
         }
@@ -203,7 +217,7 @@ impl Conversation {
                 self.ctx
             )));
         }
-        let chunk = SeqChunk::new(self.seq, tokens, Logits::All).as_decode_steps();
+        let chunk = self.chunk(self.seq, tokens, Logits::All).as_decode_steps();
         let rows = model.forward_batch(&[chunk], &mut self.kv)?;
         self.held.extend_from_slice(tokens);
         Ok(rows)
@@ -266,8 +280,8 @@ impl Conversation {
                 let tail: Vec<u32> = self.held[k + n..].to_vec();
                 self.held.truncate(k);
                 for c in tail.chunks(chunk.max(1)) {
-                    model
-                        .forward_batch(&[SeqChunk::new(self.seq, c, Logits::None)], &mut self.kv)?;
+                    let chunk = self.chunk(self.seq, c, Logits::None);
+                    model.forward_batch(&[chunk], &mut self.kv)?;
                     self.held.extend_from_slice(c);
                 }
             }

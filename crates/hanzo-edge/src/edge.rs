@@ -116,7 +116,7 @@ impl Edge {
         Self::load(file, config, t0)
     }
 
-    fn load(file: GgufFile, config: EdgeConfig, t0: Instant) -> Result<Self, EdgeError> {
+    fn load(file: GgufFile, mut config: EdgeConfig, t0: Instant) -> Result<Self, EdgeError> {
         if let Some(n) = config.threads {
             // The global pool can be built once per process; a second `Edge` shares it.
             if rayon::ThreadPoolBuilder::new()
@@ -147,8 +147,13 @@ impl Edge {
         // what the process holds.
         let repacked = model.repack_weights();
         log_memory(&format!("{repacked} weights repacked"));
-        let pipeline = TextGeneration::from_gguf_model(&file, model, WeightMode::AsStored)?;
+        let mut pipeline = TextGeneration::from_gguf_model(&file, model, WeightMode::AsStored)?;
         log_memory("tokenizer built");
+        let lora = match config.lora.is_empty() {
+            true => None,
+            // The model keeps its own f32 copy of each update: the adapters as read go.
+            false => Some(pipeline.attach_lora(&std::mem::take(&mut config.lora))?),
+        };
         let judge = match &config.guard {
             Some(guard) => Some(load_judge(
                 guard,
@@ -164,6 +169,7 @@ impl Edge {
             budget.kv_blocks,
             config.max_context_tokens,
             TRUNCATE_SLACK,
+            lora,
         );
         log_memory("KV cache allocated");
         let throttle = Throttle::new(config.thermal_zones.clone(), config.thermal_limit);

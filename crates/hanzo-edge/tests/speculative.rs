@@ -32,16 +32,24 @@ fn two_turns(fixture: &str) -> (usize, usize) {
     let mut fast = edge(fixture, 1024, Some(PromptLookup::new(3, 8)));
     let mut messages = vec![Message::new(
         "user",
-        &format!("Rename `subtotal` to `net` in this function and show the whole function:\n\n{CODE}"),
+        &format!(
+            "Rename `subtotal` to `net` in this function and show the whole function:\n\n{CODE}"
+        ),
     )];
     let (mut drafted, mut kept) = (0, 0);
     for turn in 0..2 {
         let (a, sa) = chat(&mut plain, &messages, 160);
         let (b, sb) = chat(&mut fast, &messages, 160);
-        assert_eq!(a, b, "{fixture}, turn {turn}: the reply changed with lookup");
+        assert_eq!(
+            a, b,
+            "{fixture}, turn {turn}: the reply changed with lookup"
+        );
         assert_eq!(sa.finish, sb.finish);
         assert_eq!(sa.completion_tokens, sb.completion_tokens);
-        assert_eq!(sa.computed_prompt_tokens, sb.computed_prompt_tokens, "{fixture}");
+        assert_eq!(
+            sa.computed_prompt_tokens, sb.computed_prompt_tokens,
+            "{fixture}"
+        );
         assert_eq!(
             plain.context_tokens(),
             fast.context_tokens(),
@@ -71,13 +79,17 @@ fn greedy_replies_and_the_kv_cache_are_the_same_with_lookup() {
         drafted += d;
         kept += k;
     }
-    assert!(kept < drafted, "no draft was turned down: the check was not exercised");
+    assert!(
+        kept < drafted,
+        "no draft was turned down: the check was not exercised"
+    );
 }
 
 #[test]
 fn drafts_never_move_an_eviction() {
     // A reply three times the context: evictions come at the same tokens with lookup.
-    let prompt = "List the numbers from one to one hundred in words, separated by commas: one, two, three,";
+    let prompt =
+        "List the numbers from one to one hundred in words, separated by commas: one, two, three,";
     let mut out = Vec::new();
     for lookup in [None, Some(PromptLookup::new(2, 8))] {
         let mut e = edge("smollm2", 128, lookup);
@@ -87,7 +99,12 @@ fn drafts_never_move_an_eviction() {
             .collect_text()
             .unwrap();
         assert!(s.evictions >= 2, "{} evictions", s.evictions);
-        out.push((text, s.evictions, s.evicted_tokens, e.context_tokens().to_vec()));
+        out.push((
+            text,
+            s.evictions,
+            s.evicted_tokens,
+            e.context_tokens().to_vec(),
+        ));
         if lookup.is_some() {
             assert!(s.accepted_tokens > 0, "lookup kept no draft");
         }

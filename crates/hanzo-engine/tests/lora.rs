@@ -5,13 +5,15 @@
 //! refused with the reason.
 
 mod common;
+#[path = "../../../scripts/lora_test_adapters.rs"]
+mod lora_test_adapters;
 
 use common::{engine, fixture};
 use hanzo_ml::kv::KvDtype;
 use hanzo_ml::quantized::gguf::GgufFile;
 use hanzo_transformers::{load_gguf, Logits};
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::OnceLock;
 
 const PROMPT: &str = "The capital of France is";
@@ -22,22 +24,13 @@ fn reference() -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
-/// The adapters, written once per test run and checked against the reference's hashes.
+/// The adapters, written once per test run.
 fn adapters() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("lora-adapters-cli");
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let ok = Command::new("python3")
-            .arg(root.join("scripts/lora_adapters.py"))
-            .arg("write")
-            .arg(&dir)
-            .arg(root.join("crates/hanzo-transformers/tests/reference/smollm2-135m-lora-peft.json"))
-            .status()
-            .expect("python3")
-            .success();
-        assert!(ok, "scripts/lora_adapters.py write failed");
-        dir
+        lora_test_adapters::write(
+            PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("lora-adapters-cli"),
+        )
     })
 }
 

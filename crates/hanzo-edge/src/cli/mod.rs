@@ -93,6 +93,10 @@ pub struct ModelArgs {
     /// Tokens drafted at most per pass with --lookup (1 to 16).
     #[arg(long, default_value_t = 8, requires = "lookup")]
     draft_k: usize,
+    /// A LoRA adapter every reply runs with: a GGUF adapter (llama.cpp's) or a PEFT
+    /// directory, its update times SCALE (default 1); repeatable, applied together.
+    #[arg(long, value_name = "FILE[:SCALE]")]
+    lora: Vec<String>,
     /// How the KV cache holds keys and values: f16, q8_0 (53% of the bytes) or f32 (twice).
     #[arg(long, default_value = "f16")]
     kv_dtype: KvDtype,
@@ -253,6 +257,14 @@ impl ModelArgs {
         c.lookup = self
             .lookup
             .map(|n| hanzo_transformers::PromptLookup::new(n, self.draft_k));
+        c.lora = self
+            .lora
+            .iter()
+            .map(|spec| {
+                hanzo_transformers::Adapter::open_spec(spec)
+                    .map_err(|e| anyhow::anyhow!("--lora {spec}: {e}"))
+            })
+            .collect::<anyhow::Result<_>>()?;
         c.thermal_limit = self.thermal_limit.0;
         c.key = key_source(self.key_file.clone(), self.key_env.clone());
         c.tools = local_tools(self.sandbox.as_deref(), &self.allow, 1 << 20)?;

@@ -40,6 +40,9 @@ pub struct Breakdown {
     /// LoRA adapters (`EdgeConfig::lora`): their A and scaled Bᵀ in f32, as the model holds
     /// them beside its weights; 0 without any.
     pub lora: u64,
+    /// The draft model (`EdgeConfig::draft`): its weights, KV store, activations and
+    /// tokenizer; 0 without one.
+    pub draft: u64,
 }
 
 impl Breakdown {
@@ -51,6 +54,7 @@ impl Breakdown {
             + self.runtime
             + self.guard
             + self.lora
+            + self.draft
     }
 }
 
@@ -72,6 +76,9 @@ impl std::fmt::Display for Breakdown {
         if self.lora > 0 {
             write!(f, ", LoRA {}", m(self.lora))?;
         }
+        if self.draft > 0 {
+            write!(f, ", draft model {}", m(self.draft))?;
+        }
         Ok(())
     }
 }
@@ -84,6 +91,8 @@ pub struct Budget {
     pub kv_blocks: usize,
     /// Blocks of the safety guard's KV store (0 without a guard).
     pub guard_kv_blocks: usize,
+    /// Blocks of the draft model's KV store (0 without one).
+    pub draft_kv_blocks: usize,
 }
 
 impl Budget {
@@ -110,9 +119,11 @@ impl Budget {
                 runtime: RUNTIME_BYTES,
                 guard: 0,
                 lora: cfg.lora.iter().map(|a| a.bytes() as u64).sum(),
+                draft: 0,
             },
             kv_blocks,
             guard_kv_blocks: 0,
+            draft_kv_blocks: 0,
         }
     }
 
@@ -141,6 +152,11 @@ impl Budget {
             let (bytes, blocks) = guard_term(guard, &info, &layout, config)?;
             budget.breakdown.guard = bytes;
             budget.guard_kv_blocks = blocks;
+        }
+        if let Some(draft) = &config.draft {
+            let (bytes, blocks) = draft_term(draft, config)?;
+            budget.breakdown.draft = bytes;
+            budget.draft_kv_blocks = blocks;
         }
         if budget.total() > config.max_memory_bytes {
             return Err(EdgeError::OverBudget {
@@ -239,6 +255,32 @@ fn guard_term(
         + (blocks * glayout.block_bytes()) as u64
         + scratch_bytes(&ginfo, chunk, 1) as u64
         + attention_bytes(&glayout, ctx)
+        + tokenizer_bytes(&file);
+    Ok((bytes, blocks))
+}
+
+/// The draft model's term: its weights, a KV store for the context (with room for a pass
+/// and truncation), a chunk's activations and its tokenizer; and its store's blocks.
+fn draft_term(draft: &crate::DraftModel, cfg: &EdgeConfig) -> Result<(u64, usize), EdgeError> {
+    let file = GgufFile::open(&draft.model)?;
+    let (info, layout) = hanzo_transformers::describe_gguf(&file)?;
+    let layout = layout.with_dtype(cfg.kv_dtype);
+    let ctx = cfg.max_context_tokens;
+    if ctx > info.context_length {
+        return Err(EdgeError::Config(format!(
+            "draft model: max_context_tokens {ctx} is over its context of {}",
+            info.context_length
+        )));
+    }
+    layout
+        .check_dtype()
+        .map_err(|e| EdgeError::Config(format!("draft model: {e}")))?;
+    let chunk = cfg.chunk();
+    let blocks = layout.blocks_pinned(ctx, chunk + TRUNCATE_SLACK, 0);
+    let bytes = weights_bytes(&file)
+        + (blocks * layout.block_bytes()) as u64
+        + scratch_bytes(&info, chunk, 1) as u64
+        + attention_bytes(&layout, ctx)
         + tokenizer_bytes(&file);
     Ok((bytes, blocks))
 }

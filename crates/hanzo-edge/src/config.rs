@@ -1,7 +1,7 @@
 use hanzo_ml::kv::KvDtype;
 use std::path::PathBuf;
 
-/// The most tokens a prompt lookup drafts per pass: turned-down drafts are truncated away,
+/// The most tokens a prompt lookup or a draft model drafts per pass: turned-down drafts are truncated away,
 /// and the sliding-window layers keep `TRUNCATE_SLACK` positions behind their windows for
 /// that.
 pub(crate) const MAX_DRAFT: usize = 16;
@@ -56,6 +56,10 @@ pub struct EdgeConfig {
     /// adapters and PEFT directories). Their bytes count in the budget. `Edge::new` takes
     /// them: the model keeps its own copy, so this list is empty afterwards.
     pub lora: Vec<hanzo_transformers::Adapter>,
+    /// Speculative decoding with a draft model (`--draft-model FILE --draft-k K`): a
+    /// smaller model with this one's vocabulary proposes tokens that this one checks in one
+    /// pass. Its weights and KV store count in the budget. Not with `lookup`.
+    pub draft: Option<crate::draft::DraftModel>,
     /// How the KV cache holds keys and values: f16, or Q8_0 at 53% of the bytes (its
     /// perplexity cost and speed are measured in docs/EDGE.md).
     pub kv_dtype: KvDtype,
@@ -100,6 +104,7 @@ impl EdgeConfig {
             eviction: Eviction::Rerotate,
             lookup: None,
             lora: Vec::new(),
+            draft: None,
             kv_dtype: KvDtype::F16,
             thermal_limit: Some(1),
             thermal_zones: PathBuf::from("/sys/class/thermal"),
@@ -141,6 +146,19 @@ impl EdgeConfig {
                 return bad(format!(
                     "lookup: an n-gram of at least 1 token and 1 to {MAX_DRAFT} drafted tokens (n-gram {}, drafts {})",
                     l.ngram, l.max_draft
+                ));
+            }
+        }
+        if let Some(d) = &self.draft {
+            if self.lookup.is_some() {
+                return bad(
+                    "a draft model and prompt lookup are two ways of drafting: pick one".into(),
+                );
+            }
+            if d.max_draft == 0 || d.max_draft > MAX_DRAFT {
+                return bad(format!(
+                    "draft model: 1 to {MAX_DRAFT} drafted tokens per pass, not {}",
+                    d.max_draft
                 ));
             }
         }

@@ -3,6 +3,7 @@
 use crate::budget::{Budget, TRUNCATE_SLACK};
 use crate::config::EdgeConfig;
 use crate::conversation::{Conversation, Evicted};
+use crate::draft::Drafter;
 use crate::guard::stream::Guarding;
 use crate::guard::{Guard, GuardReport, Judge, Stage, Verdict};
 use crate::stream::{Reply, Speculation, TokenStream};
@@ -10,6 +11,7 @@ use crate::thermal::Throttle;
 use crate::EdgeError;
 use hanzo_ml::quantized::gguf::GgufFile;
 use hanzo_ml::Tensor;
+use hanzo_transformers::speculative::Draft;
 use hanzo_transformers::tokenizer::StreamDecoder;
 use hanzo_transformers::{
     l2_normalize, load_gguf_with, Embeddings, GenerateOptions, Message, Sampler, StopFilter,
@@ -27,6 +29,8 @@ pub struct Edge {
     load_seconds: f64,
     /// The safety guard, where `config.guard` asks for one.
     judge: Option<Judge>,
+    /// The draft model, where `config.draft` asks for one.
+    drafter: Option<Drafter>,
     /// Where the cloud fallback keeps deterministic answers.
     #[cfg(feature = "cloud")]
     cloud_cache: Option<crate::cloud::Cache>,
@@ -164,6 +168,10 @@ impl Edge {
             )?),
             None => None,
         };
+        let drafter = match &config.draft {
+            Some(d) => Some(load_drafter(d, &pipeline, &config, &budget)?),
+            None => None,
+        };
         let conversation = Conversation::new(
             layout,
             budget.kv_blocks,
@@ -192,6 +200,7 @@ impl Edge {
             budget,
             load_seconds: t0.elapsed().as_secs_f64(),
             judge,
+            drafter,
             #[cfg(feature = "cloud")]
             cloud_cache,
         })
@@ -612,7 +621,7 @@ impl Edge {
             started,
             first_token: None,
             entropies: None,
-            speculation: self.config.lookup.map(Speculation::new),
+            speculation: Speculation::of(&self.config),
             #[cfg(feature = "cloud")]
             route: None,
             guard: None,
@@ -653,6 +662,56 @@ impl Edge {
         let model = pipeline.model.as_ref();
         throttle.run(|| conversation.feed_steps(model, tokens))
     }
+
+    /// Up to `n` tokens the draft model proposes after `history`, drawn by `sampler` (none
+    /// without a draft model); see `Drafter::propose`.
+    pub(crate) fn draft(
+        &mut self,
+        history: &[u32],
+        n: usize,
+        sampler: &mut Sampler,
+        stop_tokens: &[u32],
+    ) -> Result<Vec<Draft>, EdgeError> {
+        let Self {
+            drafter: Some(drafter),
+            pipeline,
+            throttle,
+            ..
+        } = self
+        else {
+            return Ok(Vec::new());
+        };
+        let vocab = pipeline.tokenizer.vocab();
+        let ends = |t| vocab.is_end_of_generation(t) || stop_tokens.contains(&t);
+        throttle.run(|| drafter.propose(history, n, sampler, ends))
+    }
+}
+
+/// The draft model, loaded as the chat model is (repacked where it lies), its vocabulary
+/// checked against the chat model's, with its KV store.
+fn load_drafter(
+    draft: &crate::DraftModel,
+    pipeline: &TextGeneration,
+    config: &EdgeConfig,
+    budget: &Budget,
+) -> Result<Drafter, EdgeError> {
+    let file = GgufFile::open(&draft.model)?;
+    file.prefer_small_pages();
+    let (_, layout) = hanzo_transformers::describe_gguf(&file)?;
+    let model = load_gguf_with(&file, WeightMode::AsStored)?;
+    model.repack_weights();
+    let own = TextGeneration::from_gguf_model(&file, model, WeightMode::AsStored)?;
+    pipeline.check_draft_vocabulary(&own)?;
+    let vocab = own.tokenizer.vocab().len();
+    log_memory("draft model loaded");
+    Ok(Drafter::new(
+        own.model,
+        layout.with_dtype(config.kv_dtype),
+        budget.draft_kv_blocks,
+        config.chunk(),
+        TRUNCATE_SLACK,
+        vocab,
+    ))
 }
 
 /// The safety guard's judge: on the chat model's weights with a store of the chat model's

@@ -31,6 +31,7 @@ mod budget;
 pub mod cloud;
 mod config;
 mod conversation;
+mod draft;
 mod edge;
 mod error;
 pub mod guard;
@@ -42,6 +43,7 @@ pub mod tools;
 
 pub use budget::{Breakdown, Budget};
 pub use config::{EdgeConfig, Eviction};
+pub use draft::DraftModel;
 pub use edge::Edge;
 pub use error::EdgeError;
 pub use hanzo_ml::kv::KvDtype;

@@ -1,9 +1,11 @@
 //! A reply as it is generated: text pieces, then one summary.
 
+use crate::config::EdgeConfig;
 use crate::conversation::Evicted;
 use crate::edge::Edge;
 use crate::EdgeError;
 use hanzo_ml::Tensor;
+use hanzo_transformers::speculative::Draft;
 use hanzo_transformers::tokenizer::StreamDecoder;
 use hanzo_transformers::{Finish, PromptLookup, Sampler, SpeculationStats, StopFilter};
 use std::collections::VecDeque;
@@ -257,10 +259,10 @@ impl Reply {
         Ok(out)
     }
 
-    /// Speculative decoding by prompt lookup: feeds `tok` and a draft in one pass and keeps
-    /// the tokens the model produces at those positions (`Speculation::ahead`): each draft
-    /// the sampler's check keeps, then the token it put in a draft's place (or the one after
-    /// a draft kept whole). The turned-down drafts leave the KV cache. False, with nothing
+    /// Speculative decoding (a prompt lookup's or the draft model's draft): feeds `tok` and
+    /// the draft in one pass and keeps the tokens the model produces at those positions
+    /// (`Speculation::ahead`): each draft the sampler's check keeps, then the token it put
+    /// in a draft's place (or the one after a draft kept whole). The turned-down drafts leave the KV cache. False, with nothing
     /// fed, where there is no draft. Drafts use only the room the context has: they never
     /// cause an eviction, so evictions come when they would without them.
     fn check_draft(&mut self, edge: &mut Edge, tok: u32) -> Result<bool, EdgeError> {
@@ -276,22 +278,30 @@ impl Reply {
         let mut history = Vec::with_capacity(edge.conversation.len() + 1);
         history.extend_from_slice(edge.conversation.tokens());
         history.push(tok);
-        let drafts = spec.lookup.propose(&history, want);
+        let drafts: Vec<Draft> = match spec.lookup {
+            Some(lookup) => lookup
+                .propose(&history, want)
+                .into_iter()
+                .map(|t| (t, vec![(t, 1.0)]))
+                .collect(),
+            None if want > 0 => edge.draft(&history, want, &mut self.sampler, &self.stop_tokens)?,
+            None => Vec::new(),
+        };
         if drafts.is_empty() {
             return Ok(false);
         }
         history.clear();
         history.push(tok);
-        history.extend_from_slice(&drafts);
+        history.extend(drafts.iter().map(|d| d.0));
         let rows = edge.feed_steps(&history)?.to_vec2::<f32>()?;
         let vocab = edge.pipeline.tokenizer.vocab();
         let mut kept = 0;
         for (i, row) in rows.iter().enumerate() {
-            let Some(&draft) = drafts.get(i) else {
+            let Some((draft, q)) = drafts.get(i) else {
                 spec.ahead.push_back((self.sampler.sample(row), false));
                 break;
             };
-            let (t, same) = self.sampler.verify(row, draft);
+            let (t, same) = self.sampler.verify_against(row, *draft, q);
             if !same {
                 spec.ahead.push_back((t, false));
                 break;
@@ -375,32 +385,42 @@ impl Reply {
     }
 }
 
-/// A reply's prompt lookup (`EdgeConfig::lookup`).
+/// A reply's speculative decoding: by prompt lookup (`EdgeConfig::lookup`) or with the
+/// draft model (`EdgeConfig::draft`).
 pub(crate) struct Speculation {
-    lookup: PromptLookup,
+    /// The prompt lookup; the draft model drafts without one.
+    lookup: Option<PromptLookup>,
+    max_draft: usize,
     /// Tokens the last check produced, in order, not yet given: kept drafts (true: the KV
     /// cache holds them), then the model's own next token (false: still to be fed).
     ahead: VecDeque<(u32, bool)>,
     /// The next draft's length: two at first, doubled after a draft kept whole, one past
-    /// the kept part otherwise (`TextGeneration`'s rule), at most `lookup.max_draft`.
+    /// the kept part otherwise (`TextGeneration`'s rule), at most `max_draft`.
     draft_len: usize,
     stats: SpeculationStats,
 }
 
 impl Speculation {
-    pub(crate) fn new(lookup: PromptLookup) -> Self {
-        Self {
+    /// What `config` asks for, if anything.
+    pub(crate) fn of(config: &EdgeConfig) -> Option<Self> {
+        let (lookup, max_draft) = match (&config.lookup, &config.draft) {
+            (Some(l), _) => (Some(*l), l.max_draft),
+            (None, Some(d)) => (None, d.max_draft),
+            (None, None) => return None,
+        };
+        Some(Self {
             lookup,
+            max_draft,
             ahead: VecDeque::new(),
-            draft_len: lookup.max_draft.min(2),
+            draft_len: max_draft.min(2),
             stats: SpeculationStats::default(),
-        }
+        })
     }
 
     fn went(&mut self, drafted: usize, kept: usize) {
         self.draft_len = match kept == drafted {
-            true => (self.draft_len * 2).min(self.lookup.max_draft),
-            false => (kept + 1).min(self.lookup.max_draft),
+            true => (self.draft_len * 2).min(self.max_draft),
+            false => (kept + 1).min(self.max_draft),
         };
         self.stats.passes += 1;
         self.stats.drafted += drafted;

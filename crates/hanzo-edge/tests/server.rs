@@ -2,6 +2,7 @@
 //! drive them with the official `openai` and `mcp` Python packages (installed by
 //! `scripts/test.sh`).
 
+mod common;
 #[path = "../../../scripts/fixture_path.rs"]
 mod fixture_path;
 
@@ -25,7 +26,7 @@ fn openai_clients_get_the_local_api() {
         .env("HANZO_SMOLLM", fixture_path::fixture("smollm2"))
         // The cloud fallback's tests run a real hanzo-engine, built beside hanzo-edge by the
         // workspace's test run, with Qwen2.5-Coder as the cloud's model.
-        .env("HANZO_ENGINE_BIN", engine_bin())
+        .env("HANZO_ENGINE_BIN", common::engine_bin())
         .env("HANZO_QWEN", fixture_path::fixture("qwen2"))
         .status()
         .expect("run pytest");
@@ -33,16 +34,4 @@ fn openai_clients_get_the_local_api() {
         status.success(),
         "the local API's tests failed (output above)"
     );
-}
-
-/// `hanzo-engine`, next to this test's `hanzo-edge`.
-fn engine_bin() -> std::path::PathBuf {
-    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_hanzo-edge"))
-        .with_file_name(format!("hanzo-engine{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        bin.exists(),
-        "{} is missing: the cloud fallback's tests need it (cargo build -p hanzo-engine --profile test, or cargo test --workspace)",
-        bin.display()
-    );
-    bin
 }

@@ -1,20 +1,41 @@
-//! Speculative decoding by prompt lookup (`EdgeConfig::lookup`) changes nothing a greedy
-//! reply says: the same text, the same finish, the same evictions, and afterwards the same
-//! tokens in the KV cache (so the next turn is the same too), with drafts both kept and
-//! turned down along the way.
+//! Speculative decoding, by prompt lookup (`EdgeConfig::lookup`) or with a draft model
+//! (`EdgeConfig::draft`, a Q2_K copy of the model made by `hanzo-engine quantize`), changes
+//! nothing a greedy reply says: the same text, the same finish, the same evictions, and
+//! afterwards the same tokens in the KV cache (so the next turn is the same too), with
+//! drafts both kept and turned down along the way.
 
 mod common;
 #[path = "../../../scripts/fixture_path.rs"]
 mod fixture_path;
 
 use common::greedy;
-use hanzo_edge::{Edge, EdgeConfig, Summary};
+use hanzo_edge::{DraftModel, Edge, EdgeConfig, Summary};
 use hanzo_transformers::{Message, PromptLookup};
+use std::path::PathBuf;
+
+fn config(fixture: &str, ctx: usize) -> EdgeConfig {
+    EdgeConfig::new(fixture_path::fixture(fixture), ctx, 4 << 30)
+}
 
 fn edge(fixture: &str, ctx: usize, lookup: Option<PromptLookup>) -> Edge {
-    let mut c = EdgeConfig::new(fixture_path::fixture(fixture), ctx, 4 << 30);
+    let mut c = config(fixture, ctx);
     c.lookup = lookup;
     Edge::new(c).unwrap()
+}
+
+/// A Q2_K copy of `fixture` (its vocabulary, other numbers), written as `name`.
+fn q2k_draft(fixture: &str, name: &str) -> PathBuf {
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}.gguf"));
+    let status = std::process::Command::new(common::engine_bin())
+        .arg("quantize")
+        .arg(fixture_path::fixture(fixture))
+        .arg(&out)
+        .args(["--type", "Q2_K"])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "hanzo-engine quantize failed");
+    out
 }
 
 fn chat(edge: &mut Edge, messages: &[Message], n: usize) -> (String, Summary) {
@@ -26,10 +47,10 @@ fn chat(edge: &mut Edge, messages: &[Message], n: usize) -> (String, Summary) {
 
 const CODE: &str = "def total_price(items, tax_rate):\n    subtotal = 0\n    for item in items:\n        subtotal += item.price * item.quantity\n    tax = subtotal * tax_rate\n    return subtotal + tax\n";
 
-/// Two turns of a code edit, with and without lookup.
-fn two_turns(fixture: &str) -> (usize, usize) {
+/// Two turns of a code edit, without speculation and with `fast`'s.
+fn two_turns(fixture: &str, fast: EdgeConfig) -> (usize, usize) {
     let mut plain = edge(fixture, 1024, None);
-    let mut fast = edge(fixture, 1024, Some(PromptLookup::new(3, 8)));
+    let mut fast = Edge::new(fast).unwrap();
     let mut messages = vec![Message::new(
         "user",
         &format!(
@@ -74,7 +95,9 @@ fn greedy_replies_and_the_kv_cache_are_the_same_with_lookup() {
     };
     let (mut drafted, mut kept) = (0, 0);
     for f in fixtures {
-        let (d, k) = two_turns(f);
+        let mut c = config(f, 1024);
+        c.lookup = Some(PromptLookup::new(3, 8));
+        let (d, k) = two_turns(f, c);
         assert!(k > 0, "{f}: no draft was kept");
         drafted += d;
         kept += k;
@@ -83,6 +106,59 @@ fn greedy_replies_and_the_kv_cache_are_the_same_with_lookup() {
         kept < drafted,
         "no draft was turned down: the check was not exercised"
     );
+}
+
+#[test]
+fn greedy_replies_and_the_kv_cache_are_the_same_with_a_draft_model() {
+    let fixtures: &[&str] = match common::quick() {
+        true => &["smollm2"],
+        false => &["smollm2", "gemma3"],
+    };
+    let (mut drafted, mut kept) = (0, 0);
+    for f in fixtures {
+        let mut c = config(f, 1024);
+        c.draft = Some(DraftModel {
+            model: q2k_draft(f, &format!("{f}-q2k-edge-draft")),
+            max_draft: 6,
+        });
+        // The draft's weights and KV store are a term of the budget.
+        let with = Edge::new(c.clone()).unwrap().budget().clone();
+        let without = edge(f, 1024, None).budget().clone();
+        assert!(with.breakdown.draft > 0);
+        assert_eq!(with.total(), without.total() + with.breakdown.draft);
+        let (d, k) = two_turns(f, c);
+        assert!(k > 0, "{f}: no draft was kept");
+        drafted += d;
+        kept += k;
+    }
+    assert!(
+        kept < drafted,
+        "no draft was turned down: the check was not exercised"
+    );
+}
+
+#[test]
+fn sampled_replies_with_a_draft_repeat_with_their_seed() {
+    let mut c = config("smollm2", 512);
+    c.draft = Some(DraftModel {
+        model: q2k_draft("smollm2", "smollm2-q2k-edge-draft-sampled"),
+        max_draft: 4,
+    });
+    let mut e = Edge::new(c).unwrap();
+    let mut opts = greedy(48);
+    opts.sampling.temperature = 0.8;
+    opts.sampling.seed = 7;
+    let mut reply = || {
+        e.reset();
+        e.complete("Once upon a time", &opts)
+            .unwrap()
+            .collect_text()
+            .unwrap()
+    };
+    let (a, sa) = reply();
+    let (b, _) = reply();
+    assert_eq!(a, b);
+    assert!(sa.drafted_tokens > 0);
 }
 
 #[test]
@@ -113,11 +189,22 @@ fn drafts_never_move_an_eviction() {
 }
 
 #[test]
-fn a_bad_lookup_is_refused() {
-    let mut c = EdgeConfig::new(fixture_path::fixture("smollm2"), 256, 1 << 30);
+fn a_bad_lookup_or_draft_is_refused() {
+    let mut c = config("smollm2", 256);
     for (n, k) in [(0, 8), (3, 0), (3, 17)] {
         c.lookup = Some(PromptLookup::new(n, k));
         let e = Edge::new(c.clone()).err().expect("refused");
         assert!(e.to_string().contains("lookup"), "{e}");
     }
+    // Both kinds of drafting at once; a draft with another vocabulary.
+    c.lookup = Some(PromptLookup::new(3, 8));
+    c.draft = Some(DraftModel {
+        model: fixture_path::fixture("qwen2"),
+        max_draft: 4,
+    });
+    let e = Edge::new(c.clone()).err().expect("refused").to_string();
+    assert!(e.contains("pick one"), "{e}");
+    c.lookup = None;
+    let e = Edge::new(c).err().expect("refused").to_string();
+    assert!(e.contains("vocabulary"), "{e}");
 }

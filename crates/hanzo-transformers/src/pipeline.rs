@@ -191,6 +191,14 @@ impl TextGeneration {
     /// Takes `draft`'s model as this pipeline's draft model ([`GenerateOptions::draft`]). Its
     /// tokenizer must be this one's, token for token: its proposals are token ids.
     pub fn attach_draft(&mut self, draft: TextGeneration) -> Result<()> {
+        self.check_draft_vocabulary(&draft)?;
+        self.draft = Some(draft.model);
+        Ok(())
+    }
+
+    /// An error naming the first token that differs unless `draft`'s vocabulary is this
+    /// one's, token for token (a draft model's proposals are token ids).
+    pub fn check_draft_vocabulary(&self, draft: &TextGeneration) -> Result<()> {
         let (mine, theirs) = (self.tokenizer.vocab(), draft.tokenizer.vocab());
         let differs = (0..mine.len().max(theirs.len()) as u32)
             .find(|&i| mine.text(i) != theirs.text(i))
@@ -215,7 +223,6 @@ impl TextGeneration {
                 "the draft model's vocabulary is not the model's: {why}"
             )));
         }
-        self.draft = Some(draft.model);
         Ok(())
     }
 

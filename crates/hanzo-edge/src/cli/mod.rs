@@ -90,8 +90,13 @@ pub struct ModelArgs {
     /// same; it pays where replies repeat their input).
     #[arg(long, value_name = "N")]
     lookup: Option<usize>,
-    /// Tokens drafted at most per pass with --lookup (1 to 16).
-    #[arg(long, default_value_t = 8, requires = "lookup")]
+    /// Speculative decoding with a draft model: a smaller GGUF model (or store name) with
+    /// this one's vocabulary proposes tokens this one checks in one pass (its weights and
+    /// KV store count in the budget).
+    #[arg(long, value_name = "FILE", conflicts_with = "lookup")]
+    draft_model: Option<PathBuf>,
+    /// Tokens drafted at most per pass with --lookup or --draft-model (1 to 16).
+    #[arg(long, default_value_t = 8)]
     draft_k: usize,
     /// A LoRA adapter every reply runs with: a GGUF adapter (llama.cpp's) or a PEFT
     /// directory, its update times SCALE (default 1); repeatable, applied together.
@@ -257,6 +262,13 @@ impl ModelArgs {
         c.lookup = self
             .lookup
             .map(|n| hanzo_transformers::PromptLookup::new(n, self.draft_k));
+        c.draft = match &self.draft_model {
+            Some(m) => Some(hanzo_edge::DraftModel {
+                model: hanzo_store::resolve_model(m)?,
+                max_draft: self.draft_k,
+            }),
+            None => None,
+        };
         c.lora = self
             .lora
             .iter()

@@ -74,7 +74,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
             s.evicted_tokens,
             s.evictions
         );
-        if edge.config().lookup.is_some() {
+        if edge.config().lookup.is_some() || edge.config().draft.is_some() {
             eprintln!(
                 "speculation: {} of {} drafted tokens kept ({:.0}%)",
                 s.accepted_tokens,

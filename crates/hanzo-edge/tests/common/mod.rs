@@ -39,3 +39,15 @@ pub fn greedy(max_tokens: usize) -> GenerateOptions {
         ..GenerateOptions::default()
     }
 }
+
+/// `hanzo-engine`, next to this test's `hanzo-edge` (the workspace's test run builds both).
+pub fn engine_bin() -> std::path::PathBuf {
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_hanzo-edge"))
+        .with_file_name(format!("hanzo-engine{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        bin.exists(),
+        "{} is missing: this test needs it (cargo build -p hanzo-engine --profile test, or cargo test --workspace)",
+        bin.display()
+    );
+    bin
+}

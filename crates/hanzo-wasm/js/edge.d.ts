@@ -23,6 +23,10 @@ export interface EdgeOptions {
   prefillChunk?: number;
   /** How the KV cache holds keys and values ("f16"; "q8_0" takes 53% of the bytes). */
   kvDtype?: "f16" | "q8_0";
+  /** Speculative decoding by prompt lookup: each pass also checks tokens copied from what followed the last earlier match of the newest `lookup` tokens (greedy replies stay the same). Off by default. */
+  lookup?: number;
+  /** Tokens drafted at most per pass with `lookup` (8; 1 to 16). */
+  draftK?: number;
   /** Called as the model's bytes arrive. */
   onProgress?: (loadedBytes: number, totalBytes: number) => void;
 }
@@ -66,6 +70,9 @@ export interface Summary {
   maxContextTokens: number;
   timeToFirstTokenSeconds: number;
   tokensPerSecond: number;
+  /** Tokens prompt lookup drafted (`lookup`), and of those the ones the model kept. */
+  draftedTokens: number;
+  acceptedTokens: number;
 }
 
 export interface ChatOptions extends GenerateOptions {

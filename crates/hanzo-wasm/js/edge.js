@@ -42,7 +42,8 @@ export class HanzoEdge {
    * file's header. Options: maxContextTokens (2048), maxMemoryBytes, wasmUrl (where the
    * module's .wasm lies, if not in the package), build ("relaxed", "simd" or "scalar"),
    * eviction ("rerotate", "recompute" or "off"), keepTokens, maxKeepTokens, prefillChunk,
-   * kvDtype ("f16" or "q8_0"), onProgress(loadedBytes, totalBytes).
+   * kvDtype ("f16" or "q8_0"), lookup (speculative decoding by prompt lookup: the n-gram
+   * length) and draftK (tokens drafted at most per pass, 8), onProgress(loadedBytes, totalBytes).
    */
   static async init({ model, maxMemoryBytes, maxContextTokens = 2048, wasmUrl, build, onProgress, ...rest } = {}) {
     if (model === undefined) throw new TypeError("HanzoEdge.init needs a `model`");

@@ -21,6 +21,8 @@ struct Settings {
     max_keep_tokens: Option<usize>,
     prefill_chunk: Option<usize>,
     kv_dtype: Option<String>,
+    lookup: Option<usize>,
+    draft_k: Option<usize>,
 }
 
 fn config(json: &str) -> Result<EdgeConfig, String> {
@@ -45,6 +47,9 @@ fn config(json: &str) -> Result<EdgeConfig, String> {
     if let Some(d) = s.kv_dtype {
         c.kv_dtype = d.parse::<KvDtype>()?;
     }
+    c.lookup = s
+        .lookup
+        .map(|n| hanzo_transformers::PromptLookup::new(n, s.draft_k.unwrap_or(8)));
     Ok(c)
 }
 
@@ -182,7 +187,7 @@ impl EdgeRuntime {
     /// The last reply's summary as JSON (null before one): finishReason,
     /// promptTokens, computedPromptTokens, completionTokens, evictedTokens, evictions,
     /// keptTokens, contextTokens, maxContextTokens, timeToFirstTokenSeconds,
-    /// tokensPerSecond.
+    /// tokensPerSecond, draftedTokens, acceptedTokens.
     pub fn summary(&self) -> String {
         let Some(s) = &self.summary else {
             return "null".into();
@@ -203,6 +208,8 @@ impl EdgeRuntime {
             "maxContextTokens": s.max_context_tokens,
             "timeToFirstTokenSeconds": s.time_to_first_token_s,
             "tokensPerSecond": s.tokens_per_second,
+            "draftedTokens": s.drafted_tokens,
+            "acceptedTokens": s.accepted_tokens,
         })
         .to_string()
     }

@@ -1,7 +1,8 @@
 // Hanzo Edge's JavaScript SDK (js/edge.js) against the native builds: a budget too small is
 // refused having read only the file's header; a greedy chat is the native binary's reply; a
 // conversation continues without recomputing its prompt; one longer than the context evicts
-// as the native runtime does; the memory stays inside the budget.
+// as the native runtime does; the memory stays inside the budget; prompt lookup changes no
+// greedy reply.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFile, stat } from "node:fs/promises";
@@ -96,6 +97,23 @@ test("a greedy chat is the native reply, and the next turn computes only itself"
   for await (const _ of edge.chat(messages, { maxTokens: 50, temperature: 0 })) break;
   assert.equal(edge.summary.finishReason, "cancelled");
   edge.free();
+});
+
+test("prompt lookup leaves a greedy reply as it is", async () => {
+  const model = await readFile(fixtures.smollm2);
+  const code = "def area(width, height):\n    result = width * height\n    return result\n";
+  const messages = [{ role: "user", content: `Rename result to size in this function:\n\n${code}` }];
+  const replies = [];
+  for (const lookup of [undefined, 3]) {
+    const edge = await HanzoEdge.init({ model, maxContextTokens: 512, maxMemoryBytes: 400_000_000, build, lookup });
+    replies.push(await collect(edge.chat(messages, { maxTokens: 48, temperature: 0 })));
+    if (lookup) {
+      const s = edge.summary;
+      assert.ok(s.acceptedTokens > 0 && s.acceptedTokens <= s.draftedTokens, JSON.stringify(s));
+    }
+    edge.free();
+  }
+  assert.equal(replies[1], replies[0]);
 });
 
 test("a reply longer than the context evicts and goes on as the native runtime's", async (t) => {

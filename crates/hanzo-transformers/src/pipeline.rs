@@ -244,6 +244,11 @@ impl TextGeneration {
         self.draft.is_some()
     }
 
+    /// The draft model, where one is attached (the server runs it in its own batches).
+    pub fn draft_model(&self) -> Option<&dyn LanguageModel> {
+        self.draft.as_deref()
+    }
+
     /// Token ids of a chat, ready for generation (template applied, specials parsed; the
     /// template writes BOS itself where the model wants one).
     pub fn chat_tokens(&self, messages: &[Message]) -> Result<Vec<u32>> {

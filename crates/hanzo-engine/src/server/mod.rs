@@ -34,6 +34,7 @@ use error::ApiError;
 use metrics::Metrics;
 use models::{LoraSpec, Models, Sizing};
 use serde_json::json;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 pub use hanzo_api::response::unix_time;
@@ -117,8 +118,15 @@ pub struct ModelSet {
     /// (N down to 1). Greedy output is unchanged; it pays where replies repeat their input.
     #[arg(long, value_name = "N")]
     pub lookup: Option<usize>,
-    /// Tokens drafted at most per step (with --lookup).
-    #[arg(long, default_value_t = 8, requires = "lookup")]
+    /// Speculative decoding with a draft model for every sequence (without a grammar): a
+    /// smaller model with the language model's vocabulary proposes tokens, one decode step
+    /// each (its steps batched over the sequences), which the model checks in its next
+    /// pass. `MODEL=FILE` gives it to language model MODEL (default: the first).
+    #[arg(long, value_name = "[MODEL=]FILE", conflicts_with = "lookup")]
+    pub draft_model: Option<String>,
+    /// Tokens drafted at most per step (with --lookup or --draft-model), shared by the
+    /// sequences decoding in that step.
+    #[arg(long, default_value_t = 8)]
     pub draft_k: usize,
     /// A LoRA adapter (GGUF or PEFT directory) loaded once and chosen per request with
     /// `"model": "MODEL+NAME"`: for language model MODEL (default: the first), named NAME
@@ -158,11 +166,29 @@ impl ModelSet {
                 (Some(n), k) => Some(hanzo_transformers::PromptLookup::new(n, k)),
                 (None, _) => None,
             },
+            draft_k: self.draft_k,
         };
+        if self.draft_model.is_some() && self.draft_k == 0 {
+            bail!("--draft-k: at least 1 token");
+        }
+        let draft = self
+            .draft_model
+            .as_deref()
+            .map(|s| match s.split_once('=') {
+                Some((model, file)) if !model.is_empty() && !model.contains('/') => {
+                    (Some(model.to_string()), PathBuf::from(file))
+                }
+                _ => (None, PathBuf::from(s)),
+            });
         let loras: Vec<LoraSpec> = self.lora.iter().map(|s| LoraSpec::parse(s)).collect();
         let mut models = Models::default();
         for spec in &self.models {
-            models.load(spec, sizing, &metrics, &loras)?;
+            models.load(spec, sizing, &metrics, &loras, draft.as_ref())?;
+        }
+        if let Some((Some(target), _)) = &draft {
+            if !models.chat.iter().any(|m| m.name == *target) {
+                bail!("--draft-model: no language model named {target}");
+            }
         }
         for l in &loras {
             let target = l.model.as_deref();

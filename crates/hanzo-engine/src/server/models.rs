@@ -8,7 +8,7 @@ use super::tools::{TokenBytes, ToolGate, ToolPlan};
 use anyhow::{bail, Context, Result};
 use hanzo_ml::kv::{KvLayout, PagedKv};
 use hanzo_transformers::pipeline::PREFILL_CHUNK;
-use hanzo_transformers::{Embedder, LoraId, TextGeneration, WeightMode};
+use hanzo_transformers::{Embedder, Logits, LoraId, TextGeneration, WeightMode};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -202,6 +202,8 @@ pub struct Sizing {
     pub max_queue: usize,
     /// Speculative decoding by prompt lookup for every sequence.
     pub lookup: Option<hanzo_transformers::PromptLookup>,
+    /// Tokens drafted at most per step, with a draft model.
+    pub draft_k: usize,
 }
 
 /// `NAME=PATH`, or `PATH` named after its file (without the extension) or directory.
@@ -297,6 +299,7 @@ impl Models {
         sizing: Sizing,
         metrics: &Arc<Metrics>,
         loras: &[LoraSpec],
+        draft: Option<&(Option<String>, PathBuf)>,
     ) -> Result<()> {
         let (mut name, path) = parse_spec(spec);
         let stored = crate::store::resolve_model(&path)?;
@@ -331,8 +334,11 @@ impl Models {
             .iter()
             .filter(|l| l.model.as_deref().map_or(first, |m| m == name))
             .collect();
+        let draft = draft
+            .filter(|(m, _)| m.as_deref().map_or(first, |m| m == name))
+            .map(|(_, p)| p.as_path());
         self.chat.push(load_language_model(
-            name, &path, sizing, metrics, created, &mine,
+            name, &path, sizing, metrics, created, &mine, draft,
         )?);
         Ok(())
     }
@@ -345,10 +351,18 @@ fn load_language_model(
     metrics: &Arc<Metrics>,
     created: u64,
     loras: &[&LoraSpec],
+    draft: Option<&Path>,
 ) -> Result<ChatModel> {
     let t0 = Instant::now();
     let mut p = TextGeneration::load(path, sizing.mode)
         .with_context(|| format!("cannot load {}", path.display()))?;
+    if let Some(d) = draft {
+        let d = crate::store::resolve_model(d)?;
+        let draft = TextGeneration::load(&d, sizing.mode)
+            .with_context(|| format!("--draft-model: cannot load {}", d.display()))?;
+        p.attach_draft(draft)
+            .with_context(|| format!("--draft-model {}", d.display()))?;
+    }
     let mut adapters: Vec<(String, LoraId)> = Vec::new();
     for l in loras {
         let a =
@@ -402,14 +416,40 @@ fn load_language_model(
         kv.total_blocks(),
         t0.elapsed().as_secs_f64()
     );
+    // The draft model's store holds as many positions as the model's.
+    let draft_kv = p.draft_model().map(|d| {
+        let dl = d.kv_layout();
+        let positions = kv.total_blocks() / layout.layers().max(1) * layout.block_size;
+        let blocks = positions.div_ceil(dl.block_size) * dl.layers();
+        let store = PagedKv::with_blocks(dl, blocks);
+        tracing::info!(
+            "model {name}: draft model {} ({} layers), its KV cache {} MiB",
+            d.info().architecture,
+            d.info().layers,
+            store.bytes() >> 20
+        );
+        store
+    });
     let limits = Limits {
         max_seqs: sizing.max_seqs,
         max_queue: sizing.max_queue,
         ctx_size,
         lookup: sizing.lookup,
+        max_draft: match (&sizing.lookup, &draft_kv) {
+            (Some(l), _) => l.max_draft,
+            (None, Some(_)) => sizing.draft_k,
+            (None, None) => 0,
+        },
     };
     let pipeline = Arc::new(p);
-    let scheduler = Scheduler::start(pipeline.clone(), kv, limits, metrics.clone(), name.clone())?;
+    let scheduler = Scheduler::start(
+        pipeline.clone(),
+        kv,
+        draft_kv,
+        limits,
+        metrics.clone(),
+        name.clone(),
+    )?;
     Ok(ChatModel {
         name,
         pipeline,
@@ -428,6 +468,17 @@ fn load_language_model(
 /// request sees the same numerics and none waits for the copy. The move onto 2 MiB pages
 /// then runs in the background while the server already answers.
 fn warm_up(p: &TextGeneration) -> Result<()> {
+    if let Some(d) = p.draft_model() {
+        // The draft's weights too: two decode steps page them in and repack them.
+        let mut cache = d.new_cache(2);
+        for _ in 0..2 {
+            d.forward(
+                &[p.tokenizer.special().bos.unwrap_or(0)],
+                &mut cache,
+                Logits::Last,
+            )?;
+        }
+    }
     if let Some(handle) = crate::commands::page_in(p)? {
         std::thread::spawn(move || match handle.join() {
             Ok(Ok(0)) | Err(_) => {}

@@ -18,12 +18,17 @@
 //!   that followed the last earlier match of its newest n-gram. Its rows are computed as
 //!   decode steps, the sampler keeps the drafts it would have produced and replaces the first
 //!   it would not, and the turned-down positions leave the KV store (their blocks go back).
+//! - With a draft model (`--draft-model`), the drafts come from it instead: before the pass,
+//!   each drafting sequence's draft store catches up with its tokens, then every round is one
+//!   decode step of the draft model over all of them, batched; its store keeps what the model
+//!   kept.
 
 use super::metrics::Metrics;
 pub use hanzo_api::events::{Constraint, Event, FinishReason, TokenLogprob};
 use hanzo_ml::kv::{KvError, PagedKv, SeqId};
 use hanzo_transformers::pipeline::PREFILL_CHUNK;
 use hanzo_transformers::sampler::{log_softmax, top_n};
+use hanzo_transformers::speculative::Draft;
 use hanzo_transformers::tokenizer::StreamDecoder;
 use hanzo_transformers::{
     Error as ModelError, Logits, LoraId, PromptLookup, Sampler, SamplingParams, SeqChunk,
@@ -86,6 +91,9 @@ pub struct Limits {
     /// Speculative decoding by prompt lookup for every sequence that can take it (one choice
     /// per sequence, no grammar).
     pub lookup: Option<PromptLookup>,
+    /// Tokens drafted at most per step, by prompt lookup or the pipeline's draft model (0:
+    /// no speculation).
+    pub max_draft: usize,
 }
 
 /// The handle request handlers hold: submit work, read the queue length.
@@ -101,6 +109,7 @@ impl Scheduler {
     pub fn start(
         pipeline: Arc<TextGeneration>,
         kv: PagedKv,
+        draft_kv: Option<PagedKv>,
         limits: Limits,
         metrics: Arc<Metrics>,
         model_name: String,
@@ -110,6 +119,7 @@ impl Scheduler {
         let mut state = State {
             pipeline,
             kv,
+            draft_kv,
             limits,
             metrics,
             model: model_name,
@@ -181,6 +191,9 @@ struct Seq {
     draft_len: usize,
     /// The request's LoRA adapter.
     lora: Option<LoraId>,
+    /// Its sequence in the draft model's store and the positions that holds (the first
+    /// tokens of `tokens`), once it has drafted.
+    draft: Option<(SeqId, usize)>,
 }
 
 impl Seq {
@@ -200,6 +213,8 @@ impl Seq {
 struct State {
     pipeline: Arc<TextGeneration>,
     kv: PagedKv,
+    /// The draft model's KV store, with a draft model.
+    draft_kv: Option<PagedKv>,
     limits: Limits,
     metrics: Arc<Metrics>,
     model: String,
@@ -210,12 +225,14 @@ struct State {
 }
 
 /// One entry of a step's batch: which running sequence, how many of its tokens (its drafts
-/// included), and the drafted tokens that follow its next token.
+/// included), and the drafted tokens that follow its next token, with the distributions a
+/// draft model drew them from (none for a prompt lookup's, which are certain).
 struct Planned {
     at: usize,
     len: usize,
     logits: bool,
     drafts: Vec<u32>,
+    dists: Vec<Vec<(u32, f64)>>,
 }
 
 impl State {
@@ -269,6 +286,7 @@ impl State {
             counted: true,
             draft_len: 2,
             lora,
+            draft: None,
         });
     }
 
@@ -305,6 +323,9 @@ impl State {
         if let Some(id) = s.id {
             let _ = self.kv.release(id);
         }
+        if let (Some((id, _)), Some(kv)) = (s.draft, &mut self.draft_kv) {
+            let _ = kv.release(id);
+        }
     }
 
     fn admit(&mut self) {
@@ -327,9 +348,9 @@ impl State {
             // with each other.
             let namespace = s.lora.map_or(0, |l| 1 + l.index() as u64);
             let (id, cached) = self.kv.add_sequence_with_prefix_in(&s.tokens, namespace);
-            if let Some(l) = self.limits.lookup {
+            if self.limits.max_draft > 0 {
                 // Window layers keep what a turned-down draft takes back.
-                let _ = self.kv.keep_behind(id, l.max_draft + 1);
+                let _ = self.kv.keep_behind(id, self.limits.max_draft + 1);
             }
             s.id = Some(id);
             s.computed = cached;
@@ -346,28 +367,22 @@ impl State {
 
     /// The next pass: one token of every decoding sequence, then prompt chunks (each ending
     /// at a multiple of `PREFILL_CHUNK`) while they fit in `PREFILL_CHUNK` tokens.
-    fn plan(&self) -> Vec<Planned> {
+    /// `model_drafts[at]`: what the draft model proposed for running sequence `at`.
+    fn plan(&self, model_drafts: &[Vec<Draft>]) -> Vec<Planned> {
         let mut plan = Vec::new();
-        // Drafts share one budget of `max_draft` rows a step: a pass over many decoding
-        // sequences is no longer bound by reading the weights, and rows of turned-down drafts
-        // would cost it more than they save.
-        let decoding = self
-            .running
-            .iter()
-            .filter(|s| s.tokens.len() - s.computed == 1)
-            .count();
-        let share = self
-            .limits
-            .lookup
-            .map_or(0, |l| l.max_draft.div_ceil(decoding.max(1)));
+        let share = self.draft_share();
         for (at, s) in self.running.iter().enumerate() {
             if s.tokens.len() - s.computed == 1 {
-                let drafts = self.drafts(s, share);
+                let (drafts, dists) = match model_drafts.get(at) {
+                    Some(d) if !d.is_empty() => d.iter().cloned().unzip(),
+                    _ => (self.drafts(s, share), Vec::new()),
+                };
                 plan.push(Planned {
                     at,
                     len: 1 + drafts.len(),
                     logits: true,
                     drafts,
+                    dists,
                 });
             }
         }
@@ -387,34 +402,156 @@ impl State {
                 len,
                 logits: s.computed + len == s.tokens.len(),
                 drafts: Vec::new(),
+                dists: Vec::new(),
             });
         }
         plan
     }
 
-    /// The draft prompt lookup proposes after a decoding sequence's tokens, at most `share`
-    /// tokens: none without lookup, for a choice under a grammar, or without room (the
-    /// context, `max_tokens`).
-    fn drafts(&self, s: &Seq, share: usize) -> Vec<u32> {
-        let (Some(l), [c]) = (self.limits.lookup, &s.choices[..]) else {
-            return Vec::new();
+    /// Drafted rows a decoding sequence may have this step. Drafts share one budget of
+    /// `max_draft` rows a step: a pass over many decoding sequences is no longer bound by
+    /// reading the weights, and rows of turned-down drafts would cost it more than they save.
+    fn draft_share(&self) -> usize {
+        let decoding = self
+            .running
+            .iter()
+            .filter(|s| s.tokens.len() - s.computed == 1)
+            .count();
+        self.limits.max_draft.div_ceil(decoding.max(1))
+    }
+
+    /// Tokens a decoding sequence may draft, at most `share`: none for a choice under a
+    /// grammar, and no more than its room (the context, `max_tokens`) and its draft length.
+    fn draft_room(&self, s: &Seq, share: usize) -> usize {
+        let [c] = &s.choices[..] else {
+            return 0;
         };
         if c.matcher.is_some() {
-            return Vec::new();
+            return 0;
         }
         let Ok(max_tokens) = s.shared.lock().map(|sh| sh.req.max_tokens) else {
-            return Vec::new();
+            return 0;
         };
         // The pass writes the next token and the drafts; the last kept one, or the one
         // after them all, is sampled too.
-        let room = (self.limits.ctx_size.saturating_sub(s.tokens.len()))
-            .min(max_tokens.saturating_sub(c.generated + 1));
-        l.propose(&s.tokens, room.min(s.draft_len).min(share))
+        (self.limits.ctx_size.saturating_sub(s.tokens.len()))
+            .min(max_tokens.saturating_sub(c.generated + 1))
+            .min(s.draft_len)
+            .min(share)
+    }
+
+    /// The draft prompt lookup proposes after a decoding sequence's tokens (none without
+    /// lookup).
+    fn drafts(&self, s: &Seq, share: usize) -> Vec<u32> {
+        match self.limits.lookup {
+            Some(l) => l.propose(&s.tokens, self.draft_room(s, share)),
+            None => Vec::new(),
+        }
+    }
+
+    /// The draft model's proposals for every decoding sequence that may draft (indexed as
+    /// `running`; empty without a draft model). Each one's draft sequence first catches up
+    /// with its tokens, the next one included (a long catch-up alone, in prompt-sized
+    /// chunks); then each round is one batched pass of the draft model over the sequences
+    /// still drafting, each proposing one token drawn by its own sampler.
+    fn model_drafts(&mut self) -> Vec<Vec<Draft>> {
+        let mut out = vec![Vec::new(); self.running.len()];
+        let pipeline = self.pipeline.clone();
+        let (Some(model), true) = (pipeline.draft_model(), self.draft_kv.is_some()) else {
+            return out;
+        };
+        let share = self.draft_share();
+        let want: Vec<(usize, usize)> = (0..self.running.len())
+            .filter(|&at| self.running[at].tokens.len() - self.running[at].computed == 1)
+            .map(|at| (at, self.draft_room(&self.running[at], share)))
+            .filter(|&(_, n)| n > 0)
+            .collect();
+        if want.is_empty() {
+            return out;
+        }
+        let vocab = pipeline.tokenizer.vocab();
+        let kv = self.draft_kv.as_mut().expect("checked");
+        // Each drafting sequence: its draft sequence, tokens still to read, drafts left.
+        let mut active: Vec<(usize, SeqId, Vec<u32>, usize)> = Vec::new();
+        for &(at, n) in &want {
+            let s = &mut self.running[at];
+            let (id, held) = match s.draft {
+                Some(d) => d,
+                None => {
+                    let (id, cached) = kv.add_sequence_with_prefix(&s.tokens);
+                    let _ = kv.keep_behind(id, self.limits.max_draft + 1);
+                    (id, cached)
+                }
+            };
+            s.draft = Some((id, held));
+            let mut rest = &s.tokens[held..];
+            // All but the last chunk alone, before the batched rounds.
+            while rest.len() > PREFILL_CHUNK {
+                let chunk = SeqChunk::new(id, &rest[..PREFILL_CHUNK], Logits::None);
+                if let Err(e) = model.forward_batch(&[chunk], kv) {
+                    tracing::debug!("no draft this step: {e}");
+                    return self.drop_drafts(&want);
+                }
+                rest = &rest[PREFILL_CHUNK..];
+            }
+            s.draft = Some((id, s.tokens.len() - rest.len()));
+            active.push((at, id, rest.to_vec(), n));
+        }
+        while !active.is_empty() {
+            let chunks: Vec<SeqChunk> = active
+                .iter()
+                .map(|(_, id, input, _)| SeqChunk::new(*id, input, Logits::Last))
+                .collect();
+            let logits =
+                match model.forward_batch(&chunks, self.draft_kv.as_mut().expect("checked")) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        tracing::debug!("no draft this step: {e}");
+                        return self.drop_drafts(&want);
+                    }
+                };
+            let running = &mut self.running;
+            let read = logits.with_contiguous(|flat: &[f32]| {
+                let width = flat.len() / active.len().max(1);
+                for ((at, _, input, left), row) in active.iter_mut().zip(flat.chunks_exact(width)) {
+                    let s = &mut running[*at];
+                    if let Some((_, held)) = &mut s.draft {
+                        *held += input.len();
+                    }
+                    let row = &row[..row.len().min(vocab.len().max(1))];
+                    let (t, q) = s.choices[0].sampler.propose(row);
+                    out[*at].push((t, q));
+                    *left -= 1;
+                    *input = vec![t];
+                    if vocab.is_end_of_generation(t) {
+                        *left = 0;
+                    }
+                }
+            });
+            if let Err(e) = read {
+                tracing::debug!("no draft this step: {e}");
+                return self.drop_drafts(&want);
+            }
+            active.retain(|a| a.3 > 0);
+        }
+        out
+    }
+
+    /// After a failed draft pass: the drafting sequences' draft stores go (they start over
+    /// at their next draft), and nobody drafts this step.
+    fn drop_drafts(&mut self, want: &[(usize, usize)]) -> Vec<Vec<Draft>> {
+        for &(at, _) in want {
+            if let (Some((id, _)), Some(kv)) = (self.running[at].draft.take(), &mut self.draft_kv) {
+                let _ = kv.release(id);
+            }
+        }
+        vec![Vec::new(); self.running.len()]
     }
 
     fn step(&mut self) {
+        let model_drafts = self.model_drafts();
         loop {
-            let plan = self.plan();
+            let plan = self.plan(&model_drafts);
             if plan.is_empty() {
                 return;
             }
@@ -553,6 +690,7 @@ impl State {
                             counted: false,
                             draft_len: s.draft_len,
                             lora: s.lora,
+                            draft: None,
                         },
                         r,
                     )),
@@ -590,7 +728,16 @@ impl State {
         let mut kept = 0;
         let mut done = false;
         for (i, row) in rows.iter().enumerate() {
-            let (finished, same) = self.sample(p.at, row, p.drafts.get(i).copied());
+            let certain;
+            let draft = match (p.drafts.get(i), p.dists.get(i)) {
+                (Some(&d), Some(q)) => Some((d, q.as_slice())),
+                (Some(&d), None) => {
+                    certain = [(d, 1.0)];
+                    Some((d, &certain[..]))
+                }
+                (None, _) => None,
+            };
+            let (finished, same) = self.sample(p.at, row, draft);
             kept += usize::from(same);
             if finished || !same {
                 done = finished;
@@ -600,7 +747,17 @@ impl State {
         self.metrics.speculated(&self.model, p.drafts.len(), kept);
         let s = &mut self.running[p.at];
         s.computed = base + 1 + kept;
-        let max = self.limits.lookup.map_or(1, |l| l.max_draft);
+        // The draft store read the next token and every draft but the last.
+        if let (Some((id, held)), Some(kv)) = (&mut s.draft, &mut self.draft_kv) {
+            let keep = (*held).min(base + 1 + kept);
+            if kv.truncate(*id, keep).is_ok() {
+                *held = keep;
+            } else {
+                let _ = kv.release(*id);
+                s.draft = None;
+            }
+        }
+        let max = self.limits.max_draft.max(1);
         s.draft_len = match kept == p.drafts.len() {
             true => (s.draft_len * 2).min(max),
             false => (kept + 1).min(max),
@@ -621,7 +778,12 @@ impl State {
     /// Samples the next token of running sequence `at` (one choice) and streams its text;
     /// with `draft`, the speculative check of that drafted token. Returns whether the choice
     /// has finished and whether its token is the draft.
-    fn sample(&mut self, at: usize, row: &[f32], draft: Option<u32>) -> (bool, bool) {
+    fn sample(
+        &mut self,
+        at: usize,
+        row: &[f32],
+        draft: Option<(u32, &[(u32, f64)])>,
+    ) -> (bool, bool) {
         let p = self.pipeline.clone();
         let vocab = p.tokenizer.vocab();
         let ctx = self.limits.ctx_size;
@@ -648,7 +810,7 @@ impl State {
             return (true, false);
         }
         let (tok, same) = match (&mut c.matcher, draft) {
-            (None, Some(d)) => c.sampler.verify(row, d),
+            (None, Some((d, q))) => c.sampler.verify_against(row, d, q),
             (None, None) => (c.sampler.sample(row), false),
             (Some(m), _) => {
                 let mut masked = row.to_vec();

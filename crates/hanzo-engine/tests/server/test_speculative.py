@@ -1,12 +1,14 @@
-"""Speculative decoding by prompt lookup inside continuous batching (`serve --lookup`):
+"""Speculative decoding inside continuous batching, by prompt lookup (`serve --lookup`) and
+with a draft model (`serve --draft-model`, a Q2_K copy of the model made by `quantize`):
 greedy replies equal the same requests on a server without it, alone and batched together;
 the acceptance shows in /metrics; every KV block the turned-down drafts took comes back."""
 
 import concurrent.futures
+import subprocess
 
 import pytest
 
-from conftest import QWEN, Server, wait_for
+from conftest import BIN, QWEN, Server, wait_for
 
 CODE = """def summarize(values):
     count = 0
@@ -91,3 +93,41 @@ def test_streams_sampling_and_grammars_run_beside_speculation(lookup_server):
     text, finish, n = ask(lookup_server, 0, max_tokens=7)
     assert (finish, n) == ("length", 7)
     assert wait_for(lambda: lookup_server.metric("hanzo_engine_kv_blocks_used") == 0)
+
+
+@pytest.fixture(scope="module")
+def draft_server(tmp_path_factory):
+    draft = tmp_path_factory.mktemp("draft") / "qwen-q2k.gguf"
+    subprocess.run([BIN, "quantize", QWEN, str(draft), "--type", "Q2_K"], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    s = Server("-m", f"qwen={QWEN}", "--kv-budget", "256M", "--draft-model", str(draft),
+               "--draft-k", "6", mcp=False)
+    yield s
+    s.stop()
+
+
+def test_a_draft_model_keeps_greedy_replies_alone_and_batched(server, draft_server):
+    plain = [ask(server, i, max_tokens=64) for i in range(len(EDITS))]
+    alone = [ask(draft_server, i, max_tokens=64) for i in range(len(EDITS))]
+    assert alone == plain
+    with concurrent.futures.ThreadPoolExecutor(len(EDITS)) as pool:
+        together = list(pool.map(lambda i: ask(draft_server, i, max_tokens=64), range(len(EDITS))))
+    assert together == plain
+    assert wait_for(lambda: draft_server.metric("hanzo_engine_kv_blocks_used") == 0)
+    m = draft_server.metrics()
+    drafted = m['hanzo_engine_spec_decode_num_draft_tokens_total{model_name="qwen"}']
+    kept = m['hanzo_engine_spec_decode_num_accepted_tokens_total{model_name="qwen"}']
+    assert 0 < kept < drafted, (kept, drafted)
+    # Sampled replies repeat with their seed (each choice's sampler draws its drafts too).
+    c = draft_server.client(timeout=300)
+    messages = [{"role": "user", "content": f"{EDITS[1]}\n\n```python\n{CODE}```"}]
+    r = [
+        c.chat.completions.create(
+            model="qwen", messages=messages, max_tokens=32, temperature=0.8, seed=5, n=2
+        )
+        for _ in range(2)
+    ]
+    assert [ch.message.content for ch in r[0].choices] == [
+        ch.message.content for ch in r[1].choices
+    ]
+    assert wait_for(lambda: draft_server.metric("hanzo_engine_kv_blocks_used") == 0)

@@ -25,9 +25,9 @@ wasi_test() {
     cargo test -p hanzo-ml --target wasm32-wasip1 --target-dir "$dir" "$@"
 }
 # One thread: WASI has none to spare.
-wasi_test "$simd_flags" target/wasi --lib -- --test-threads=1 quantized::kernels quantized::cpu::interleaved cpu::simd cpu::attention
+wasi_test "$simd_flags" target/wasi --lib -- --test-threads=1 quantized::kernels quantized::cpu::interleaved quantized::cpu::afq cpu::simd cpu::attention
 wasi_test "$simd_flags" target/wasi --test simd -- --test-threads=1
-wasi_test "$relaxed_flags" target/wasi-relaxed --lib -- --test-threads=1 quantized::kernels quantized::cpu::interleaved
+wasi_test "$relaxed_flags" target/wasi-relaxed --lib -- --test-threads=1 quantized::kernels quantized::cpu::interleaved quantized::cpu::afq
 for build in relaxed simd scalar; do
   flags='--cfg getrandom_backend="wasm_js"'
   [ "$build" = simd ] && flags="$flags $simd_flags"

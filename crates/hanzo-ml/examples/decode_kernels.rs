@@ -1,6 +1,6 @@
 //! Decode's quantized matrix-vector products, one thread, for the weight types of the
 //! WebAssembly fixtures (and Q4_0, IQ4_NL and IQ4_XS repacked, IQ3_S and IQ3_XXS as stored and
-//! transcoded into IQ4_XS's layout, F16 and BF16): GB/s of weights read,
+//! transcoded into IQ4_XS's layout, F16, BF16, and MLX's AFQ4 and AFQ8): GB/s of weights read,
 //! from cache (4,096 rows) and from memory (262,144 rows, Gemma 3's output head), the 10th
 //! percentile of many runs (the least disturbed by a noisy machine); the `x8` rows over the
 //! weight repacked eight rows at a time (`cpu::interleaved`). Built for `wasm32-wasip1` it
@@ -82,6 +82,20 @@ fn time_iq4xs_interleaved<B: IQ4XSLayout>(dtype: GgmlDType, rows: usize, k: usiz
     });
 }
 
+/// A weight type through `QMatMul` (AFQ, whose products are not public on their own).
+fn time_qmatmul(dtype: GgmlDType, rows: usize, k: usize) {
+    use hanzo_ml::quantized::QMatMul;
+    use hanzo_ml::{Device, Tensor};
+    let q = QTensor::quantize_f32(&weights(rows, k), (rows, k), dtype).expect("quantize");
+    let bytes = q.data().len();
+    let w = QMatMul::from_qtensor(q).expect("matmul");
+    let x = Tensor::from_vec(weights(1, k), (1, k), &Device::Cpu).expect("x");
+    report(&dtype.name(), rows, k, bytes, || {
+        let y = w.forward_rows_alone(&x, false).expect("product");
+        y.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+    });
+}
+
 fn main() {
     let args: Vec<usize> = std::env::args()
         .skip(1)
@@ -111,5 +125,9 @@ fn main() {
         time::<BlockQ6K>(GgmlDType::Q6K, n / 2, 1024);
         time::<HalfF16>(GgmlDType::F16, n / 2, 640);
         time::<HalfBF16>(GgmlDType::BF16, n / 2, 640);
+        for name in ["AFQ4", "AFQ8"] {
+            let t = GgmlDType::from_name(name).expect("an AFQ type");
+            time_qmatmul(t, n / 2, 1024);
+        }
     }
 }

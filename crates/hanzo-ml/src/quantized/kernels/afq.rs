@@ -3,8 +3,9 @@
 //!
 //! Per group: `Σ (scale·q + bias)·x = scale · Σ_blocks d·Σ q·x_q + bias · Σ x`, where `Σ x` is
 //! the group's activation sum as quantized (`Σ_blocks d·Σ x_q`), so both terms see the same
-//! activations. The portable dot takes every width; AVX2 and NEON have 4- and 8-bit forms;
-//! the 4-bit ones read the activations in the order `AfqDot::nibble_order` describes.
+//! activations. The portable dot takes every width; AVX2, NEON and SIMD128 have 4- and
+//! 8-bit forms; the 4-bit ones read the activations in the order `AfqDot::nibble_order`
+//! describes.
 
 use crate::quantized::format::afq::{level, scale_bias};
 use crate::quantized::format::AfqType;
@@ -27,7 +28,11 @@ pub struct AfqDot {
 /// The lengths every SIMD kernel reads through raw pointers, for one row of `t`: `w` whole
 /// blocks, `q` one byte per element, `d` per 32 elements (per 64 as eight floats for the
 /// 4-bit kernels' `nibble_order`).
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    all(target_arch = "wasm32", target_feature = "simd128")
+))]
 pub(super) fn check_lengths(t: AfqType, w: &[u8], q: &[i8], d: &[f32], gsum: &[f32]) {
     let groups = gsum.len();
     let k = groups * t.group();
@@ -46,6 +51,10 @@ pub fn pick(t: AfqType, k: usize) -> AfqDot {
     }
     #[cfg(target_arch = "aarch64")]
     if let Some(dot) = super::afq_neon::pick(t, k) {
+        return dot;
+    }
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    if let Some(dot) = super::afq_simd128::pick(t, k) {
         return dot;
     }
     let _ = (t, k);

@@ -22,6 +22,8 @@ macro_rules! check_tile {
 pub mod afq;
 #[cfg(target_arch = "aarch64")]
 mod afq_neon;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod afq_simd128;
 #[cfg(target_arch = "x86_64")]
 mod afq_x86;
 #[cfg(target_arch = "x86_64")]

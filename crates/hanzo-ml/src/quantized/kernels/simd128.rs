@@ -70,7 +70,7 @@ fn dot16_lanes(w: v128, x: v128) -> v128 {
 /// `pmaddubsw` + `pmaddwd` (no widening); its result is fixed, and exact, for such `u`: a pair
 /// of products stays within i16 (2 · 128 · 127 < 2^15).
 #[inline(always)]
-fn dot16_small(u: v128, x: v128, acc: v128) -> v128 {
+pub(super) fn dot16_small(u: v128, x: v128, acc: v128) -> v128 {
     #[cfg(target_feature = "relaxed-simd")]
     {
         i32x4_relaxed_dot_i8x16_i7x16_add(x, u, acc)
@@ -82,7 +82,7 @@ fn dot16_small(u: v128, x: v128, acc: v128) -> v128 {
 }
 
 #[inline(always)]
-fn hsum_i32(v: v128) -> i32 {
+pub(super) fn hsum_i32(v: v128) -> i32 {
     let v = i32x4_add(v, i32x4_shuffle::<2, 3, 0, 1>(v, v));
     let v = i32x4_add(v, i32x4_shuffle::<1, 0, 3, 2>(v, v));
     i32x4_extract_lane::<0>(v)

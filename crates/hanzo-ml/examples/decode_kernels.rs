@@ -90,7 +90,7 @@ fn time_qmatmul(dtype: GgmlDType, rows: usize, k: usize) {
     let bytes = q.data().len();
     let w = QMatMul::from_qtensor(q).expect("matmul");
     let x = Tensor::from_vec(weights(1, k), (1, k), &Device::Cpu).expect("x");
-    report(&dtype.name(), rows, k, bytes, || {
+    report(dtype.name(), rows, k, bytes, || {
         let y = w.forward_rows_alone(&x, false).expect("product");
         y.flatten_all().unwrap().to_vec1::<f32>().unwrap()
     });

@@ -5,7 +5,7 @@ use crate::conversation::Evicted;
 use crate::edge::Edge;
 use crate::EdgeError;
 use hanzo_ml::Tensor;
-use hanzo_transformers::speculative::Draft;
+use hanzo_transformers::speculative::{check_drafts, Draft};
 use hanzo_transformers::tokenizer::StreamDecoder;
 use hanzo_transformers::{Finish, PromptLookup, Sampler, SpeculationStats, StopFilter};
 use std::collections::VecDeque;
@@ -295,23 +295,9 @@ impl Reply {
         history.extend(drafts.iter().map(|d| d.0));
         let rows = edge.feed_steps(&history)?.to_vec2::<f32>()?;
         let vocab = edge.pipeline.tokenizer.vocab();
-        let mut kept = 0;
-        for (i, row) in rows.iter().enumerate() {
-            let Some((draft, q)) = drafts.get(i) else {
-                spec.ahead.push_back((self.sampler.sample(row), false));
-                break;
-            };
-            let (t, same) = self.sampler.verify_against(row, *draft, q);
-            if !same {
-                spec.ahead.push_back((t, false));
-                break;
-            }
-            kept += 1;
-            spec.ahead.push_back((t, true));
-            if vocab.is_end_of_generation(t) || self.stop_tokens.contains(&t) {
-                break;
-            }
-        }
+        let stops = &self.stop_tokens;
+        let ends = |t| vocab.is_end_of_generation(t) || stops.contains(&t);
+        let kept = check_drafts(&mut self.sampler, &rows, &drafts, ends, &mut spec.ahead);
         let len = edge.conversation.len();
         edge.conversation.truncate(len - (drafts.len() - kept))?;
         spec.went(drafts.len(), kept);

@@ -6,7 +6,7 @@ use crate::chat_template::{builtin_for, ChatTemplate, Message};
 use crate::lora::{Adapter, LoraId};
 use crate::models::{load_dir, load_gguf_with, Cache, LanguageModel, Logits, WeightMode};
 use crate::sampler::{Sampler, SamplingParams};
-use crate::speculative::{Draft, ModelDraft, PromptLookup, SpeculationStats};
+use crate::speculative::{check_drafts, Draft, ModelDraft, PromptLookup, SpeculationStats};
 use crate::stop::StopFilter;
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 use crate::{Error, Result};
@@ -475,23 +475,9 @@ impl TextGeneration {
             .forward_steps(&input, &mut g.cache)?
             .to_vec2::<f32>()?;
         let vocab = self.tokenizer.vocab();
-        let mut kept = 0;
-        for (i, row) in rows.iter().enumerate() {
-            let Some((draft, q)) = drafts.get(i) else {
-                g.ahead.push_back((g.sampler.sample(row), false));
-                break;
-            };
-            let (t, same) = g.sampler.verify_against(row, *draft, q);
-            if !same {
-                g.ahead.push_back((t, false));
-                break;
-            }
-            kept += 1;
-            g.ahead.push_back((t, true));
-            if vocab.is_end_of_generation(t) || g.stop_tokens.contains(&t) {
-                break;
-            }
-        }
+        let stops = &g.stop_tokens;
+        let ends = |t| vocab.is_end_of_generation(t) || stops.contains(&t);
+        let kept = check_drafts(&mut g.sampler, &rows, drafts, ends, &mut g.ahead);
         g.cache.truncate(len + 1 + kept)?;
         if let Some(c) = &mut g.draft_cache {
             // The draft model keeps what the target kept (it may lag a token behind).

@@ -57,6 +57,38 @@ pub struct ModelDraft {
 /// target's check needs; a prompt lookup's drafts are certain.
 pub type Draft = (u32, Vec<(u32, f64)>);
 
+/// The speculative check of one pass's rows (the pending token's, then one per draft),
+/// appended to `ahead` in order, each with whether the KV cache holds it: the drafts the
+/// sampler keeps (held), then the token it put in the first turned-down draft's place, or
+/// after a draft kept whole the token that follows it (not held: it is fed next). A kept
+/// draft that `ends` the reply ends the list. Returns how many drafts were kept.
+pub fn check_drafts(
+    sampler: &mut crate::Sampler,
+    rows: &[Vec<f32>],
+    drafts: &[Draft],
+    ends: impl Fn(u32) -> bool,
+    ahead: &mut std::collections::VecDeque<(u32, bool)>,
+) -> usize {
+    let mut kept = 0;
+    for (i, row) in rows.iter().enumerate() {
+        let Some((draft, q)) = drafts.get(i) else {
+            ahead.push_back((sampler.sample(row), false));
+            break;
+        };
+        let (t, same) = sampler.verify_against(row, *draft, q);
+        if !same {
+            ahead.push_back((t, false));
+            break;
+        }
+        kept += 1;
+        ahead.push_back((t, true));
+        if ends(t) {
+            break;
+        }
+    }
+    kept
+}
+
 /// How speculation went over a generation.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SpeculationStats {

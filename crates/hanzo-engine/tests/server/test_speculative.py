@@ -46,6 +46,21 @@ def ask(server, i, max_tokens=112, **kw):
     return r.choices[0].message.content, r.choices[0].finish_reason, r.usage.completion_tokens
 
 
+def assert_sampled_replies_repeat(client, messages, max_tokens, seed):
+    """Two sampled requests with the same seed and two choices get the same choices."""
+    r = [
+        client.chat.completions.create(
+            model="qwen", messages=messages, max_tokens=max_tokens, temperature=0.8, seed=seed,
+            n=2
+        )
+        for _ in range(2)
+    ]
+    assert [ch.message.content for ch in r[0].choices] == [
+        ch.message.content for ch in r[1].choices
+    ]
+    assert r[0].usage.completion_tokens > 0
+
+
 def test_greedy_replies_are_those_without_speculation(server, lookup_server):
     assert wait_for(lambda: lookup_server.metric("hanzo_engine_kv_blocks_used") == 0)
     plain = [ask(server, i) for i in range(len(EDITS))]
@@ -79,16 +94,7 @@ def test_streams_sampling_and_grammars_run_beside_speculation(lookup_server):
     text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
     assert text == ask(lookup_server, 0, max_tokens=64)[0]
     # Sampled replies repeat with their seed; n choices each draft on their own sequence.
-    r = [
-        c.chat.completions.create(
-            model="qwen", messages=messages, max_tokens=48, temperature=0.8, seed=9, n=2
-        )
-        for _ in range(2)
-    ]
-    assert [ch.message.content for ch in r[0].choices] == [
-        ch.message.content for ch in r[1].choices
-    ]
-    assert r[0].usage.completion_tokens > 0
+    assert_sampled_replies_repeat(c, messages, max_tokens=48, seed=9)
     # max_tokens ends the reply where it would without drafts (drafts stop short of it).
     text, finish, n = ask(lookup_server, 0, max_tokens=7)
     assert (finish, n) == ("length", 7)
@@ -119,15 +125,6 @@ def test_a_draft_model_keeps_greedy_replies_alone_and_batched(server, draft_serv
     kept = m['hanzo_engine_spec_decode_num_accepted_tokens_total{model_name="qwen"}']
     assert 0 < kept < drafted, (kept, drafted)
     # Sampled replies repeat with their seed (each choice's sampler draws its drafts too).
-    c = draft_server.client(timeout=300)
     messages = [{"role": "user", "content": f"{EDITS[1]}\n\n```python\n{CODE}```"}]
-    r = [
-        c.chat.completions.create(
-            model="qwen", messages=messages, max_tokens=32, temperature=0.8, seed=5, n=2
-        )
-        for _ in range(2)
-    ]
-    assert [ch.message.content for ch in r[0].choices] == [
-        ch.message.content for ch in r[1].choices
-    ]
+    assert_sampled_replies_repeat(draft_server.client(timeout=300), messages, max_tokens=32, seed=5)
     assert wait_for(lambda: draft_server.metric("hanzo_engine_kv_blocks_used") == 0)

@@ -104,9 +104,14 @@ impl Budget {
     pub fn compute(file: &GgufFile, info: &ModelInfo, layout: &KvLayout, cfg: &EdgeConfig) -> Self {
         let ctx = cfg.max_context_tokens;
         let chunk = cfg.chunk();
-        // A pass that checks a prompt lookup's draft runs its tokens and keeps every row's
-        // logits.
-        let checked = cfg.lookup.map_or(1, |l| l.max_draft + 1);
+        // A pass that checks a draft (a prompt lookup's or the draft model's) runs the
+        // pending token and the draft, and keeps every row's logits.
+        let max_draft = match (&cfg.lookup, &cfg.draft) {
+            (Some(l), _) => l.max_draft,
+            (None, Some(d)) => d.max_draft,
+            (None, None) => 0,
+        };
+        let checked = max_draft + 1;
         let pass = chunk.max(checked);
         let kv_blocks = layout.blocks_pinned(ctx, pass + TRUNCATE_SLACK, cfg.max_keep_tokens);
         Self {

@@ -1,9 +1,9 @@
 use hanzo_ml::kv::KvDtype;
 use std::path::PathBuf;
 
-/// The most tokens a prompt lookup or a draft model drafts per pass: turned-down drafts are truncated away,
-/// and the sliding-window layers keep `TRUNCATE_SLACK` positions behind their windows for
-/// that.
+/// The most tokens a prompt lookup or a draft model drafts per pass: turned-down drafts are
+/// truncated away, and the sliding-window layers keep `TRUNCATE_SLACK` positions behind
+/// their windows for that.
 pub(crate) const MAX_DRAFT: usize = 16;
 
 /// What to do with the KV cache when a conversation outgrows `max_context_tokens`.

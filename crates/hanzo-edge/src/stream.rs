@@ -72,8 +72,8 @@ pub struct Summary {
     /// What the safety guard found and what it cost, where `EdgeConfig::guard` is set. A
     /// flagged turn's reply is the guard's refusal.
     pub guard: Option<crate::guard::GuardReport>,
-    /// Tokens a prompt lookup drafted for this reply (`EdgeConfig::lookup`), and of those
-    /// the ones the model kept.
+    /// Tokens drafted for this reply (`EdgeConfig::lookup` or `EdgeConfig::draft`), and of
+    /// those the ones the model kept.
     pub drafted_tokens: usize,
     pub accepted_tokens: usize,
 }
@@ -108,7 +108,7 @@ pub struct Reply {
     /// The entropy (nats) of each sampled token's distribution, where the cloud fallback
     /// judges the local draft by it.
     pub(crate) entropies: Option<Vec<f32>>,
-    /// Speculative decoding's state, where `EdgeConfig::lookup` asks for it.
+    /// Speculative decoding's state, where `EdgeConfig::lookup` or `draft` asks for it.
     pub(crate) speculation: Option<Speculation>,
     /// The cloud fallback's state for this reply.
     #[cfg(feature = "cloud")]
@@ -262,9 +262,10 @@ impl Reply {
     /// Speculative decoding (a prompt lookup's or the draft model's draft): feeds `tok` and
     /// the draft in one pass and keeps the tokens the model produces at those positions
     /// (`Speculation::ahead`): each draft the sampler's check keeps, then the token it put
-    /// in a draft's place (or the one after a draft kept whole). The turned-down drafts leave the KV cache. False, with nothing
-    /// fed, where there is no draft. Drafts use only the room the context has: they never
-    /// cause an eviction, so evictions come when they would without them.
+    /// in a draft's place (or the one after a draft kept whole). The turned-down drafts
+    /// leave the KV cache. False, with nothing fed, where there is no draft. Drafts use only
+    /// the room the context has: they never cause an eviction, so evictions come when they
+    /// would without them.
     fn check_draft(&mut self, edge: &mut Edge, tok: u32) -> Result<bool, EdgeError> {
         // The cloud fallback's entropy judge reads every sampled row: no drafts then.
         let (Some(spec), None) = (self.speculation.as_mut(), &self.entropies) else {

@@ -124,11 +124,16 @@ fn greedy_replies_and_the_kv_cache_are_the_same_with_a_draft_model() {
             model: q2k_draft(f, &format!("{f}-q2k-edge-draft")),
             max_draft: 6,
         });
-        // The draft's weights and KV store are a term of the budget.
+        // The draft's weights and KV store are a term of the budget, and the check pass's
+        // rows of logits add to the activations.
         let with = Edge::new(c.clone()).unwrap().budget().clone();
         let without = edge(f, 1024, None).budget().clone();
-        assert!(with.breakdown.draft > 0);
-        assert_eq!(with.total(), without.total() + with.breakdown.draft);
+        let (w, wo) = (&with.breakdown, &without.breakdown);
+        assert!(w.draft > 0 && w.activations > wo.activations);
+        assert_eq!(
+            with.total() - w.draft - w.activations,
+            without.total() - wo.activations
+        );
         c
     });
 }

@@ -623,6 +623,7 @@ impl State {
         let mut s = self.running.pop().expect("more than one running");
         self.free(&s);
         s.id = None;
+        s.draft = None;
         s.computed = 0;
         s.prefill_to = s.tokens.len();
         tracing::debug!(

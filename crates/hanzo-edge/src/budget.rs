@@ -246,45 +246,46 @@ fn guard_term(
         let bytes = (blocks * layout.block_bytes()) as u64 + attention_bytes(layout, ctx);
         return Ok((bytes, blocks));
     };
-    let file = GgufFile::open(path)?;
-    let (ginfo, glayout) = hanzo_transformers::describe_gguf(&file)?;
-    let glayout = glayout.with_dtype(cfg.kv_dtype);
-    if ctx > ginfo.context_length {
-        return Err(too_long(ginfo.context_length));
-    }
-    glayout
-        .check_dtype()
-        .map_err(|e| EdgeError::Config(format!("guard: {e}")))?;
-    let blocks = glayout.blocks_pinned(ctx, slack, 0);
-    let bytes = weights_bytes(&file)
-        + (blocks * glayout.block_bytes()) as u64
-        + scratch_bytes(&ginfo, chunk, 1) as u64
-        + attention_bytes(&glayout, ctx)
-        + tokenizer_bytes(&file);
-    Ok((bytes, blocks))
+    own_model_term(path, cfg, ctx, slack, "guard", too_long)
 }
 
 /// The draft model's term: its weights, a KV store for the context (with room for a pass
 /// and truncation), a chunk's activations and its tokenizer; and its store's blocks.
 fn draft_term(draft: &crate::DraftModel, cfg: &EdgeConfig) -> Result<(u64, usize), EdgeError> {
-    let file = GgufFile::open(&draft.model)?;
+    let ctx = cfg.max_context_tokens;
+    let too_long = |limit: usize| {
+        EdgeError::Config(format!(
+            "draft model: max_context_tokens {ctx} is over its context of {limit}"
+        ))
+    };
+    let slack = cfg.chunk() + TRUNCATE_SLACK;
+    own_model_term(&draft.model, cfg, ctx, slack, "draft model", too_long)
+}
+
+/// A second model's term (the guard's or the draft's, `what`) beside the chat model: its
+/// weights, a KV store of `ctx` positions with `slack` more per pass, a chunk's activations
+/// and its tokenizer; and its store's blocks. `too_long` words a context over the model's.
+fn own_model_term(
+    path: &std::path::Path,
+    cfg: &EdgeConfig,
+    ctx: usize,
+    slack: usize,
+    what: &str,
+    too_long: impl Fn(usize) -> EdgeError,
+) -> Result<(u64, usize), EdgeError> {
+    let file = GgufFile::open(path)?;
     let (info, layout) = hanzo_transformers::describe_gguf(&file)?;
     let layout = layout.with_dtype(cfg.kv_dtype);
-    let ctx = cfg.max_context_tokens;
     if ctx > info.context_length {
-        return Err(EdgeError::Config(format!(
-            "draft model: max_context_tokens {ctx} is over its context of {}",
-            info.context_length
-        )));
+        return Err(too_long(info.context_length));
     }
     layout
         .check_dtype()
-        .map_err(|e| EdgeError::Config(format!("draft model: {e}")))?;
-    let chunk = cfg.chunk();
-    let blocks = layout.blocks_pinned(ctx, chunk + TRUNCATE_SLACK, 0);
+        .map_err(|e| EdgeError::Config(format!("{what}: {e}")))?;
+    let blocks = layout.blocks_pinned(ctx, slack, 0);
     let bytes = weights_bytes(&file)
         + (blocks * layout.block_bytes()) as u64
-        + scratch_bytes(&info, chunk, 1) as u64
+        + scratch_bytes(&info, cfg.chunk(), 1) as u64
         + attention_bytes(&layout, ctx)
         + tokenizer_bytes(&file);
     Ok((bytes, blocks))

@@ -5,6 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The disk this run builds on (a full disk fails a build with "No space left on device").
+df -h . | tail -n 1 | awk '{print "disk: " $4 " free of " $2}' >&2
+
 cargo fmt --all -- --check
 
 # NumPy generates expectations; NumPy, the safetensors package and the gguf package (ggml's

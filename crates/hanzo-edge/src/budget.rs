@@ -2,21 +2,14 @@
 //! allocated (docs/EDGE.md says how each term is computed and what it was checked against).
 
 use crate::config::EdgeConfig;
+use crate::source::{ModelFiles, OpenedModel};
 use crate::EdgeError;
 use hanzo_ml::kv::KvLayout;
-use hanzo_ml::quantized::gguf::GgufFile;
-use hanzo_ml::quantized::QMatMul;
 use hanzo_transformers::models::{scratch_bytes, ModelInfo};
 
 /// Bytes of the process before any model: the binary's pages, the thread stacks and the
 /// allocator's arenas (measured: `hanzo-edge` holds 4–5 MiB before it opens a file, and its worker threads and allocator arenas take a few more).
 const RUNTIME_BYTES: u64 = 12 << 20;
-/// The tokenizer's structures per byte of the file's header (the vocabulary, scores and
-/// merges it stores as GGUF arrays: the parsed arrays, the token table, the merge ranks and
-/// their hash maps), and a fixed part. Fitted to the fixtures' tokenizers (SentencePiece and
-/// BPE, 49k to 262k tokens: 13 to 34 MiB).
-const TOKENIZER_PER_HEADER_BYTE: u64 = 4;
-const TOKENIZER_BYTES: u64 = 8 << 20;
 /// Extra room the sliding-window layers keep behind their windows, so that a chat whose
 /// last reply tokenizes differently when sent back can be truncated instead of recomputed.
 pub(crate) const TRUNCATE_SLACK: usize = 32;
@@ -30,7 +23,7 @@ pub struct Breakdown {
     pub kv_cache: u64,
     /// Activations of one prefill chunk, the logits and the sampler's copies of them.
     pub activations: u64,
-    /// The file's header as read and the tokenizer built from it.
+    /// The tokenizer, and a GGUF file's header as read.
     pub tokenizer: u64,
     /// The process itself.
     pub runtime: u64,
@@ -96,12 +89,16 @@ pub struct Budget {
 }
 
 impl Budget {
-    /// The budget of `file`'s model (its `info` and `layout` read by the lazy loader, no
-    /// tensor data touched) with `cfg`'s context, chunk and kept prefix.
-    ///
-    /// A mapped file's weights count as they will be resident; a file in memory counts
-    /// whole, plus what its weights take beyond their stored bytes.
-    pub fn compute(file: &GgufFile, info: &ModelInfo, layout: &KvLayout, cfg: &EdgeConfig) -> Self {
+    /// The budget of a model (a GGUF file, or a model directory; its `info` and `layout`
+    /// read from the headers, no tensor data touched) with `cfg`'s context, chunk and kept
+    /// prefix. The weights count as [`ModelFiles::weights_bytes`] says.
+    pub fn compute<'a>(
+        model: impl Into<ModelFiles<'a>>,
+        info: &ModelInfo,
+        layout: &KvLayout,
+        cfg: &EdgeConfig,
+    ) -> Self {
+        let model = model.into();
         let ctx = cfg.max_context_tokens;
         let chunk = cfg.chunk();
         // A pass that checks a draft (a prompt lookup's or the draft model's) runs the
@@ -116,11 +113,11 @@ impl Budget {
         let kv_blocks = layout.blocks_pinned(ctx, pass + TRUNCATE_SLACK, cfg.max_keep_tokens);
         Self {
             breakdown: Breakdown {
-                weights: weights_bytes(file),
+                weights: model.weights_bytes(),
                 kv_cache: (kv_blocks * layout.block_bytes()) as u64,
                 activations: scratch_bytes(info, pass, checked) as u64
                     + attention_bytes(layout, ctx),
-                tokenizer: tokenizer_bytes(file),
+                tokenizer: model.tokenizer_bytes(),
                 runtime: RUNTIME_BYTES,
                 guard: 0,
                 lora: cfg.lora.iter().map(|a| a.bytes() as u64).sum(),
@@ -136,11 +133,15 @@ impl Budget {
         self.breakdown.total()
     }
 
-    /// The budget of `file`'s model under `config` (the file may be header-only,
+    /// The budget of a model under `config` (a GGUF file may be header-only,
     /// `GgufFile::header_only`: nothing but the header is read), and the KV layout it was
     /// computed for; [`EdgeError::OverBudget`] when it is over `config.max_memory_bytes`.
-    pub fn check(file: &GgufFile, config: &EdgeConfig) -> Result<(Self, KvLayout), EdgeError> {
-        let (info, layout) = hanzo_transformers::describe_gguf(file)?;
+    pub fn check<'a>(
+        model: impl Into<ModelFiles<'a>>,
+        config: &EdgeConfig,
+    ) -> Result<(Self, KvLayout), EdgeError> {
+        let model = model.into();
+        let (info, layout) = model.describe()?;
         let layout = layout.with_dtype(config.kv_dtype);
         if config.max_context_tokens > info.context_length {
             return Err(EdgeError::Config(format!(
@@ -151,7 +152,7 @@ impl Budget {
         layout
             .check_dtype()
             .map_err(|e| EdgeError::Config(e.to_string()))?;
-        let mut budget = Self::compute(file, &info, &layout, config);
+        let mut budget = Self::compute(model, &info, &layout, config);
         if let Some(guard) = &config.guard {
             guard.validate()?;
             let (bytes, blocks) = guard_term(guard, &info, &layout, config)?;
@@ -174,48 +175,11 @@ impl Budget {
     }
 }
 
-/// The weights as they will sit in memory. A mapped file's weights count as they will be
-/// resident; a file in memory counts whole, plus what its weights take beyond their stored
-/// bytes.
-fn weights_bytes(file: &GgufFile) -> u64 {
-    let resident: u64 = file
-        .tensor_infos()
-        .iter()
-        .map(|t| match t.shape.dims() {
-            &[n, k] => QMatMul::resident_bytes(t.dtype, n, k, t.size) as u64,
-            // Norms and biases: read once and held as f32.
-            d => (t.size + 4 * d.iter().product::<usize>()) as u64,
-        })
-        .sum();
-    if file.is_mapped() {
-        return resident;
-    }
-    let stored: u64 = file.tensor_infos().iter().map(|t| t.size as u64).sum();
-    let file_len = file
-        .tensor_infos()
-        .iter()
-        .map(|t| t.offset + t.size as u64)
-        .max()
-        .unwrap_or(0);
-    file_len + resident.saturating_sub(stored)
-}
-
 /// Attention over a long context reads one layer's visible keys and values as f32 copies
 /// (a prompt pass, and every pass of a Q8_0 cache); an eviction's copy of the moved rows and
 /// its f32 keys to re-rotate are no larger.
 fn attention_bytes(layout: &KvLayout, ctx: usize) -> u64 {
     (ctx * layout.row * 2 * 4) as u64
-}
-
-/// The file's header as read and the tokenizer built from it.
-fn tokenizer_bytes(file: &GgufFile) -> u64 {
-    let header = file
-        .tensor_infos()
-        .iter()
-        .map(|t| t.offset)
-        .min()
-        .unwrap_or(0);
-    header * TOKENIZER_PER_HEADER_BYTE + TOKENIZER_BYTES
 }
 
 /// The safety guard's bytes and KV blocks: a store for one window and its prompt (each
@@ -273,8 +237,9 @@ fn own_model_term(
     what: &str,
     too_long: impl Fn(usize) -> EdgeError,
 ) -> Result<(u64, usize), EdgeError> {
-    let file = GgufFile::open(path)?;
-    let (info, layout) = hanzo_transformers::describe_gguf(&file)?;
+    let opened = OpenedModel::open(path)?;
+    let model = opened.files();
+    let (info, layout) = model.describe()?;
     let layout = layout.with_dtype(cfg.kv_dtype);
     if ctx > info.context_length {
         return Err(too_long(info.context_length));
@@ -283,10 +248,10 @@ fn own_model_term(
         .check_dtype()
         .map_err(|e| EdgeError::Config(format!("{what}: {e}")))?;
     let blocks = layout.blocks_pinned(ctx, slack, 0);
-    let bytes = weights_bytes(&file)
+    let bytes = model.weights_bytes()
         + (blocks * layout.block_bytes()) as u64
         + scratch_bytes(&info, cfg.chunk(), 1) as u64
         + attention_bytes(&layout, ctx)
-        + tokenizer_bytes(&file);
+        + model.tokenizer_bytes();
     Ok((bytes, blocks))
 }

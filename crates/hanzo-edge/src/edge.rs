@@ -6,6 +6,7 @@ use crate::conversation::{Conversation, Evicted};
 use crate::draft::Drafter;
 use crate::guard::stream::Guarding;
 use crate::guard::{Guard, GuardReport, Judge, Stage, Verdict};
+use crate::source::{ModelFiles, OpenedModel};
 use crate::stream::{Reply, Speculation, TokenStream};
 use crate::thermal::Throttle;
 use crate::EdgeError;
@@ -14,8 +15,7 @@ use hanzo_ml::Tensor;
 use hanzo_transformers::speculative::Draft;
 use hanzo_transformers::tokenizer::StreamDecoder;
 use hanzo_transformers::{
-    l2_normalize, load_gguf_with, Embeddings, GenerateOptions, Message, Sampler, StopFilter,
-    TextGeneration, WeightMode,
+    l2_normalize, Embeddings, GenerateOptions, Message, Sampler, StopFilter, TextGeneration,
 };
 use web_time::Instant;
 
@@ -47,21 +47,13 @@ impl Edge {
         config.validate()?;
         log_memory("start");
         let path = &config.model;
-        if path.is_dir() {
-            return Err(EdgeError::Config(format!(
-                "{} is a directory; hanzo-edge loads GGUF files (`hanzo-engine quantize` makes one)",
-                path.display()
-            )));
-        }
         #[cfg(feature = "seal")]
-        if crate::seal::is_sealed(path) {
+        if !path.is_dir() && crate::seal::is_sealed(path) {
             return Self::load_sealed(config, t0);
         }
-        let file = GgufFile::open(path)?;
-        // Only the pages read are held, and a repacked weight's released pages stay released
-        // (decode speed measured the same on the fixtures: docs/EDGE.md).
-        file.prefer_small_pages();
-        Self::load(file, config, t0)
+        // A directory's files are let go once its weights are copied out of them.
+        let opened = OpenedModel::open(path)?;
+        Self::load(opened.files(), config, t0)
     }
 
     /// As [`Self::new`], for a GGUF file already in memory (`GgufFile::from_blob`, as in
@@ -69,7 +61,7 @@ impl Edge {
     pub fn from_gguf(file: GgufFile, config: EdgeConfig) -> Result<Self, EdgeError> {
         let t0 = Instant::now();
         config.validate()?;
-        Self::load(file, config, t0)
+        Self::load((&file).into(), config, t0)
     }
 
     /// A sealed model: decrypted chunk by chunk into the memory it runs from, as a file in
@@ -117,10 +109,10 @@ impl Edge {
         // The types the decode kernels repack are rearranged where they lie: a repacked
         // copy would hold them twice.
         let file = GgufFile::from_blob_interleaved(blob)?;
-        Self::load(file, config, t0)
+        Self::load((&file).into(), config, t0)
     }
 
-    fn load(file: GgufFile, mut config: EdgeConfig, t0: Instant) -> Result<Self, EdgeError> {
+    fn load(model: ModelFiles, mut config: EdgeConfig, t0: Instant) -> Result<Self, EdgeError> {
         if let Some(n) = config.threads {
             // The global pool can be built once per process; a second `Edge` shares it.
             if rayon::ThreadPoolBuilder::new()
@@ -135,7 +127,7 @@ impl Edge {
                 );
             }
         }
-        let (budget, layout) = Budget::check(&file, &config)?;
+        let (budget, layout) = Budget::check(model, &config)?;
         log_memory("header read");
         tracing::info!(
             "budget {} of {} bytes: {}",
@@ -143,16 +135,7 @@ impl Edge {
             config.max_memory_bytes,
             budget.breakdown
         );
-        let model = load_gguf_with(&file, WeightMode::AsStored)?;
-        log_memory("model shaped");
-        // The copies the decode kernels want, made now: each weight's stored pages are read
-        // once and released as they are copied, so memory never holds both (which the first
-        // prompt's pass over stored weights would cause), and the budget's weights term is
-        // what the process holds.
-        let repacked = model.repack_weights();
-        log_memory(&format!("{repacked} weights repacked"));
-        let mut pipeline = TextGeneration::from_gguf_model(&file, model, WeightMode::AsStored)?;
-        log_memory("tokenizer built");
+        let mut pipeline = model.pipeline()?;
         let lora = match config.lora.is_empty() {
             true => None,
             // The model keeps its own f32 copy of each update: the adapters as read go.
@@ -695,12 +678,9 @@ fn load_drafter(
     config: &EdgeConfig,
     budget: &Budget,
 ) -> Result<Drafter, EdgeError> {
-    let file = GgufFile::open(&draft.model)?;
-    file.prefer_small_pages();
-    let (_, layout) = hanzo_transformers::describe_gguf(&file)?;
-    let model = load_gguf_with(&file, WeightMode::AsStored)?;
-    model.repack_weights();
-    let own = TextGeneration::from_gguf_model(&file, model, WeightMode::AsStored)?;
+    let opened = OpenedModel::open(&draft.model)?;
+    let (_, layout) = opened.files().describe()?;
+    let own = opened.files().pipeline()?;
     pipeline.check_draft_vocabulary(&own)?;
     let vocab = own.tokenizer.vocab().len();
     log_memory("draft model loaded");
@@ -726,12 +706,9 @@ fn load_judge(
     let (own, layout) = match &guard.model {
         None => (None, layout),
         Some(path) => {
-            let file = GgufFile::open(path)?;
-            file.prefer_small_pages();
-            let (_, glayout) = hanzo_transformers::describe_gguf(&file)?;
-            let model = load_gguf_with(&file, WeightMode::AsStored)?;
-            model.repack_weights();
-            let own = TextGeneration::from_gguf_model(&file, model, WeightMode::AsStored)?;
+            let opened = OpenedModel::open(path)?;
+            let (_, glayout) = opened.files().describe()?;
+            let own = opened.files().pipeline()?;
             log_memory("guard model loaded");
             (Some(own), glayout.with_dtype(config.kv_dtype))
         }
@@ -748,7 +725,7 @@ fn load_judge(
 
 /// Resident and peak memory at a stage of loading, in the debug log (how the budget's terms
 /// are checked: docs/EDGE.md).
-fn log_memory(stage: &str) {
+pub(crate) fn log_memory(stage: &str) {
     if let Some(m) = hanzo_ml::memory::process_memory() {
         tracing::debug!(
             "{stage}: resident {:.1} MiB, peak {:.1} MiB",

@@ -37,6 +37,7 @@ mod error;
 pub mod guard;
 #[cfg(feature = "seal")]
 pub mod seal;
+mod source;
 mod stream;
 pub mod thermal;
 pub mod tools;
@@ -47,4 +48,5 @@ pub use draft::DraftModel;
 pub use edge::Edge;
 pub use error::EdgeError;
 pub use hanzo_ml::kv::KvDtype;
+pub use source::ModelFiles;
 pub use stream::{Event, Reply, Source, Summary, TokenStream};

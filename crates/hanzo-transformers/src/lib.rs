@@ -23,8 +23,8 @@ pub use embedding::{l2_normalize, EmbedOptions, Embedder, Embeddings, EncoderFil
 pub use error::{Error, Result};
 pub use lora::{Adapter, LoraId};
 pub use models::{
-    describe_gguf, load_dir, load_gguf, load_gguf_with, Cache, Decoder, LanguageModel, Logits,
-    ModelInfo, SeqChunk, WeightMode,
+    describe_gguf, hf::ModelDir, load_dir, load_gguf, load_gguf_with, Cache, Decoder,
+    LanguageModel, Logits, ModelInfo, SeqChunk, WeightMode,
 };
 pub use pipeline::{Finish, GenerateOptions, Generated, Generation, TextGeneration};
 pub use sampler::{Sampler, SamplingParams};

@@ -102,10 +102,7 @@ impl TextGeneration {
     /// weights held as `mode` says.
     pub fn load(path: &Path, mode: WeightMode) -> Result<Self> {
         if path.is_dir() {
-            let model = load_dir(path, mode)?;
-            let tokenizer = Tokenizer::from_hf_dir(path)?;
-            let template = crate::tokenizer::hf::chat_template(path)?;
-            Self::assemble(model, tokenizer, template, None)
+            Self::from_dir_model(path, load_dir(path, mode)?)
         } else {
             let file = GgufFile::open(path)?;
             Self::from_gguf_file(&file, mode)
@@ -138,6 +135,14 @@ impl TextGeneration {
             None
         };
         Self::assemble(model, tokenizer, template, huge_pages)
+    }
+
+    /// The tokenizer (`tokenizer.json`) and chat template of the model directory `dir`
+    /// around `model`, loaded from it.
+    pub fn from_dir_model(dir: &Path, model: Box<dyn LanguageModel>) -> Result<Self> {
+        let tokenizer = Tokenizer::from_hf_dir(dir)?;
+        let template = crate::tokenizer::hf::chat_template(dir)?;
+        Self::assemble(model, tokenizer, template, None)
     }
 
     /// Starts moving a GGUF model's weights onto 2 MiB pages in the background, once (see

@@ -11,8 +11,8 @@ pub struct GuardArgs {
     /// through; a flagged turn is answered with a refusal naming the category.
     #[arg(long)]
     guard: bool,
-    /// Judge with this GGUF model instead (a dedicated guard model; it counts in the
-    /// budget).
+    /// Judge with this model instead (a GGUF file or a model directory: a dedicated guard
+    /// model; it counts in the budget).
     #[arg(long)]
     guard_model: Option<PathBuf>,
     /// Categories to check (comma-separated): dangerous, harassment, hate, sexual, or a

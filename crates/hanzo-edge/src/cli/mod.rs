@@ -64,7 +64,9 @@ enum EvictionArg {
 /// The model and its budget.
 #[derive(Args)]
 pub struct ModelArgs {
-    /// A GGUF file, or the name of a model `hanzo-engine pull` put in the store.
+    /// A GGUF file, a model directory (config.json, *.safetensors, tokenizer.json: a Hugging
+    /// Face model, or MLX's AFQ-quantized one), or the name of a model `hanzo-engine pull`
+    /// put in the store.
     #[arg(long, short)]
     model: PathBuf,
     /// The memory budget: bytes, or with a unit (500MB, 1.5GiB).
@@ -90,7 +92,7 @@ pub struct ModelArgs {
     /// same; it pays where replies repeat their input).
     #[arg(long, value_name = "N")]
     lookup: Option<usize>,
-    /// Speculative decoding with a draft model: a smaller GGUF model (or store name) with
+    /// Speculative decoding with a draft model: a smaller model (file, directory or store name) with
     /// this one's vocabulary proposes tokens this one checks in one pass (its weights and
     /// KV store count in the budget).
     #[arg(long, value_name = "FILE", conflicts_with = "lookup")]
@@ -233,10 +235,10 @@ fn thermal_limit(s: &str) -> Result<ThermalLimit, String> {
 }
 
 impl ModelArgs {
-    /// What clients call the model by default: the file's name without `.gguf`, or the
-    /// store name as given.
+    /// What clients call the model by default: the file's name without `.gguf` (the
+    /// directory's name), or the store name as given.
     pub fn display_name(&self) -> String {
-        match self.model.is_file() {
+        match self.model.exists() {
             // `model.gguf` and its sealed `model.gguf.sealed` are both `model`.
             true => self
                 .model

@@ -47,6 +47,32 @@ impl Blob {
         }
     }
 
+    /// Lets the pages that hold bytes `range` of a file's map leave the resident set (Linux;
+    /// `MADV_DONTNEED`): they stay valid, and a later read maps the same bytes again from the
+    /// page cache, so the pages shared with neighbouring bytes go too (a loader releasing
+    /// tensor after tensor leaves none behind). Bytes in memory, and other systems, are left
+    /// alone.
+    pub fn release(&self, range: std::ops::Range<usize>) {
+        #[cfg(not(target_os = "linux"))]
+        let _ = range;
+        #[cfg(target_os = "linux")]
+        if let Repr::Mapped(map) = &self.0 {
+            const PAGE: usize = 4096;
+            let (from, to) = (range.start.min(map.len()), range.end.min(map.len()));
+            // The map starts on a page and its last page is mapped whole.
+            let start = (map.as_ptr() as usize + from) & !(PAGE - 1);
+            let end = (map.as_ptr() as usize + to).next_multiple_of(PAGE);
+            if to > from {
+                // SAFETY: [start, end) are pages of this live read-only file map, whose pages
+                // are file pages: MADV_DONTNEED unmaps them and a later read maps the same
+                // bytes again from the file. Failure is harmless (they stay resident).
+                unsafe {
+                    libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
+                }
+            }
+        }
+    }
+
     /// The memory map, where the bytes are a file's.
     pub fn mmap(&self) -> Option<&memmap2::Mmap> {
         match &self.0 {

@@ -33,6 +33,13 @@ pub struct MmapedSafetensors {
     context: String,
 }
 
+/// A tensor as stored: its type, shape and bytes (little-endian, any alignment).
+pub struct RawTensor<'a> {
+    pub dtype: DType,
+    pub shape: &'a [usize],
+    pub bytes: &'a [u8],
+}
+
 impl MmapedSafetensors {
     pub fn new(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
@@ -104,7 +111,35 @@ impl MmapedSafetensors {
             .collect()
     }
 
-    fn build(&self, name: &str, info: &TensorInfo) -> Result<Tensor> {
+    /// The tensor `name`'s type, shape and stored bytes (little-endian), a slice of the map:
+    /// nothing is read until the bytes are.
+    pub fn raw(&self, name: &str) -> Result<RawTensor<'_>> {
+        let info = self.metadata.info(name).ok_or_else(|| {
+            Error::format(self.context.as_str(), format!("no tensor named '{name}'"))
+        })?;
+        let (dtype, begin, end) = self.locate(name, info)?;
+        Ok(RawTensor {
+            dtype,
+            shape: &info.shape,
+            bytes: &self.map[begin..end],
+        })
+    }
+
+    /// Lets the pages wholly inside tensor `name`'s bytes leave the resident set (Linux,
+    /// mapped files): for a loader that has copied the tensor and will not read it again
+    /// soon. A later read brings the same bytes back from the file. Unknown names and data
+    /// in memory are left alone.
+    pub fn release(&self, name: &str) {
+        let Some(info) = self.metadata.info(name) else {
+            return;
+        };
+        if let Ok((_, begin, end)) = self.locate(name, info) {
+            self.map.release(begin..end);
+        }
+    }
+
+    /// The tensor's type and its data's byte range in the map, every number checked.
+    fn locate(&self, name: &str, info: &TensorInfo) -> Result<(DType, usize, usize)> {
         let dtype = from_st_dtype(info.dtype).ok_or_else(|| {
             Error::format(
                 self.context.as_str(),
@@ -131,10 +166,16 @@ impl MmapedSafetensors {
         if count.checked_mul(dtype.size_in_bytes()) != Some(end - begin) {
             return Err(bad("data length does not match shape and dtype"));
         }
-        let bytes = self
-            .map
-            .get(begin..end)
-            .ok_or_else(|| bad("data offsets past the end of the file"))?;
+        if end > self.map.len() {
+            return Err(bad("data offsets past the end of the file"));
+        }
+        Ok((dtype, begin, end))
+    }
+
+    fn build(&self, name: &str, info: &TensorInfo) -> Result<Tensor> {
+        let (dtype, begin, end) = self.locate(name, info)?;
+        let count = (end - begin) / dtype.size_in_bytes();
+        let bytes = &self.map[begin..end];
         fn view<T: WithDType>(map: &Arc<Blob>, off: usize, n: usize) -> Option<CpuStorage> {
             Buf::<T>::mapped(map.clone(), off, n).map(T::to_cpu_storage)
         }
@@ -205,6 +246,33 @@ impl ShardedSafetensors {
     pub fn get(&self, name: &str) -> Option<Result<Tensor>> {
         let &i = self.index.get(name)?;
         Some(self.files[i].get(name))
+    }
+
+    /// [`MmapedSafetensors::raw`] from whichever shard holds `name`.
+    pub fn raw(&self, name: &str) -> Option<Result<RawTensor<'_>>> {
+        let &i = self.index.get(name)?;
+        Some(self.files[i].raw(name))
+    }
+
+    /// [`MmapedSafetensors::release`] in whichever shard holds `name`.
+    pub fn release(&self, name: &str) {
+        if let Some(&i) = self.index.get(name) {
+            self.files[i].release(name);
+        }
+    }
+
+    /// Lets every page of every shard's map leave the resident set (see
+    /// [`MmapedSafetensors::release`]): after a loader has copied all it needs, the pages the
+    /// system mapped around its reads go too.
+    pub fn release_all(&self) {
+        for f in &self.files {
+            f.map.release(0..f.map.len());
+        }
+    }
+
+    /// Every tensor name of every shard.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.index.keys().map(String::as_str)
     }
 }
 

@@ -107,11 +107,25 @@ impl QTensor {
         scales: &[u16],
         biases: &[u16],
     ) -> Result<Self> {
-        Self::from_bytes(
-            GgmlDType::Afq(t),
+        // Written where it will stay: a model's largest tensors are AFQ, and a loader that
+        // holds one copy at a time stays within its memory budget.
+        let (dtype, shape) = (GgmlDType::Afq(t), shape.into());
+        let len = scales.len() * t.block_bytes();
+        check_size(dtype, &shape, len, "QTensor::from_mlx")?;
+        let mut words = vec![0u32; len.div_ceil(4)];
+        afq::from_mlx_into(
+            t,
+            packed,
+            scales,
+            biases,
+            &mut bytemuck::cast_slice_mut::<u32, u8>(&mut words)[..len],
+        )?;
+        Ok(Self {
+            dtype,
             shape,
-            &afq::from_mlx(t, packed, scales, biases)?,
-        )
+            data: Bytes::Owned { words, len },
+            interleaved: false,
+        })
     }
 
     /// MLX's three tensors' bytes of an AFQ tensor: levels (its `u32` words, little-endian),

@@ -9,14 +9,16 @@
 //! `biases`) load as AFQ weights, as MLX stores them.
 
 use super::meta::{Gguf, Params, TensorSource, WeightMode};
+use super::{LanguageModel, ModelInfo};
 use crate::{Error, Result};
-use hanzo_ml::io::safetensors::{files_in_dir, ShardedSafetensors};
+use hanzo_ml::io::safetensors::{files_in_dir, RawTensor, ShardedSafetensors};
+use hanzo_ml::kv::KvLayout;
 use hanzo_ml::quantized::gguf::Value;
-use hanzo_ml::quantized::{AfqScale, AfqType, GgmlDType, QTensor};
+use hanzo_ml::quantized::{AfqScale, AfqType, GgmlDType, QMatMul, QTensor};
 use hanzo_ml::{DType, Tensor};
 use serde_json::Value as Json;
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Architectures a directory can hold, by `config.json`'s `model_type`.
 pub const SUPPORTED: &str = "llama, mistral, phi3, qwen2, qwen3";
@@ -54,68 +56,140 @@ impl SafetensorsDir {
             .map_err(Error::from)
     }
 
-    /// The AFQ weight of MLX's layer `module` (`weight` in `u32` words, `scales`, `biases`),
-    /// its group size from `quantization` (a per-layer entry before the global one), its
-    /// width from the shapes.
-    fn afq(&self, module: &str) -> Result<QTensor> {
+    fn raw(&self, name: &str) -> Result<RawTensor<'_>> {
+        self.shards
+            .raw(name)
+            .ok_or_else(|| Error::model("safetensors", format!("missing tensor {name}")))?
+            .map_err(Error::from)
+    }
+
+    /// MLX's layer `module` as an AFQ weight: its type (group size from `quantization`, a
+    /// per-layer entry before the global one; width from the shapes), `[n, k]`, and its
+    /// three stored tensors (`weight` in `u32` words, `scales`, `biases`). No data is read.
+    fn afq_parts(&self, module: &str) -> Result<AfqParts<'_>> {
         let cfg = self.mlx.as_ref().expect("checked by the caller");
         let layer = cfg.get(module).filter(|v| v.is_object()).unwrap_or(cfg);
         let group = layer["group_size"].as_u64().unwrap_or(64) as usize;
         let bad = |msg: String| Error::model("MLX quantization", format!("{module}: {msg}"));
         AfqType::check_group(group).map_err(|e| bad(e.to_string()))?;
-        let w = self.tensor(&format!("{module}.weight"))?;
-        let scales = self.tensor(&format!("{module}.scales"))?;
-        let biases = self.tensor(&format!("{module}.biases"))?;
-        let (Ok((n, words)), Ok((sn, groups))) = (w.dims2(), scales.dims2()) else {
+        let w = self.raw(&format!("{module}.weight"))?;
+        let scales = self.raw(&format!("{module}.scales"))?;
+        let biases = self.raw(&format!("{module}.biases"))?;
+        let (&[n, words], &[sn, groups]) = (w.shape, scales.shape) else {
             return Err(bad("weight and scales must be 2-D".into()));
         };
         let k = groups * group;
-        if sn != n || biases.dims() != scales.dims() || w.dtype() != DType::U32 || k == 0 {
+        if sn != n
+            || biases.shape != scales.shape
+            || biases.dtype != scales.dtype
+            || !matches!(scales.dtype, DType::BF16 | DType::F16 | DType::F32)
+            || w.dtype != DType::U32
+            || k == 0
+        {
             return Err(bad(format!(
-                "weight {:?} {:?}, scales {:?}, biases {:?} are not MLX's layout",
-                w.dims(),
-                w.dtype(),
-                scales.dims(),
-                biases.dims()
+                "weight {:?} {:?}, scales {:?} {:?}, biases {:?} {:?} are not MLX's layout",
+                w.shape, w.dtype, scales.shape, scales.dtype, biases.shape, biases.dtype
             )));
         }
         if !(words * 32).is_multiple_of(k) {
             return Err(bad(format!("{words} words a row do not pack {k} weights")));
         }
-        let scale = match scales.dtype() {
+        let scale = match scales.dtype {
             DType::BF16 => AfqScale::BF16,
             // f32 scales (MLX's for f32 weights) are held as f16.
             _ => AfqScale::F16,
         };
         let t = AfqType::new(words * 32 / k, group, scale)?;
-        let packed: Vec<u8> = w
-            .flatten_all()?
-            .to_vec1::<u32>()?
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect();
-        let (s, b) = (bits16(&scales, scale)?, bits16(&biases, scale)?);
-        Ok(QTensor::from_mlx(t, (n, k), &packed, &s, &b)?)
+        Ok(AfqParts {
+            t,
+            n,
+            k,
+            w,
+            scales,
+            biases,
+        })
+    }
+
+    /// The AFQ weight of MLX's layer `module`, read straight from the stored bytes into the
+    /// one buffer it keeps.
+    fn afq(&self, module: &str) -> Result<QTensor> {
+        let p = self.afq_parts(module)?;
+        let (s, b) = (bits16(&p.scales, p.t), bits16(&p.biases, p.t));
+        Ok(QTensor::from_mlx(p.t, (p.n, p.k), p.w.bytes, &s, &b)?)
+    }
+
+    /// The bytes the loaded model holds for the tensors it reads, computed from the headers
+    /// alone: AFQ weights in their blocks, float weights in their type (dense f32 ones twice,
+    /// as `QMatMul` counts them), norms and biases as read plus their f32 copy.
+    fn resident_bytes(&self) -> Result<u64> {
+        let mut total = 0u64;
+        for name in self.shards.names() {
+            if gguf_name(name).is_none() {
+                continue; // not read by the loader
+            }
+            let module = name
+                .strip_suffix(".weight")
+                .or_else(|| name.strip_suffix(".scales"))
+                .or_else(|| name.strip_suffix(".biases"));
+            if let Some(m) = module.filter(|m| self.is_afq(m)) {
+                if name.ends_with(".weight") {
+                    let p = self.afq_parts(m)?;
+                    total += (p.n * p.k / p.t.group() * p.t.block_bytes()) as u64;
+                }
+                continue;
+            }
+            let r = self.raw(name)?;
+            total += match *r.shape {
+                [n, k] => {
+                    let dtype = float_type(r.dtype);
+                    QMatMul::resident_bytes(dtype, n, k, dtype.bytes_for(n * k)?) as u64
+                }
+                _ => (r.bytes.len() + 4 * r.shape.iter().product::<usize>()) as u64,
+            };
+        }
+        Ok(total)
+    }
+
+    /// Whether `module` is stored as MLX quantizes a layer.
+    fn is_afq(&self, module: &str) -> bool {
+        self.mlx.is_some() && self.shards.contains(&format!("{module}.scales"))
     }
 }
 
-/// A 16-bit float tensor's values as bits of `scale`'s type (converted when stored otherwise).
-fn bits16(t: &Tensor, scale: AfqScale) -> Result<Vec<u16>> {
-    let t = t.flatten_all()?;
-    Ok(match scale {
-        AfqScale::BF16 => t
-            .to_dtype(DType::BF16)?
-            .to_vec1::<half::bf16>()?
-            .iter()
-            .map(|v| v.to_bits())
+/// An AFQ layer's stored parts (`SafetensorsDir::afq_parts`).
+struct AfqParts<'a> {
+    t: AfqType,
+    n: usize,
+    k: usize,
+    w: RawTensor<'a>,
+    scales: RawTensor<'a>,
+    biases: RawTensor<'a>,
+}
+
+/// The GGUF type a float tensor is held in: its own where GGUF has it, else f32.
+fn float_type(dtype: DType) -> GgmlDType {
+    match dtype {
+        DType::F16 => GgmlDType::F16,
+        DType::BF16 => GgmlDType::BF16,
+        _ => GgmlDType::F32,
+    }
+}
+
+/// Stored scales or biases (bf16, f16 or f32: `afq_parts` checked) as bits of `t`'s scale
+/// type; f32 ones are rounded to f16.
+fn bits16(r: &RawTensor, t: AfqType) -> Vec<u16> {
+    match (r.dtype, t.scale()) {
+        (DType::F32, _) => r
+            .bytes
+            .chunks_exact(4)
+            .map(|c| half::f16::from_f32(f32::from_le_bytes([c[0], c[1], c[2], c[3]])).to_bits())
             .collect(),
-        AfqScale::F16 => t
-            .to_dtype(DType::F16)?
-            .to_vec1::<half::f16>()?
-            .iter()
-            .map(|v| v.to_bits())
+        _ => r
+            .bytes
+            .chunks_exact(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
             .collect(),
-    })
+    }
 }
 
 /// GGUF's row order for interleaved RoPE: within each head, row `2j + s` is HF row
@@ -206,19 +280,23 @@ impl TensorSource for SafetensorsDir {
     fn get(&self, name: &str) -> Result<QTensor> {
         let hf = hf_name(name, self.fused_gate_up)
             .ok_or_else(|| Error::model("safetensors", format!("no tensor for {name}")))?;
-        let afq = hf
-            .strip_suffix(".weight")
-            .filter(|m| self.mlx.is_some() && self.shards.contains(&format!("{m}.scales")));
+        let afq = hf.strip_suffix(".weight").filter(|m| self.is_afq(m));
+        // Every weight is copied out of the map, whose pages it read then leave the resident
+        // set: loading never holds a model twice.
         let q = match afq {
-            Some(module) => self.afq(module)?,
+            Some(module) => {
+                let q = self.afq(module)?;
+                for part in ["weight", "scales", "biases"] {
+                    self.shards.release(&format!("{module}.{part}"));
+                }
+                q
+            }
             None => {
                 let t = self.tensor(&hf)?;
-                let dtype = match t.dtype() {
-                    DType::F16 => GgmlDType::F16,
-                    DType::BF16 => GgmlDType::BF16,
-                    _ => GgmlDType::F32,
-                };
-                QTensor::quantize(&t, dtype)?
+                let q = QTensor::quantize(&t, float_type(t.dtype()))?;
+                drop(t);
+                self.shards.release(&hf);
+                q
             }
         };
         match self.permute_qk {
@@ -239,7 +317,7 @@ pub fn read_config(dir: &Path) -> Result<Json> {
 }
 
 /// A directory's model as the GGUF loaders see it: (architecture, parameters, tensors).
-pub fn open(dir: &Path) -> Result<(String, HashMap<String, Value>, SafetensorsDir)> {
+fn open(dir: &Path) -> Result<(String, HashMap<String, Value>, SafetensorsDir)> {
     let cfg = read_config(dir)?;
     let arch = cfg["model_type"]
         .as_str()
@@ -321,9 +399,66 @@ pub fn open(dir: &Path) -> Result<(String, HashMap<String, Value>, SafetensorsDi
     Ok((arch, p, tensors))
 }
 
+/// A Hugging Face or MLX model directory, opened: `config.json` read, the safetensors files
+/// mapped and their headers parsed, no tensor data read. What it needs in memory is known
+/// before it loads (the edge runtime's budget).
+pub struct ModelDir {
+    path: PathBuf,
+    arch: String,
+    params: HashMap<String, Value>,
+    tensors: SafetensorsDir,
+    /// `SafetensorsDir::resident_bytes`, computed (and every AFQ layer's layout checked) at
+    /// opening.
+    resident: u64,
+}
+
+impl ModelDir {
+    pub fn open(dir: &Path) -> Result<Self> {
+        let (arch, params, tensors) = open(dir)?;
+        Ok(Self {
+            path: dir.to_path_buf(),
+            arch,
+            params,
+            resident: tensors.resident_bytes()?,
+            tensors,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn gguf(&self, mode: WeightMode) -> Gguf<'_> {
+        let params = Params::Map(self.params.clone());
+        Gguf::from_parts(self.arch.clone(), params, &self.tensors, mode)
+    }
+
+    /// What [`Self::load`] would build, from `config.json` and the headers: the model's
+    /// [`ModelInfo`] and the [`KvLayout`] of its KV state.
+    pub fn describe(&self) -> Result<(ModelInfo, KvLayout)> {
+        let g = self.gguf(WeightMode::AsStored);
+        let (ctx, windows) = super::llama::context_and_windows(&g)?;
+        let vocab = self.tensors.raw("model.embed_tokens.weight")?.shape[0];
+        super::describe(&g, vocab, ctx, windows)
+    }
+
+    /// The bytes the model loaded as stored holds (AFQ weights exactly, in their blocks),
+    /// from the headers alone.
+    pub fn resident_bytes(&self) -> u64 {
+        self.resident
+    }
+
+    /// The model, weights as `mode` says. Each weight is copied out of the files, whose
+    /// pages then leave the resident set (the files stay mapped until `self` is dropped).
+    pub fn load(&self, mode: WeightMode) -> Result<Box<dyn LanguageModel>> {
+        let model = super::llama::load(&self.gguf(mode))?;
+        // Reads map the pages around them too; none of them is needed any more.
+        self.tensors.shards.release_all();
+        Ok(Box::new(model))
+    }
+}
+
 /// Loads the model of a directory through the GGUF loader of its architecture.
-pub fn load(dir: &Path, mode: WeightMode) -> Result<Box<dyn super::LanguageModel>> {
-    let (arch, params, tensors) = open(dir)?;
-    let g = Gguf::from_parts(arch, Params::Map(params), &tensors, mode);
-    Ok(Box::new(super::llama::load(&g)?))
+pub fn load(dir: &Path, mode: WeightMode) -> Result<Box<dyn LanguageModel>> {
+    ModelDir::open(dir)?.load(mode)
 }

@@ -327,7 +327,6 @@ pub fn load_gguf_with(file: &GgufFile, mode: WeightMode) -> Result<Box<dyn Langu
 /// The edge runtime sizes its memory budget from it before loading anything.
 pub fn describe_gguf(file: &GgufFile) -> Result<(ModelInfo, KvLayout)> {
     let g = meta::Gguf::new(file)?;
-    let shape = g.decoder_shape()?;
     let (ctx, windows) = match g.arch.as_str() {
         "gemma3" => gemma3::context_and_windows(&g)?,
         "llama" | "mistral" | "phi3" | "qwen2" | "qwen3" => llama::context_and_windows(&g)?,
@@ -337,6 +336,17 @@ pub fn describe_gguf(file: &GgufFile) -> Result<(ModelInfo, KvLayout)> {
         Some(t) => t.shape.dims()[0],
         None => return Err(Error::model(&g.arch, "no token_embd.weight")),
     };
+    describe(&g, vocab, ctx, windows)
+}
+
+/// A decoder's info and KV layout from its parameters, vocabulary, context and windows.
+fn describe(
+    g: &meta::Gguf,
+    vocab: usize,
+    ctx: usize,
+    windows: Vec<Option<usize>>,
+) -> Result<(ModelInfo, KvLayout)> {
+    let shape = g.decoder_shape()?;
     let layout = KvLayout::new(shape.kv_heads * shape.head_dim, windows);
     Ok((shape.info(&g.arch, vocab, ctx), layout))
 }

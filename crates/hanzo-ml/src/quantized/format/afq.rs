@@ -310,6 +310,19 @@ pub fn quantize(t: AfqType, xs: &[f32], out: &mut [u8]) {
 /// Blocks from MLX's three tensors of one `[n, k]` weight: `packed` the levels' bytes
 /// (`n · k · bits / 8`), `scales` and `biases` the 16-bit values (`n · k / group` each).
 pub fn from_mlx(t: AfqType, packed: &[u8], scales: &[u16], biases: &[u16]) -> Result<Vec<u8>> {
+    let mut out = vec![0u8; scales.len() * t.block_bytes()];
+    from_mlx_into(t, packed, scales, biases, &mut out)?;
+    Ok(out)
+}
+
+/// [`from_mlx`] into `out`, which must hold `scales.len()` blocks.
+pub fn from_mlx_into(
+    t: AfqType,
+    packed: &[u8],
+    scales: &[u16],
+    biases: &[u16],
+    out: &mut [u8],
+) -> Result<()> {
     let groups = scales.len();
     let lb = t.level_bytes();
     if biases.len() != groups || packed.len() != groups * lb {
@@ -325,13 +338,18 @@ pub fn from_mlx(t: AfqType, packed: &[u8], scales: &[u16], biases: &[u16]) -> Re
             ),
         ));
     }
-    let mut out = vec![0u8; groups * t.block_bytes()];
+    if out.len() != groups * t.block_bytes() {
+        return Err(Error::format(
+            "AFQ",
+            format!("{groups} blocks do not fill {} bytes", out.len()),
+        ));
+    }
     for (i, block) in out.chunks_exact_mut(t.block_bytes()).enumerate() {
         block[..2].copy_from_slice(&scales[i].to_le_bytes());
         block[2..4].copy_from_slice(&biases[i].to_le_bytes());
         block[4..].copy_from_slice(&packed[i * lb..(i + 1) * lb]);
     }
-    Ok(out)
+    Ok(())
 }
 
 /// MLX's three tensors' bytes (levels, scales, biases, little-endian) from blocks.

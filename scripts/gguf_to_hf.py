@@ -155,7 +155,7 @@ def write_tokenizer(field, out):
         return None if i is None else tokens[i]
 
     tcfg = {"bos_token": tok("bos_token_id"), "eos_token": tok("eos_token_id"),
-            "pad_token": tok("padding_token_id"),
+            "pad_token": tok("padding_token_id"), "unk_token": tok("unknown_token_id"),
             "add_bos_token": bool(field("tokenizer.ggml.add_bos_token", False))}
     template = field("tokenizer.chat_template")
     if template is not None:

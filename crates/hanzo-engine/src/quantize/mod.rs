@@ -58,7 +58,8 @@ pub struct Args {
     #[arg(long, value_name = "NAME", requires = "imatrix")]
     pub exclude_weights: Vec<String>,
     /// Fold a LoRA adapter (GGUF or PEFT directory) into the weights it changes, times SCALE
-    /// (default 1), before quantizing; repeat for several. GGUF input only.
+    /// (default 1), before quantizing; repeat for several. A GGUF file or a model directory
+    /// as input.
     #[arg(long, value_name = "FILE[:SCALE]")]
     pub lora: Vec<String>,
 }
@@ -205,19 +206,10 @@ impl LoraMerge {
                 adapters: Vec::new(),
             });
         }
-        let Source::Gguf(file) = source else {
-            bail!("--lora: folding an adapter in needs a GGUF model as input");
+        let Some((arch, heads, kv_heads)) = source.arch_and_heads() else {
+            bail!("--lora: folding an adapter in needs a model the engine runs as input (a GGUF file with general.architecture, or a model directory)");
         };
-        let arch = file
-            .get("general.architecture")
-            .and_then(|v| v.as_str())
-            .context("--lora: the model has no general.architecture")?;
-        let count = |k: &str| {
-            file.get(&format!("{arch}.attention.{k}"))
-                .and_then(|v| v.to_usize())
-                .unwrap_or(0)
-        };
-        let (heads, kv_heads) = (count("head_count"), count("head_count_kv"));
+        let (arch, heads, kv_heads) = (arch.as_str(), heads.unwrap_or(0), kv_heads.unwrap_or(0));
         let mut adapters = Vec::new();
         for spec in specs {
             let a = crate::commands::open_adapter(spec)

@@ -1,11 +1,15 @@
-//! Model sources for conversion: a GGUF file (any supported type, requantized through f32)
-//! or safetensors (a file, or a directory with `model.safetensors` and `config.json`).
+//! Model sources for conversion: a GGUF file (any supported type, requantized through f32),
+//! a model directory of an architecture the engine runs (written as llama.cpp's converter
+//! would: GGUF's tensor names and layout, `config.json` as `{arch}.*` keys, `tokenizer.json`
+//! as `tokenizer.ggml.*`), or other safetensors (a file, or a directory with
+//! `model.safetensors` and `config.json`; tensors kept under their own names).
 
 use anyhow::{bail, Context, Result};
 use hanzo_ml::io::safetensors::{self, MmapedSafetensors};
 use hanzo_ml::quantized::gguf::{GgufFile, Value};
 use hanzo_ml::quantized::GgmlDType;
 use hanzo_ml::DType;
+use hanzo_transformers::{Error as ModelError, ModelDir};
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
@@ -18,6 +22,7 @@ pub struct SourceTensor {
 
 pub enum Source {
     Gguf(GgufFile),
+    Dir(Box<ModelDir>),
     Safetensors {
         files: Vec<MmapedSafetensors>,
         config: Option<serde_json::Value>,
@@ -44,6 +49,18 @@ fn float_type(dt: DType) -> Option<GgmlDType> {
 
 impl Source {
     pub fn open(path: &Path) -> Result<Self> {
+        if path.is_dir() && path.join("config.json").exists() {
+            match ModelDir::open(path) {
+                Ok(dir) if dir.is_quantized() => bail!(
+                    "{} holds MLX's quantized weights (AFQ); quantize the float model instead",
+                    path.display()
+                ),
+                Ok(dir) => return Ok(Source::Dir(Box::new(dir))),
+                // Other architectures (an encoder, say) keep their tensors' own names.
+                Err(ModelError::UnsupportedArchitecture(..)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
         if path.is_dir() {
             let shards = safetensors::files_in_dir(path)?;
             let config = match std::fs::read_to_string(path.join("config.json")) {
@@ -87,6 +104,21 @@ impl Source {
                     dtype: t.dtype,
                 })
                 .collect()),
+            Source::Dir(dir) => Ok(dir
+                .tensors()
+                .into_iter()
+                .filter_map(|(name, shape, dtype)| {
+                    let dtype = float_type(dtype);
+                    if dtype.is_none() {
+                        tracing::warn!("skipping {name}: not a float tensor");
+                    }
+                    Some(SourceTensor {
+                        name,
+                        shape,
+                        dtype: dtype?,
+                    })
+                })
+                .collect()),
             Source::Safetensors { files, .. } => {
                 let mut out = Vec::new();
                 for f in files {
@@ -124,6 +156,53 @@ impl Source {
                 .filter(|(k, _)| !REWRITTEN.contains(&k.as_str()))
                 .cloned()
                 .collect(),
+            Source::Dir(dir) => {
+                let mut m = vec![(
+                    "general.architecture".to_string(),
+                    Value::String(dir.arch().to_string()),
+                )];
+                if let Some(name) = dir.path().file_name().and_then(|n| n.to_str()) {
+                    m.push(("general.name".to_string(), Value::String(name.to_string())));
+                }
+                // In the types llama.cpp writes: counts as u32, real numbers as f32.
+                m.extend(dir.params().into_iter().map(|(k, v)| {
+                    let v = match *v {
+                        Value::U64(n) if n <= u32::MAX as u64 => Value::U32(n as u32),
+                        Value::F64(x) => Value::F32(x as f32),
+                        ref other => other.clone(),
+                    };
+                    (k.to_string(), v)
+                }));
+                // What llama.cpp's converter adds from the shapes: the rotary width (the
+                // whole head) and the vocabulary.
+                let arch = dir.arch();
+                let get = |k: &str| {
+                    m.iter()
+                        .find(|(n, _)| *n == format!("{arch}.{k}"))
+                        .and_then(|(_, v)| v.to_usize())
+                };
+                let head_dim = get("attention.key_length").or_else(|| {
+                    Some(get("embedding_length")? / get("attention.head_count")?.max(1))
+                });
+                let vocab = dir
+                    .tensors()
+                    .into_iter()
+                    .find(|(n, ..)| n == "token_embd.weight")
+                    .map(|(_, shape, _)| shape[0]);
+                let missing: Vec<_> = [("rope.dimension_count", head_dim), ("vocab_size", vocab)]
+                    .into_iter()
+                    .filter(|(key, _)| get(key).is_none())
+                    .filter_map(|(key, v)| Some((format!("{arch}.{key}"), Value::U32(v? as u32))))
+                    .collect();
+                m.extend(missing);
+                match hanzo_transformers::tokenizer::hf::gguf_keys(dir.path()) {
+                    Ok(keys) => m.extend(keys),
+                    Err(e) => tracing::warn!(
+                        "the output will hold no tokenizer (tokenizer.json: {e}); it is not a runnable model by itself"
+                    ),
+                }
+                m
+            }
             Source::Safetensors { config, dir, .. } => {
                 let mut m = Vec::new();
                 if let Some(arch) = config.as_ref().and_then(|c| c["model_type"].as_str()) {
@@ -140,21 +219,35 @@ impl Source {
         }
     }
 
+    /// The architecture and the attention's query and KV head counts, where the source is a
+    /// model the engine runs (a GGUF file, a model directory).
+    pub fn arch_and_heads(&self) -> Option<(String, Option<usize>, Option<usize>)> {
+        let arch = match self {
+            Source::Gguf(f) => f.get("general.architecture")?.as_str()?,
+            Source::Dir(dir) => dir.arch(),
+            Source::Safetensors { .. } => return None,
+        };
+        let get = |k: &str| {
+            let key = format!("{arch}.attention.{k}");
+            match self {
+                Source::Gguf(f) => f.get(&key)?.to_usize(),
+                Source::Dir(dir) => dir
+                    .params()
+                    .into_iter()
+                    .find(|(n, _)| *n == key)?
+                    .1
+                    .to_usize(),
+                Source::Safetensors { .. } => None,
+            }
+        };
+        Some((arch.to_string(), get("head_count"), get("head_count_kv")))
+    }
+
     /// Query heads per KV head (1 when unknown); the Q2_K/IQ4_NL mixtures use it.
     pub fn n_gqa(&self) -> usize {
-        let (heads, kv) = match self {
-            Source::Gguf(f) => {
-                let arch = f
-                    .get("general.architecture")
-                    .and_then(|v| v.as_str())
-                    .unwrap_or("");
-                let get = |k: &str| {
-                    f.get(&format!("{arch}.attention.{k}"))
-                        .and_then(|v| v.to_usize())
-                };
-                (get("head_count"), get("head_count_kv"))
-            }
-            Source::Safetensors { config, .. } => {
+        let (heads, kv) = match (self, self.arch_and_heads()) {
+            (_, Some((_, h, k))) => (h, k),
+            (Source::Safetensors { config, .. }, None) => {
                 let get = |k: &str| {
                     config
                         .as_ref()
@@ -163,6 +256,7 @@ impl Source {
                 };
                 (get("num_attention_heads"), get("num_key_value_heads"))
             }
+            _ => (None, None),
         };
         match (heads, kv) {
             (Some(h), Some(k)) if k > 0 => h / k,
@@ -174,7 +268,7 @@ impl Source {
     pub fn raw(&self, name: &str) -> Result<Option<Cow<'_, [u8]>>> {
         match self {
             Source::Gguf(f) => Ok(Some(Cow::Borrowed(f.tensor_bytes(name)?))),
-            Source::Safetensors { .. } => Ok(None),
+            Source::Dir(_) | Source::Safetensors { .. } => Ok(None),
         }
     }
 
@@ -182,6 +276,7 @@ impl Source {
     pub fn f32(&self, name: &str) -> Result<Vec<f32>> {
         match self {
             Source::Gguf(f) => Ok(f.tensor(name)?.dequantize_f32()?),
+            Source::Dir(dir) => Ok(dir.tensor(name)?.dequantize_f32()?),
             Source::Safetensors { files, .. } => {
                 for f in files {
                     if f.names().contains(&name) {

@@ -428,6 +428,60 @@ impl ModelDir {
         &self.path
     }
 
+    /// `config.json`'s `model_type`, GGUF's `general.architecture`.
+    pub fn arch(&self) -> &str {
+        &self.arch
+    }
+
+    /// The hyper-parameters as GGUF keys (`{arch}.embedding_length`, ...), sorted.
+    pub fn params(&self) -> Vec<(&str, &Value)> {
+        let mut p: Vec<_> = self.params.iter().map(|(k, v)| (k.as_str(), v)).collect();
+        p.sort_by_key(|(k, _)| *k);
+        p
+    }
+
+    /// Whether the weights are MLX's quantized ones (`quantization` in `config.json`).
+    pub fn is_quantized(&self) -> bool {
+        self.tensors.mlx.is_some()
+    }
+
+    /// The tensors the loader reads, under GGUF's names, with their shapes and stored types
+    /// (an AFQ layer as its `weight`, of `u32` words); in the order llama.cpp's converter
+    /// writes them: the embedding, the blocks by number, then the rest.
+    pub fn tensors(&self) -> Vec<(String, Vec<usize>, DType)> {
+        let mut out: Vec<_> = self
+            .tensors
+            .shards
+            .names()
+            .filter_map(|hf| {
+                let gguf = gguf_name(hf)?;
+                let module = hf.rsplit_once('.').map_or(hf, |(m, _)| m);
+                let afq_part = self.tensors.is_afq(module) && !hf.ends_with(".weight");
+                let raw = self.tensors.raw(hf).ok()?;
+                (!afq_part).then(|| (gguf, raw.shape.to_vec(), raw.dtype))
+            })
+            .collect();
+        let rank = |name: &str| match name.strip_prefix("blk.") {
+            _ if name.starts_with("token_embd.") => (0, 0),
+            Some(rest) => (
+                1,
+                rest.split('.')
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0),
+            ),
+            None => (2, 0),
+        };
+        out.sort_by(|a, b| (rank(&a.0), &a.0).cmp(&(rank(&b.0), &b.0)));
+        out
+    }
+
+    /// The tensor GGUF calls `name` (`blk.0.attn_q.weight`), laid out as a GGUF file holds it
+    /// (Llama/Mistral Q/K rows permuted for interleaved rotary).
+    pub fn tensor(&self, name: &str) -> Result<QTensor> {
+        self.tensors.get(name)
+    }
+
     fn gguf(&self, mode: WeightMode) -> Gguf<'_> {
         let params = Params::Map(self.params.clone());
         Gguf::from_parts(self.arch.clone(), params, &self.tensors, mode)

@@ -42,6 +42,18 @@ impl Pretokenizer {
         Self::from_regexes(exprs, ignore_merges)
     }
 
+    /// One name of each cascade `from_name` knows.
+    pub const NAMES: [&'static str; 4] = ["default", "smollm", "qwen2", "llama-bpe"];
+
+    /// Whether `other` cuts text into the same pieces as this one (on a probe with
+    /// contractions, letters of several scripts, runs of digits, punctuation, spaces and
+    /// newlines) and treats merges alike.
+    pub fn splits_as(&self, other: &Self) -> bool {
+        const PROBE: &str = "Hello world! It's 2024: they'LL pay $1234567.89 \n\n  x\t\r\n \
+            ñandú Größe 你好吗 🙂 don't I'M ok?! 3 + 45 = 48\n   end  ";
+        self.ignore_merges == other.ignore_merges && self.split(PROBE) == other.split(PROBE)
+    }
+
     /// The GPT-2 regex: what a `ByteLevel` pre-tokenizer with `use_regex` applies.
     pub const GPT2: &'static str = GPT2;
 
@@ -243,5 +255,29 @@ impl Bpe {
             out.extend(ids[idx]);
             i = next[idx];
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Pretokenizer;
+
+    /// The probe tells every named cascade from the others, so a tokenizer.json's regexes
+    /// get the one name that splits as they do (`tokenizer::hf::gguf_keys`).
+    #[test]
+    fn the_probe_tells_the_named_cascades_apart() {
+        for (i, a) in Pretokenizer::NAMES.iter().enumerate() {
+            for (j, b) in Pretokenizer::NAMES.iter().enumerate() {
+                let (pa, pb) = (
+                    Pretokenizer::from_name(a).unwrap(),
+                    Pretokenizer::from_name(b).unwrap(),
+                );
+                assert_eq!(pa.splits_as(&pb), i == j, "{a} vs {b}");
+            }
+        }
+        // Hugging Face's spelling of Qwen2's regex (case-insensitive group) is GGUF's qwen2.
+        let hf = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+        let hf = Pretokenizer::from_regexes(&[hf], false).unwrap();
+        assert!(Pretokenizer::from_name("qwen2").unwrap().splits_as(&hf));
     }
 }

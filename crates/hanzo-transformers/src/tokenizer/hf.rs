@@ -12,6 +12,7 @@ use super::specials::SpecialMatcher;
 use super::vocab::{SpecialIds, TokenKind, Vocab};
 use super::{Model, Tokenizer};
 use crate::{Error, Result};
+use hanzo_ml::quantized::gguf::{Array, Value};
 use serde_json::Value as Json;
 use std::path::Path;
 
@@ -88,128 +89,29 @@ fn token_text(v: &Json) -> Option<&str> {
     v.as_str().or_else(|| v["content"].as_str())
 }
 
+/// What a directory's tokenizer files say: the vocabulary by id with each token's kind, the
+/// merges, the pre-tokenizer's regexes, and the special tokens.
+struct Parts {
+    tokens: Vec<String>,
+    kinds: Vec<TokenKind>,
+    merges: Vec<String>,
+    regexes: Vec<String>,
+    ignore_merges: bool,
+    special: SpecialIds,
+}
+
 impl Tokenizer {
     /// The tokenizer of a Hugging Face model directory (`tokenizer.json`, byte-level BPE).
     pub fn from_hf_dir(dir: &Path) -> Result<Self> {
-        let path = dir.join("tokenizer.json");
-        let tj = read_json(&path)?
-            .ok_or_else(|| Error::Tokenizer(format!("{} not found", path.display())))?;
-        let cfg = read_json(&dir.join("tokenizer_config.json"))?.unwrap_or(Json::Null);
-        let model_cfg = read_json(&dir.join("config.json"))?.unwrap_or(Json::Null);
-        let m = &tj["model"];
-        match m["type"].as_str() {
-            Some("BPE") => {}
-            other => {
-                return Err(Error::Tokenizer(format!(
-                    "tokenizer.json model {other:?} is not supported for generation (BPE only)"
-                )))
-            }
-        }
-        if m["byte_fallback"].as_bool() == Some(true) {
-            return Err(Error::Tokenizer(
-                "SentencePiece-style tokenizer.json (byte_fallback) is not supported yet; use \
-                 the model's GGUF file"
-                    .into(),
-            ));
-        }
-
-        // Vocabulary: model.vocab plus added tokens, indexed by id.
-        let vocab_map = m["vocab"]
-            .as_object()
-            .ok_or_else(|| Error::Tokenizer("tokenizer.json has no model.vocab".into()))?;
-        let added = tj["added_tokens"].as_array().cloned().unwrap_or_default();
-        let max_id = vocab_map
-            .values()
-            .filter_map(Json::as_u64)
-            .chain(added.iter().filter_map(|t| t["id"].as_u64()))
-            .max()
-            .ok_or_else(|| Error::Tokenizer("empty vocabulary".into()))?;
-        if max_id >= u32::MAX as u64 || max_id > 16 * vocab_map.len() as u64 + 65_536 {
-            return Err(Error::Tokenizer(format!(
-                "token id {max_id} is implausible"
-            )));
-        }
-        let n = max_id as usize + 1;
-        let mut tokens = vec![String::new(); n];
-        let mut kinds = vec![TokenKind::Unused; n];
-        for (text, id) in vocab_map {
-            let id = id
-                .as_u64()
-                .ok_or_else(|| Error::Tokenizer(format!("token {text:?} has no integer id")))?;
-            tokens[id as usize] = text.clone();
-            kinds[id as usize] = TokenKind::Normal;
-        }
-        for t in &added {
-            let (Some(id), Some(text)) = (t["id"].as_u64(), t["content"].as_str()) else {
-                return Err(Error::Tokenizer("added token without id/content".into()));
-            };
-            tokens[id as usize] = text.to_string();
-            kinds[id as usize] = if t["special"].as_bool().unwrap_or(false) {
-                TokenKind::Control
-            } else {
-                TokenKind::UserDefined
-            };
-        }
-        // Holes in the id space get unique placeholder texts.
-        for (i, (t, k)) in tokens.iter_mut().zip(&kinds).enumerate() {
-            if *k == TokenKind::Unused {
-                *t = format!("[unused id {i}]");
-            }
-        }
-
-        let merges: Vec<String> = m["merges"]
-            .as_array()
-            .ok_or_else(|| Error::Tokenizer("tokenizer.json has no model.merges".into()))?
-            .iter()
-            .map(|x| match x {
-                Json::String(s) => Ok(s.clone()),
-                Json::Array(p) if p.len() == 2 => Ok(format!(
-                    "{} {}",
-                    p[0].as_str().unwrap_or_default(),
-                    p[1].as_str().unwrap_or_default()
-                )),
-                _ => Err(Error::Tokenizer(format!("merge {x} is malformed"))),
-            })
-            .collect::<Result<_>>()?;
-
-        let mut regexes = Vec::new();
-        pre_regexes(&tj["pre_tokenizer"], &mut regexes)?;
-        let pre = Pretokenizer::from_regexes(&regexes, m["ignore_merges"].as_bool() == Some(true))?;
-
-        let find = |name: &str| -> Option<u32> {
-            let text = token_text(&cfg[name])?;
-            tokens.iter().position(|t| t == text).map(|i| i as u32)
-        };
-        let config_id = |name: &str| -> Option<u32> {
-            let v = &model_cfg[name];
-            v.as_u64()
-                .or_else(|| v.as_array().and_then(|a| a.first()).and_then(Json::as_u64))
-                .map(|x| x as u32)
-        };
-        let bos = find("bos_token").or_else(|| config_id("bos_token_id"));
-        let eos = find("eos_token").or_else(|| config_id("eos_token_id"));
-        // add_bos: the config's flag, else whether the post-processor template starts with BOS.
-        let post_adds_bos = tj["post_processor"]["single"]
-            .as_array()
-            .and_then(|s| s.first())
-            .and_then(|f| f["SpecialToken"]["id"].as_str())
-            .is_some_and(|t| bos.is_some_and(|b| tokens[b as usize] == t));
-        let special = SpecialIds {
-            bos,
-            eos,
-            eot: None,
-            unk: None,
-            pad: find("pad_token"),
-            add_bos: cfg["add_bos_token"].as_bool().unwrap_or(post_adds_bos),
-            add_eos: cfg["add_eos_token"].as_bool().unwrap_or(false),
-            add_space_prefix: false,
-        };
-        let mut vocab = Vocab::new(&tokens, vec![0.0; n], kinds, special)?;
+        let p = read_parts(dir)?;
+        let n = p.tokens.len();
+        let pre = Pretokenizer::from_regexes(&p.regexes, p.ignore_merges)?;
+        let mut vocab = Vocab::new(&p.tokens, vec![0.0; n], p.kinds, p.special)?;
         vocab.special.eot = ["<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|end|>"]
             .iter()
             .find_map(|t| vocab.id(t))
             .filter(|&t| Some(t) != vocab.special.eos);
-        let bpe = Bpe::new(&vocab, &merges, pre)?;
+        let bpe = Bpe::new(&vocab, &p.merges, pre)?;
         let specials = SpecialMatcher::new(&vocab);
         Ok(Self {
             vocab,
@@ -217,6 +119,195 @@ impl Tokenizer {
             specials,
         })
     }
+}
+
+/// The `tokenizer.*` keys of a GGUF file holding the tokenizer of model directory `dir`, as
+/// llama.cpp's converter writes them for byte-level BPE (`tokenizer.ggml.model = "gpt2"`):
+/// the tokens with their types, the merges, the pre-tokenizer by the name whose regexes
+/// split text as `tokenizer.json`'s do, the special tokens and flags, and the chat template.
+pub fn gguf_keys(dir: &Path) -> Result<Vec<(String, Value)>> {
+    let p = read_parts(dir)?;
+    let pre = Pretokenizer::from_regexes(&p.regexes, p.ignore_merges)?;
+    let name = Pretokenizer::NAMES
+        .iter()
+        .find(|n| Pretokenizer::from_name(n).is_ok_and(|q| q.splits_as(&pre)))
+        .ok_or_else(|| {
+            Error::Tokenizer(format!(
+                "tokenizer.json's pre-tokenizer ({}) splits text as none GGUF names ({}) does",
+                p.regexes.join(" then "),
+                Pretokenizer::NAMES.join(", ")
+            ))
+        })?;
+    let kind = |k: &TokenKind| match k {
+        TokenKind::Normal => 1,
+        TokenKind::Unknown => 2,
+        TokenKind::Control => 3,
+        TokenKind::UserDefined => 4,
+        TokenKind::Unused => 5,
+        TokenKind::Byte => 6,
+    };
+    let mut keys = vec![
+        ("tokenizer.ggml.model", Value::String("gpt2".into())),
+        ("tokenizer.ggml.pre", Value::String(name.to_string())),
+        (
+            "tokenizer.ggml.token_type",
+            Value::Array(Array::I32(p.kinds.iter().map(kind).collect())),
+        ),
+        (
+            "tokenizer.ggml.tokens",
+            Value::Array(Array::String(p.tokens)),
+        ),
+        (
+            "tokenizer.ggml.merges",
+            Value::Array(Array::String(p.merges)),
+        ),
+        (
+            "tokenizer.ggml.add_bos_token",
+            Value::Bool(p.special.add_bos),
+        ),
+        (
+            "tokenizer.ggml.add_eos_token",
+            Value::Bool(p.special.add_eos),
+        ),
+        ("tokenizer.ggml.add_space_prefix", Value::Bool(false)),
+    ];
+    for (key, id) in [
+        ("tokenizer.ggml.bos_token_id", p.special.bos),
+        ("tokenizer.ggml.eos_token_id", p.special.eos),
+        ("tokenizer.ggml.unknown_token_id", p.special.unk),
+        ("tokenizer.ggml.padding_token_id", p.special.pad),
+    ] {
+        if let Some(id) = id {
+            keys.push((key, Value::U32(id)));
+        }
+    }
+    if let Some(t) = chat_template(dir)? {
+        keys.push(("tokenizer.chat_template", Value::String(t)));
+    }
+    Ok(keys.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+}
+
+fn read_parts(dir: &Path) -> Result<Parts> {
+    let path = dir.join("tokenizer.json");
+    let tj = read_json(&path)?
+        .ok_or_else(|| Error::Tokenizer(format!("{} not found", path.display())))?;
+    let cfg = read_json(&dir.join("tokenizer_config.json"))?.unwrap_or(Json::Null);
+    let model_cfg = read_json(&dir.join("config.json"))?.unwrap_or(Json::Null);
+    let m = &tj["model"];
+    match m["type"].as_str() {
+        Some("BPE") => {}
+        other => {
+            return Err(Error::Tokenizer(format!(
+                "tokenizer.json model {other:?} is not supported for generation (BPE only)"
+            )))
+        }
+    }
+    if m["byte_fallback"].as_bool() == Some(true) {
+        return Err(Error::Tokenizer(
+            "SentencePiece-style tokenizer.json (byte_fallback) is not supported yet; use \
+                 the model's GGUF file"
+                .into(),
+        ));
+    }
+
+    // Vocabulary: model.vocab plus added tokens, indexed by id.
+    let vocab_map = m["vocab"]
+        .as_object()
+        .ok_or_else(|| Error::Tokenizer("tokenizer.json has no model.vocab".into()))?;
+    let added = tj["added_tokens"].as_array().cloned().unwrap_or_default();
+    let max_id = vocab_map
+        .values()
+        .filter_map(Json::as_u64)
+        .chain(added.iter().filter_map(|t| t["id"].as_u64()))
+        .max()
+        .ok_or_else(|| Error::Tokenizer("empty vocabulary".into()))?;
+    if max_id >= u32::MAX as u64 || max_id > 16 * vocab_map.len() as u64 + 65_536 {
+        return Err(Error::Tokenizer(format!(
+            "token id {max_id} is implausible"
+        )));
+    }
+    let n = max_id as usize + 1;
+    let mut tokens = vec![String::new(); n];
+    let mut kinds = vec![TokenKind::Unused; n];
+    for (text, id) in vocab_map {
+        let id = id
+            .as_u64()
+            .ok_or_else(|| Error::Tokenizer(format!("token {text:?} has no integer id")))?;
+        tokens[id as usize] = text.clone();
+        kinds[id as usize] = TokenKind::Normal;
+    }
+    for t in &added {
+        let (Some(id), Some(text)) = (t["id"].as_u64(), t["content"].as_str()) else {
+            return Err(Error::Tokenizer("added token without id/content".into()));
+        };
+        tokens[id as usize] = text.to_string();
+        kinds[id as usize] = if t["special"].as_bool().unwrap_or(false) {
+            TokenKind::Control
+        } else {
+            TokenKind::UserDefined
+        };
+    }
+    // Holes in the id space get unique placeholder texts.
+    for (i, (t, k)) in tokens.iter_mut().zip(&kinds).enumerate() {
+        if *k == TokenKind::Unused {
+            *t = format!("[unused id {i}]");
+        }
+    }
+
+    let merges: Vec<String> = m["merges"]
+        .as_array()
+        .ok_or_else(|| Error::Tokenizer("tokenizer.json has no model.merges".into()))?
+        .iter()
+        .map(|x| match x {
+            Json::String(s) => Ok(s.clone()),
+            Json::Array(p) if p.len() == 2 => Ok(format!(
+                "{} {}",
+                p[0].as_str().unwrap_or_default(),
+                p[1].as_str().unwrap_or_default()
+            )),
+            _ => Err(Error::Tokenizer(format!("merge {x} is malformed"))),
+        })
+        .collect::<Result<_>>()?;
+
+    let mut regexes = Vec::new();
+    pre_regexes(&tj["pre_tokenizer"], &mut regexes)?;
+
+    let find = |name: &str| -> Option<u32> {
+        let text = token_text(&cfg[name])?;
+        tokens.iter().position(|t| t == text).map(|i| i as u32)
+    };
+    let config_id = |name: &str| -> Option<u32> {
+        let v = &model_cfg[name];
+        v.as_u64()
+            .or_else(|| v.as_array().and_then(|a| a.first()).and_then(Json::as_u64))
+            .map(|x| x as u32)
+    };
+    let bos = find("bos_token").or_else(|| config_id("bos_token_id"));
+    let eos = find("eos_token").or_else(|| config_id("eos_token_id"));
+    // add_bos: the config's flag, else whether the post-processor template starts with BOS.
+    let post_adds_bos = tj["post_processor"]["single"]
+        .as_array()
+        .and_then(|s| s.first())
+        .and_then(|f| f["SpecialToken"]["id"].as_str())
+        .is_some_and(|t| bos.is_some_and(|b| tokens[b as usize] == t));
+    let special = SpecialIds {
+        bos,
+        eos,
+        eot: None,
+        unk: find("unk_token"),
+        pad: find("pad_token"),
+        add_bos: cfg["add_bos_token"].as_bool().unwrap_or(post_adds_bos),
+        add_eos: cfg["add_eos_token"].as_bool().unwrap_or(false),
+        add_space_prefix: false,
+    };
+    Ok(Parts {
+        tokens,
+        kinds,
+        merges,
+        regexes,
+        ignore_merges: m["ignore_merges"].as_bool() == Some(true),
+        special,
+    })
 }
 
 /// The chat template of a directory: `chat_template.jinja`, else tokenizer_config.json's

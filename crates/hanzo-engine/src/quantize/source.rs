@@ -22,6 +22,7 @@ pub struct SourceTensor {
 
 pub enum Source {
     Gguf(GgufFile),
+    #[cfg(feature = "hf-to-gguf")]
     Dir(Box<ModelDir>),
     Safetensors {
         files: Vec<MmapedSafetensors>,
@@ -55,7 +56,13 @@ impl Source {
                     "{} holds MLX's quantized weights (AFQ); quantize the float model instead",
                     path.display()
                 ),
+                #[cfg(feature = "hf-to-gguf")]
                 Ok(dir) => return Ok(Source::Dir(Box::new(dir))),
+                #[cfg(not(feature = "hf-to-gguf"))]
+                Ok(_) => bail!(
+                    "{}: this build leaves out writing a model directory as GGUF (the `hf-to-gguf` feature of the default build)",
+                    path.display()
+                ),
                 // Other architectures (an encoder, say) keep their tensors' own names.
                 Err(ModelError::UnsupportedArchitecture(..)) => {}
                 Err(e) => return Err(e.into()),
@@ -104,6 +111,7 @@ impl Source {
                     dtype: t.dtype,
                 })
                 .collect()),
+            #[cfg(feature = "hf-to-gguf")]
             Source::Dir(dir) => Ok(dir
                 .tensors()
                 .into_iter()
@@ -156,6 +164,7 @@ impl Source {
                 .filter(|(k, _)| !REWRITTEN.contains(&k.as_str()))
                 .cloned()
                 .collect(),
+            #[cfg(feature = "hf-to-gguf")]
             Source::Dir(dir) => {
                 let mut m = vec![(
                     "general.architecture".to_string(),
@@ -224,6 +233,7 @@ impl Source {
     pub fn arch_and_heads(&self) -> Option<(String, Option<usize>, Option<usize>)> {
         let arch = match self {
             Source::Gguf(f) => f.get("general.architecture")?.as_str()?,
+            #[cfg(feature = "hf-to-gguf")]
             Source::Dir(dir) => dir.arch(),
             Source::Safetensors { .. } => return None,
         };
@@ -231,6 +241,7 @@ impl Source {
             let key = format!("{arch}.attention.{k}");
             match self {
                 Source::Gguf(f) => f.get(&key)?.to_usize(),
+                #[cfg(feature = "hf-to-gguf")]
                 Source::Dir(dir) => dir
                     .params()
                     .into_iter()
@@ -268,7 +279,9 @@ impl Source {
     pub fn raw(&self, name: &str) -> Result<Option<Cow<'_, [u8]>>> {
         match self {
             Source::Gguf(f) => Ok(Some(Cow::Borrowed(f.tensor_bytes(name)?))),
-            Source::Dir(_) | Source::Safetensors { .. } => Ok(None),
+            #[cfg(feature = "hf-to-gguf")]
+            Source::Dir(_) => Ok(None),
+            Source::Safetensors { .. } => Ok(None),
         }
     }
 
@@ -276,6 +289,7 @@ impl Source {
     pub fn f32(&self, name: &str) -> Result<Vec<f32>> {
         match self {
             Source::Gguf(f) => Ok(f.tensor(name)?.dequantize_f32()?),
+            #[cfg(feature = "hf-to-gguf")]
             Source::Dir(dir) => Ok(dir.tensor(name)?.dequantize_f32()?),
             Source::Safetensors { files, .. } => {
                 for f in files {

@@ -7,6 +7,8 @@
 mod common;
 #[path = "../../../scripts/fixture_path.rs"]
 mod fixture_path;
+#[path = "../../../scripts/gguf_to_hf.rs"]
+mod gguf_to_hf;
 
 use common::{edge_command, engine_bin, quick};
 use hanzo_edge::{Budget, Edge, EdgeConfig, EdgeError, ModelFiles};
@@ -27,32 +29,10 @@ fn afq_dirs() -> &'static [(PathBuf, &'static str); 2] {
     static DIRS: OnceLock<[(PathBuf, &'static str); 2]> = OnceLock::new();
     DIRS.get_or_init(|| {
         let hf = tmp("edge-afq-smollm2-hf");
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/gguf_to_hf.py");
-        let out = Command::new("python3")
-            .arg(script)
-            .arg(fixture_path::fixture("smollm2"))
-            .arg(&hf)
-            .output()
-            .expect("python3");
-        assert!(
-            out.status.success(),
-            "gguf_to_hf.py (pip install numpy safetensors gguf, or run scripts/test.sh):\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        gguf_to_hf::write(&fixture_path::fixture("smollm2"), &hf);
         let make = |kind: &str, group: &str| {
             let dir = tmp(&format!("edge-afq-smollm2-{kind}-g{group}"));
-            let out = Command::new(engine_bin())
-                .arg("quantize")
-                .arg(&hf)
-                .arg(&dir)
-                .args(["--type", kind, "--group-size", group])
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            common::quantize(&hf, &dir, &["--type", kind, "--group-size", group]);
             dir
         };
         let dirs = [(make("AFQ4", "64"), "AFQ4"), (make("AFQ8", "32"), "AFQ8")];
@@ -115,16 +95,9 @@ fn run_edge(dir: &Path, n: usize) -> (String, f64, f64) {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
-    let line = err
-        .lines()
-        .find(|l| l.starts_with("memory: peak"))
-        .unwrap_or_else(|| panic!("no memory line in {err}"));
-    let nums: Vec<f64> = line
-        .split_whitespace()
-        .filter_map(|w| w.parse().ok())
-        .collect();
+    let (peak, budget, line) = common::peak_and_budget(&err);
     eprintln!("{}: {line}", dir.display());
-    (String::from_utf8(out.stdout).unwrap(), nums[0], nums[1])
+    (String::from_utf8(out.stdout).unwrap(), peak, budget)
 }
 
 #[cfg(target_os = "linux")]

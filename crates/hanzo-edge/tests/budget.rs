@@ -80,16 +80,9 @@ fn peak_and_budget(fixture: &str, ctx: usize, extra: &[&str]) -> (f64, f64) {
     let out = edge_cli(&args);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
-    let line = err
-        .lines()
-        .find(|l| l.starts_with("memory: peak"))
-        .unwrap_or_else(|| panic!("no memory line in {err}"));
-    let nums: Vec<f64> = line
-        .split_whitespace()
-        .filter_map(|w| w.parse().ok())
-        .collect();
+    let (peak, budget, line) = common::peak_and_budget(&err);
     eprintln!("{fixture} at {ctx}: {line}");
-    (nums[0], nums[1])
+    (peak, budget)
 }
 
 /// The KV cache term of the budget `peak_and_budget` runs under, in MiB.

@@ -251,13 +251,9 @@ fn loading_a_sealed_model_peaks_within_its_budget() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(!out.stdout.is_empty());
-    let line = err.lines().find(|l| l.starts_with("memory: peak")).unwrap();
-    let nums: Vec<f64> = line
-        .split_whitespace()
-        .filter_map(|w| w.parse().ok())
-        .collect();
+    let (peak, budget, line) = common::peak_and_budget(&err);
     eprintln!("sealed Gemma 3: {line}");
-    assert!(nums[0] <= nums[1] * 1.05, "{line}");
+    assert!(peak <= budget * 1.05, "{line}");
     // The plain file's reply, word for word.
     let plain = common::edge_command()
         .args(["run", "-m"])

@@ -26,15 +26,7 @@ fn edge(fixture: &str, ctx: usize, lookup: Option<PromptLookup>) -> Edge {
 /// A Q2_K copy of `fixture` (its vocabulary, other numbers), written as `name`.
 fn q2k_draft(fixture: &str, name: &str) -> PathBuf {
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}.gguf"));
-    let status = std::process::Command::new(common::engine_bin())
-        .arg("quantize")
-        .arg(fixture_path::fixture(fixture))
-        .arg(&out)
-        .args(["--type", "Q2_K"])
-        .stderr(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert!(status.success(), "hanzo-engine quantize failed");
+    common::quantize(&fixture_path::fixture(fixture), &out, &["--type", "Q2_K"]);
     out
 }
 

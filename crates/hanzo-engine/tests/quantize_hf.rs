@@ -6,13 +6,14 @@
 //! `tokenizer.ggml.*`. The same holds with a PEFT adapter folded in (`--lora`).
 
 mod common;
+#[path = "../../../scripts/gguf_to_hf.rs"]
+mod gguf_to_hf;
 #[path = "../../../scripts/lora_test_adapters.rs"]
 mod lora_test_adapters;
 
 use common::{engine, fixture};
 use hanzo_ml::quantized::gguf::GgufFile;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 
 fn tmp(name: &str) -> PathBuf {
@@ -24,18 +25,7 @@ fn hf_dir() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let dir = tmp("gguf-smollm2-hf");
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/gguf_to_hf.py");
-        let out = Command::new("python3")
-            .arg(script)
-            .arg(fixture("smollm2"))
-            .arg(&dir)
-            .output()
-            .expect("python3");
-        assert!(
-            out.status.success(),
-            "gguf_to_hf.py (pip install numpy safetensors gguf, or run scripts/test.sh):\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        gguf_to_hf::write(&fixture("smollm2"), &dir);
         dir
     })
 }

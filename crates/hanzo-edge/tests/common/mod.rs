@@ -51,3 +51,33 @@ pub fn engine_bin() -> std::path::PathBuf {
     );
     bin
 }
+
+/// The peak and the budget (MiB) of the `memory: peak … of a … budget` line `hanzo-edge run`
+/// prints on stderr, and the line itself; panics when it is missing.
+pub fn peak_and_budget(stderr: &str) -> (f64, f64, String) {
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("memory: peak"))
+        .unwrap_or_else(|| panic!("no memory line in {stderr}"));
+    let nums: Vec<f64> = line
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    (nums[0], nums[1], line.to_string())
+}
+
+/// `hanzo-engine quantize INPUT OUT ARGS...`; panics with its error output when it fails.
+pub fn quantize(input: &std::path::Path, out: &std::path::Path, args: &[&str]) {
+    let run = Command::new(engine_bin())
+        .arg("quantize")
+        .arg(input)
+        .arg(out)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "hanzo-engine quantize: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+}

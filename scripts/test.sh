@@ -65,6 +65,10 @@ HANZO_SERVER_TESTS="test_errors_and_embeddings.py test_mcp.py" \
 # The stripped release binaries of both builds against their size budgets.
 bash scripts/check_size.sh
 
+# The Python package: its wheel (release, reusing the crates the size check just built)
+# installed into a fresh virtual environment, and its pytest suite.
+bash scripts/test_python.sh
+
 # The NEON kernels, under qemu, where the emulator (Debian's qemu-user), the cross linker and
 # Rust's AArch64 standard library can be installed; otherwise a line says they did not run.
 bash scripts/test_aarch64.sh --if-possible

@@ -157,6 +157,21 @@ impl TextGeneration {
         pending.ok().flatten().and_then(HugePages::spawn)
     }
 
+    /// Two forward passes page the weights in and repack them (the first, a prompt's, reads
+    /// them as stored; the second, a decode step's, makes the repacked copies), then their
+    /// move onto 2 MiB pages starts in the background (see `start_huge_pages`); the handle of
+    /// that move, if any. After it every generation computes what the steady state does (a
+    /// first prompt pass otherwise reads the weights as stored, with their numerics), as a
+    /// server's do.
+    pub fn page_in(&self) -> Result<Option<std::thread::JoinHandle<hanzo_ml::Result<usize>>>> {
+        let first = self.tokenizer.special().bos.unwrap_or(0);
+        let mut cache = self.model.new_cache(2);
+        for _ in 0..2 {
+            self.model.forward(&[first], &mut cache, Logits::Last)?;
+        }
+        Ok(self.start_huge_pages())
+    }
+
     fn assemble(
         model: Box<dyn LanguageModel>,
         tokenizer: Tokenizer,

@@ -13,7 +13,7 @@ pub mod tokenize;
 
 use anyhow::{Context, Result};
 use hanzo_ml::quantized::GgmlDType;
-use hanzo_transformers::{Adapter, Logits, TextGeneration, WeightMode};
+use hanzo_transformers::{Adapter, TextGeneration, WeightMode};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -110,17 +110,10 @@ pub fn open_adapter(spec: &str) -> Result<Adapter> {
     );
 }
 
-/// Two forward passes page the weights in and repack them (the first, a prompt's, reads
-/// them as stored; the second, a decode step's, makes the repacked copies), then their move
-/// onto 2 MiB pages starts in the background (see `start_huge_pages`); the handle of that
-/// move, if any.
+/// The weights brought to their steady state ([`TextGeneration::page_in`]); the handle of
+/// their move onto huge pages, if any.
 pub fn page_in(p: &TextGeneration) -> Result<Option<HugePageMove>> {
-    let first = p.tokenizer.special().bos.unwrap_or(0);
-    let mut cache = p.model.new_cache(2);
-    for _ in 0..2 {
-        p.model.forward(&[first], &mut cache, Logits::Last)?;
-    }
-    Ok(p.start_huge_pages())
+    Ok(p.page_in()?)
 }
 
 /// The background move of a model's weights onto huge pages: the bytes it moved.

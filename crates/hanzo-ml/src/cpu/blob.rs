@@ -1,6 +1,7 @@
 //! Read-only bytes shared by the tensors that view them: a file's memory map, or a buffer
 //! filled once in memory (a model handed over as bytes, as in the browser, where there are no
-//! files to map). Tensors keep an `Arc<Blob>` and borrow their data from it without a copy.
+//! files to map), or memory another runtime owns (a NumPy array seen from Python). Tensors
+//! keep an `Arc<Blob>` and borrow their data from it without a copy.
 
 use std::ops::Deref;
 
@@ -13,7 +14,20 @@ enum Repr {
         words: Vec<u64>,
         len: usize,
     },
+    /// Memory owned by `owner` (dropped with the blob, which releases it).
+    External {
+        ptr: *const u8,
+        len: usize,
+        _owner: Box<dyn std::any::Any + Send + Sync>,
+    },
 }
+
+// SAFETY: an external blob's bytes are only read through `&self` (like the other kinds), and
+// `from_external`'s caller promises they stay valid while `owner` lives; the owner itself is
+// Send + Sync.
+unsafe impl Send for Repr {}
+// SAFETY: as above; shared references only read.
+unsafe impl Sync for Repr {}
 
 impl Blob {
     /// A file's memory map (made by the caller, who answers for the file staying unchanged).
@@ -39,10 +53,32 @@ impl Blob {
         blob
     }
 
+    /// `len` bytes at `ptr`, kept alive by `owner` (dropped when the blob is), without a copy.
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` must be readable for as long as `owner` lives (for `len == 0`, `ptr`
+    /// may be anything). Writes to that memory by its owner are seen by the tensors viewing
+    /// the blob; the caller answers for none happening while an operation reads it.
+    pub unsafe fn from_external(
+        ptr: *const u8,
+        len: usize,
+        owner: Box<dyn std::any::Any + Send + Sync>,
+    ) -> Self {
+        Blob(Repr::External {
+            ptr: if len == 0 {
+                std::ptr::NonNull::<u64>::dangling().as_ptr() as *const u8
+            } else {
+                ptr
+            },
+            len,
+            _owner: owner,
+        })
+    }
+
     /// The bytes, writable: only for a blob in memory.
     pub fn as_mut_slice(&mut self) -> Option<&mut [u8]> {
         match &mut self.0 {
-            Repr::Mapped(_) => None,
+            Repr::Mapped(_) | Repr::External { .. } => None,
             Repr::Owned { words, len } => Some(&mut bytemuck::cast_slice_mut(words)[..*len]),
         }
     }
@@ -77,7 +113,7 @@ impl Blob {
     pub fn mmap(&self) -> Option<&memmap2::Mmap> {
         match &self.0 {
             Repr::Mapped(map) => Some(map),
-            Repr::Owned { .. } => None,
+            Repr::Owned { .. } | Repr::External { .. } => None,
         }
     }
 }
@@ -88,6 +124,9 @@ impl Deref for Blob {
         match &self.0 {
             Repr::Mapped(map) => map,
             Repr::Owned { words, len } => &bytemuck::cast_slice(words)[..*len],
+            // SAFETY: `from_external`'s contract: readable for `len` bytes while the blob
+            // (and so its owner) lives; a zero length uses an aligned dangling pointer.
+            Repr::External { ptr, len, .. } => unsafe { std::slice::from_raw_parts(*ptr, *len) },
         }
     }
 }

@@ -6,6 +6,7 @@
 
 use crate::errors;
 use hanzo_api::request::{ChatRequest, GenFields};
+use hanzo_ml::kv::KvDtype;
 use hanzo_ml::quantized::GgmlDType;
 use hanzo_transformers::tools::{ToolCallParser, ToolDelta, TOOL_CALL_TAGS};
 use hanzo_transformers::{Finish, GenerateOptions, Generation, Logits, TextGeneration, WeightMode};
@@ -447,6 +448,30 @@ impl Llm {
     fn detokenize(&self, tokens: Vec<u32>, special: bool) -> PyResult<String> {
         self.check_ids(&tokens)?;
         Ok(self.p.tokenizer.decode(&tokens, special))
+    }
+
+    /// Perplexity of `text` as llama.cpp's `llama-perplexity` (and `hanzo-engine perplexity`)
+    /// computes it: non-overlapping chunks of `ctx` tokens, each one's second half scored.
+    /// A dict: `perplexity`, `stderr`, `chunks`, `scored` (tokens).
+    #[pyo3(signature = (text, ctx=512))]
+    fn perplexity<'py>(
+        &self,
+        py: Python<'py>,
+        text: &str,
+        ctx: usize,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let p = self.p.clone();
+        let r = py
+            .detach(|| {
+                hanzo_transformers::perplexity::compute(&p, text, ctx, KvDtype::F16, |_, _| {})
+            })
+            .map_err(errors::model)?;
+        let d = PyDict::new(py);
+        d.set_item("perplexity", r.ppl)?;
+        d.set_item("stderr", r.stderr)?;
+        d.set_item("chunks", r.chunks)?;
+        d.set_item("scored", r.scored)?;
+        Ok(d)
     }
 
     /// The logits after each of `tokens` (one forward pass from an empty context), as a

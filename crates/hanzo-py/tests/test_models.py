@@ -7,6 +7,7 @@ import json
 import math
 import os
 import re
+import signal
 import subprocess
 import threading
 import time
@@ -149,6 +150,32 @@ def test_tokenizer_and_logits(llms):
     # The greedy continuation's first token is the last row's argmax.
     first = llm.generate("def add(a, b):\n    return a + b", max_tokens=1, temperature=0)
     assert llm.tokenize(first, add_special=False)[0] == int(logits[-1].argmax())
+
+
+def test_perplexity_equals_the_native_binarys(llms, models, engine_bin):
+    text = open(os.path.join(REFERENCE, "perplexity-text.txt")).read()
+    ours = llms["smol"].perplexity(text, ctx=128)
+    out = subprocess.run(
+        [engine_bin, "-t", "2", "perplexity", "-m", models["smol"], "-f", os.path.join(REFERENCE, "perplexity-text.txt"), "-c", "128"],
+        check=True, capture_output=True, text=True,
+    ).stdout
+    want = float(re.search(r"PPL = ([0-9.]+)", out).group(1))
+    assert ours["chunks"] >= 2 and ours["scored"] == ours["chunks"] * 63
+    assert round(ours["perplexity"], 4) == want
+    with pytest.raises(ValueError, match="tokens"):
+        llms["smol"].perplexity("too short", ctx=128)
+
+
+def test_ctrl_c_interrupts_a_generation(llms):
+    llm = llms["qwen"]
+    timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    started = time.time()
+    with pytest.raises(KeyboardInterrupt):
+        llm.generate("def long_function():", max_tokens=2000, temperature=0)
+    assert time.time() - started < 10
+    timer.join()
+    assert llm.generate("def f():", max_tokens=4, temperature=0)
 
 
 def test_the_gil_is_released_while_a_model_runs(llms):

@@ -11,6 +11,7 @@ mod error;
 mod last_token;
 pub mod lora;
 pub mod models;
+pub mod perplexity;
 pub mod pipeline;
 pub mod sampler;
 pub mod speculative;

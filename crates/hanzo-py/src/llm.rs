@@ -265,21 +265,21 @@ impl Llm {
     /// returns the text. Defaults as the OpenAI API's (temperature 1; 0 is greedy).
     #[pyo3(signature = (prompt, max_tokens=256, temperature=None, top_p=None, top_k=None, min_p=None, seed=None, stop=None, presence_penalty=None, frequency_penalty=None, repetition_penalty=None))]
     #[allow(clippy::too_many_arguments)]
-    fn generate(
+    fn generate<'py>(
         &self,
-        py: Python<'_>,
-        prompt: &Bound<'_, PyAny>,
+        py: Python<'py>,
+        prompt: &Bound<'py, PyAny>,
         max_tokens: Option<i64>,
         temperature: Option<f32>,
         top_p: Option<f32>,
         top_k: Option<i64>,
         min_p: Option<f32>,
         seed: Option<i64>,
-        stop: Option<&Bound<'_, PyAny>>,
+        stop: Option<&Bound<'py, PyAny>>,
         presence_penalty: Option<f32>,
         frequency_penalty: Option<f32>,
         repetition_penalty: Option<f32>,
-    ) -> PyResult<String> {
+    ) -> PyResult<Bound<'py, PyAny>> {
         let s = Sampling {
             max_tokens,
             temperature,
@@ -293,11 +293,15 @@ impl Llm {
             repetition_penalty,
         };
         let gen = self.gen_fields(&s)?;
+        if let Some(prompts) = batch_prompts(prompt)? {
+            let texts = self.generate_batch(py, &prompts, &gen, s.seed)?;
+            return Ok(PyList::new(py, texts)?.into_any());
+        }
         let tokens = self.prompt_tokens(prompt)?;
         let opts = self.options(&gen, tokens.len())?;
         let mut g = self.start(py, &tokens, &opts)?;
         run_to_end(py, &self.p, &mut g)?;
-        Ok(g.into_generated().text)
+        Ok(pyo3::types::PyString::new(py, &g.into_generated().text).into_any())
     }
 
     /// As `generate`, as an iterator of text pieces (their concatenation is `generate`'s
@@ -497,7 +501,57 @@ impl Llm {
     }
 }
 
+/// The prompts of a batch: a list whose items are strings or lists of messages (a list of
+/// messages alone is one chat prompt); `None` for one prompt.
+fn batch_prompts<'py>(prompt: &Bound<'py, PyAny>) -> PyResult<Option<Vec<Bound<'py, PyAny>>>> {
+    let Ok(list) = prompt.cast::<PyList>() else {
+        return Ok(None);
+    };
+    let items: Vec<_> = list.iter().collect();
+    let is_batch = items
+        .iter()
+        .all(|i| i.extract::<String>().is_ok() || i.cast::<PyList>().is_ok());
+    if items.is_empty() || !is_batch {
+        return Ok(None);
+    }
+    Ok(Some(items))
+}
+
 impl Llm {
+    /// Every prompt through the batched core together (`generate([...])`); with a seed,
+    /// prompt `i` samples with `seed + i`.
+    fn generate_batch(
+        &self,
+        py: Python<'_>,
+        prompts: &[Bound<'_, PyAny>],
+        gen: &GenFields,
+        seed: Option<i64>,
+    ) -> PyResult<Vec<String>> {
+        let mut tokens = Vec::with_capacity(prompts.len());
+        let mut opts = Vec::with_capacity(prompts.len());
+        for (i, p) in prompts.iter().enumerate() {
+            let t = self.prompt_tokens(p)?;
+            let mut o = self.options(gen, t.len())?;
+            if let Some(s) = seed {
+                o.sampling.seed = (s as u64).wrapping_add(i as u64);
+            }
+            tokens.push(t);
+            opts.push(o);
+        }
+        let p = self.p.clone();
+        let mut b = py
+            .detach(|| p.start_batch(&tokens, &opts))
+            .map_err(errors::model)?;
+        while !b.is_done() {
+            py.detach(|| p.step_batch(&mut b)).map_err(errors::model)?;
+            if let Err(e) = py.check_signals() {
+                b.cancel();
+                return Err(e);
+            }
+        }
+        Ok(b.into_generated().into_iter().map(|g| g.text).collect())
+    }
+
     fn check_ids(&self, tokens: &[u32]) -> PyResult<()> {
         let vocab = self.p.model.info().vocab_size;
         match tokens.iter().find(|&&t| t as usize >= vocab) {

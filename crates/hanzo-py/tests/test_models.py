@@ -93,6 +93,22 @@ def test_chat_equals_the_native_servers(llms, server):
     assert ours["usage"] == theirs["usage"]
 
 
+def test_a_batch_equals_its_prompts_alone(llms):
+    llm = llms["qwen"]
+    prompts = ["def quicksort(items):", "# A haiku about the sea\n", "class Stack:\n    "]
+    together = llm.generate(prompts, max_tokens=32, temperature=0)
+    assert together == [llm.generate(p, max_tokens=32, temperature=0) for p in prompts]
+    assert len(set(together)) == 3
+    chats = [[{"role": "user", "content": "Name a color."}], [{"role": "user", "content": "Name a fruit."}]]
+    alone = [llm.generate(c, max_tokens=16, temperature=0) for c in chats]
+    assert llm.generate(chats, max_tokens=16, temperature=0) == alone
+    # Stop strings end each sequence on its own; a seed repeats a sampled batch.
+    cut = llm.generate(prompts, max_tokens=32, temperature=0, stop=["\n"])
+    assert cut == [t.split("\n")[0] for t in together]
+    sampled = llm.generate(prompts, max_tokens=16, temperature=0.8, seed=3)
+    assert sampled == llm.generate(prompts, max_tokens=16, temperature=0.8, seed=3)
+
+
 def test_stream_pieces_join_to_the_whole_reply(llms):
     llm = llms["smol"]
     whole = llm.generate("Once upon a time", max_tokens=48, temperature=0)

@@ -5,6 +5,7 @@
 //! cache) → logits → sampler → streaming detokenizer.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod batch;
 pub mod chat_template;
 pub mod embedding;
 mod error;
@@ -19,6 +20,7 @@ pub mod stop;
 pub mod tokenizer;
 pub mod tools;
 
+pub use batch::Batch;
 pub use chat_template::{ChatTemplate, FunctionCall, Message, ToolCall};
 pub use embedding::{l2_normalize, EmbedOptions, Embedder, Embeddings, EncoderFiles, Pooling};
 pub use error::{Error, Result};

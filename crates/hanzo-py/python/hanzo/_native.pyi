@@ -1,6 +1,6 @@
 """Type stubs of the native module (`hanzo._native`); `hanzo` re-exports everything here."""
 
-from typing import Any, Iterator, Literal, Optional, Sequence, Union
+from typing import Any, Iterator, Literal, Optional, Sequence, Union, overload
 
 import numpy as np
 
@@ -110,6 +110,22 @@ class LLM:
     def __init__(self, model: str, threads: Optional[int] = None, isq: Optional[str] = None) -> None: ...
     @property
     def info(self) -> dict[str, Any]: ...
+    @overload
+    def generate(
+        self,
+        prompt: list[Prompt],
+        max_tokens: Optional[int] = 256,
+        temperature: Optional[float] = None,
+        top_p: Optional[float] = None,
+        top_k: Optional[int] = None,
+        min_p: Optional[float] = None,
+        seed: Optional[int] = None,
+        stop: Union[str, list[str], None] = None,
+        presence_penalty: Optional[float] = None,
+        frequency_penalty: Optional[float] = None,
+        repetition_penalty: Optional[float] = None,
+    ) -> list[str]: ...
+    @overload
     def generate(
         self,
         prompt: Prompt,

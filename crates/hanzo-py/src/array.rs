@@ -113,7 +113,9 @@ pub fn tensor_from_numpy(array: &Bound<'_, PyAny>) -> PyResult<Tensor> {
         DType::I64 => CpuStorage::I64(Buf::mapped(blob, 0, n).ok_or_else(misaligned)?),
         DType::U32 => CpuStorage::U32(Buf::mapped(blob, 0, n).ok_or_else(misaligned)?),
         DType::U8 => CpuStorage::U8(Buf::mapped(blob, 0, n).ok_or_else(misaligned)?),
-        _ => unreachable!("NUMPY_DTYPES lists the dtypes above"),
+        // ml_dtypes' bfloat16 and float8_e4m3fn arrays, where that package is installed.
+        DType::BF16 => CpuStorage::BF16(Buf::mapped(blob, 0, n).ok_or_else(misaligned)?),
+        DType::F8E4M3 => CpuStorage::F8E4M3(Buf::mapped(blob, 0, n).ok_or_else(misaligned)?),
     };
     Tensor::from_cpu_storage(storage, shape).map_err(errors::ml)
 }

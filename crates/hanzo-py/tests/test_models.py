@@ -222,6 +222,18 @@ def test_embeddings_match_sentence_transformers(minilm):
     assert e.encode(texts, normalize_embeddings=True).shape == want.shape
 
 
+def test_a_language_model_embeds_by_last_token_pooling_as_llama_cpp(qwen):
+    ref = json.load(open(os.path.join(REFERENCE, "qwen2.5-coder-0.5b-embeddings-last-llamacpp.json")))
+    texts = [i["text"] for i in ref["items"]]
+    want = np.array([i["embedding"] for i in ref["items"]], dtype=np.float64)
+    e = hanzo.Embedder(qwen, threads=2)
+    got = e.encode(texts)
+    assert got.shape == (len(texts), 896) == (len(texts), e.dimension)
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    cos = (got * want).sum(1) / np.linalg.norm(want, axis=1)
+    assert cos.min() > 0.999, cos
+
+
 def test_bad_requests_raise_the_right_exceptions(llms, tmp_path):
     llm = llms["smol"]
     with pytest.raises(ValueError, match="max_tokens"):

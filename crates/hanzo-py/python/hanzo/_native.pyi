@@ -177,7 +177,7 @@ class LLM:
     def perplexity(self, text: str, ctx: int = 512) -> dict[str, Any]: ...
 
 class Embedder:
-    """A sentence-transformers model directory (or a store name)."""
+    """A sentence-transformers model directory, a language model (last-token pooling) or a store name."""
 
     def __init__(self, model: str, threads: Optional[int] = None) -> None: ...
     @property

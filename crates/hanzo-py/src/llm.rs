@@ -43,6 +43,9 @@ pub fn resolve(model: &Path) -> PyResult<PathBuf> {
 pub struct Llm {
     p: Arc<TextGeneration>,
     name: String,
+    /// The most positions (prompt and reply) one generation may hold: the model's context
+    /// length, or less where `max_context_tokens` asks.
+    context: usize,
 }
 
 /// Python values as JSON (through the `json` module: dicts, lists, strings, numbers).
@@ -109,7 +112,14 @@ impl Llm {
     fn options(&self, gen: &GenFields, prompt_len: usize) -> PyResult<GenerateOptions> {
         let info = self.p.model.info();
         let s = gen.settings(info.vocab_size).map_err(api_err)?;
-        let room = info.context_length.saturating_sub(prompt_len);
+        if prompt_len >= self.context {
+            return Err(PyValueError::new_err(format!(
+                "the prompt has {prompt_len} tokens; the context holds {} (max_context_tokens \
+                 or the model's context length), a reply needs at least one more",
+                self.context
+            )));
+        }
+        let room = self.context - prompt_len;
         Ok(GenerateOptions {
             max_tokens: s.max_tokens.unwrap_or(room).min(room),
             sampling: s.sampling,
@@ -203,17 +213,25 @@ fn new_id(prefix: &str) -> String {
 
 #[pymethods]
 impl Llm {
-    /// `LLM(model, threads=None, isq=None)`: `model` is what the command line takes — a GGUF
-    /// file, a model directory (config.json, *.safetensors, tokenizer.json) or a name in the
-    /// model store; `isq` quantizes float weights while loading (e.g. "q8_0", "q4_k").
+    /// `LLM(model, threads=None, isq=None, max_context_tokens=None)`: `model` is what the
+    /// command line takes — a GGUF file, a model directory (config.json, *.safetensors,
+    /// tokenizer.json) or a name in the model store; `isq` quantizes float weights while
+    /// loading (e.g. "q8_0", "q4_k"); `max_context_tokens` caps the positions (prompt and
+    /// reply) one generation holds, and so its KV cache (default: the model's context).
     #[new]
-    #[pyo3(signature = (model, threads=None, isq=None))]
+    #[pyo3(signature = (model, threads=None, isq=None, max_context_tokens=None))]
     fn new(
         py: Python<'_>,
         model: PathBuf,
         threads: Option<usize>,
         isq: Option<&str>,
+        max_context_tokens: Option<usize>,
     ) -> PyResult<Self> {
+        if max_context_tokens.is_some_and(|m| m < 2) {
+            return Err(PyValueError::new_err(
+                "max_context_tokens must be at least 2 (a prompt token and a reply token)",
+            ));
+        }
         set_threads(threads);
         let path = resolve(&model)?;
         let mode = match isq {
@@ -242,9 +260,11 @@ impl Llm {
             || path.display().to_string(),
             |n| n.to_string_lossy().into(),
         );
+        let context = p.model.info().context_length;
         Ok(Llm {
             p: Arc::new(p),
             name,
+            context: max_context_tokens.map_or(context, |m| m.min(context)),
         })
     }
 
@@ -258,6 +278,7 @@ impl Llm {
         d.set_item("hidden_size", i.hidden_size)?;
         d.set_item("vocab_size", i.vocab_size)?;
         d.set_item("context_length", i.context_length)?;
+        d.set_item("max_context_tokens", self.context)?;
         Ok(d)
     }
 

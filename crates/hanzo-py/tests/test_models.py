@@ -156,6 +156,22 @@ def test_chat_calls_a_tool(llms):
     assert "tool_calls" not in plain["choices"][0]["message"]
 
 
+def test_max_context_tokens_bounds_each_generation(smollm2):
+    llm = hanzo.LLM(smollm2, threads=2, max_context_tokens=24)
+    assert llm.info["max_context_tokens"] == 24
+    prompt = "Once upon a time"
+    n = len(llm.tokenize(prompt))
+    stream = llm.stream(prompt, max_tokens=None, temperature=0)
+    text = "".join(stream)
+    # Up to the cap exactly (or an end of text before it).
+    assert len(stream.tokens) == 24 - n or stream.finish_reason == "stop"
+    assert stream.finish_reason == "length" and text
+    with pytest.raises(ValueError, match="context"):
+        llm.generate("word " * 40)
+    with pytest.raises(ValueError, match="at least 2"):
+        hanzo.LLM(smollm2, max_context_tokens=1)
+
+
 def test_tokenizer_and_logits(llms):
     llm = llms["qwen"]
     ids = llm.tokenize("def add(a, b):\n    return a + b")

@@ -107,7 +107,9 @@ class Stream(Iterator[str]):
 class LLM:
     """A language model in-process: a GGUF file, a model directory or a store name."""
 
-    def __init__(self, model: str, threads: Optional[int] = None, isq: Optional[str] = None) -> None: ...
+    def __init__(
+        self, model: str, threads: Optional[int] = None, isq: Optional[str] = None, max_context_tokens: Optional[int] = None
+    ) -> None: ...
     @property
     def info(self) -> dict[str, Any]: ...
     @overload

@@ -5,6 +5,7 @@
 //! - `io.rs`: safetensors and GGUF files;
 //! - `llm.rs`: `hanzo.LLM` (completions, chat with tools, streaming, tokenizer, logits);
 //! - `embed.rs`: `hanzo.Embedder` (sentence-transformers' `encode`);
+//! - `rerank.rs`: `hanzo.Reranker` (a language model as the judge);
 //! - `errors.rs`: Rust errors as `ValueError` / `OSError`.
 
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -14,6 +15,7 @@ mod embed;
 mod errors;
 mod io;
 mod llm;
+mod rerank;
 mod tensor;
 
 use pyo3::prelude::*;
@@ -27,6 +29,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<llm::Llm>()?;
     m.add_class::<llm::Stream>()?;
     m.add_class::<embed::PyEmbedder>()?;
+    m.add_class::<rerank::PyReranker>()?;
     m.add_function(wrap_pyfunction!(tensor::tensor, m)?)?;
     m.add_function(wrap_pyfunction!(tensor::zeros, m)?)?;
     m.add_function(wrap_pyfunction!(tensor::ones, m)?)?;

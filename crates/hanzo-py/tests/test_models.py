@@ -109,6 +109,31 @@ def test_a_batch_equals_its_prompts_alone(llms):
     assert sampled == llm.generate(prompts, max_tokens=16, temperature=0.8, seed=3)
 
 
+def test_reranker_ranks_as_the_native_server(qwen, server):
+    query = "How do I reverse a list in Python?"
+    docs = [
+        "The Eiffel Tower is in Paris.",
+        "Use list.reverse() to reverse in place, or reversed(items) / items[::-1] for a copy.",
+        "Python lists keep their items in order.",
+    ]
+    r = hanzo.Reranker(qwen, threads=2)
+    ours = r.rank(query, docs)
+    theirs = post(server, "/v1/rerank", {"model": "qwen", "query": query, "documents": docs})["results"]
+    assert [x["index"] for x in ours] == [x["index"] for x in theirs]
+    assert ours[0]["index"] == 1 and ours[0]["document"] == docs[1]
+    # The server reads the shared instruction from its prefix cache (keys and values stored
+    # as f16) where this reads every prompt whole: scores agree to about 1e-2.
+    for a, b in zip(ours, theirs):
+        assert abs(a["relevance_score"] - b["relevance_score"]) < 0.03
+    # A document's score does not depend on the documents read beside it.
+    for x in ours:
+        alone = r.rank(query, [docs[x["index"]]])[0]["relevance_score"]
+        assert alone == x["relevance_score"]
+    assert r.rank(query, docs, top_n=1, return_documents=False) == [
+        {"index": 1, "relevance_score": ours[0]["relevance_score"]}
+    ]
+
+
 def test_stream_pieces_join_to_the_whole_reply(llms):
     llm = llms["smol"]
     whole = llm.generate("Once upon a time", max_tokens=48, temperature=0)

@@ -165,8 +165,56 @@ impl TextGeneration {
             })
             .collect();
         let started = Instant::now();
-        // The prompts in the solo pipeline's chunks (so each gets the same numbers), as many
-        // chunks per pass as fit in one chunk's worth of tokens.
+        let ids: Vec<SeqId> = seqs.iter().map(|s| s.id).collect();
+        self.prefill(&mut kv, &ids, prompts, |i, row| {
+            let s = &mut seqs[i];
+            s.prompt_seconds = started.elapsed().as_secs_f64();
+            let tok = s.sampler.sample(&row);
+            s.accept(self, tok);
+        })?;
+        let mut batch = Batch { kv, seqs, started };
+        release_finished(&mut batch);
+        Ok(batch)
+    }
+
+    /// The log-probabilities of `ids` at the end of each prompt (a scoring pass: nothing is
+    /// generated), the prompts read together as `start_batch` reads them.
+    pub fn last_logprobs_batch(&self, prompts: &[Vec<u32>], ids: &[u32]) -> Result<Vec<Vec<f32>>> {
+        let ctx = self.model.info().context_length;
+        if let Some(p) = prompts.iter().find(|p| p.is_empty() || p.len() > ctx) {
+            return Err(Error::Invalid(format!(
+                "a prompt of {} tokens: 1 to {ctx} (the context length) are scored",
+                p.len()
+            )));
+        }
+        let layout = self.model.kv_layout();
+        let blocks = prompts
+            .iter()
+            .map(|p| layout.blocks_for(p.len(), PREFILL_CHUNK))
+            .sum();
+        let mut kv = PagedKv::with_blocks(layout, blocks);
+        let seqs: Vec<SeqId> = prompts.iter().map(|_| kv.add_sequence()).collect();
+        let mut out = vec![Vec::new(); prompts.len()];
+        self.prefill(&mut kv, &seqs, prompts, |i, row| {
+            let lp = crate::sampler::log_softmax(&row);
+            out[i] = ids
+                .iter()
+                .map(|&t| lp.get(t as usize).copied().unwrap_or(f32::NEG_INFINITY))
+                .collect();
+        })?;
+        Ok(out)
+    }
+
+    /// Reads `prompts` into sequences `seqs` of `kv` in the solo pipeline's chunks (so each
+    /// gets the same numbers), as many chunks per pass as fit in one chunk's worth of tokens;
+    /// `on_last(i, logits)` gets the logits after prompt `i`'s last token.
+    fn prefill(
+        &self,
+        kv: &mut PagedKv,
+        seqs: &[SeqId],
+        prompts: &[Vec<u32>],
+        mut on_last: impl FnMut(usize, Vec<f32>),
+    ) -> Result<()> {
         let pieces: Vec<(usize, &[u32])> = prompts
             .iter()
             .enumerate()
@@ -188,28 +236,20 @@ impl TextGeneration {
                 .map(|k| {
                     let (i, c) = pieces[k];
                     let logits = if last(k) { Logits::Last } else { Logits::None };
-                    SeqChunk::new(seqs[i].id, c, logits).with_lora(self.lora())
+                    SeqChunk::new(seqs[i], c, logits).with_lora(self.lora())
                 })
                 .collect();
-            let rows = self
-                .model
-                .forward_batch(&chunks, &mut kv)?
-                .to_vec2::<f32>()?;
+            let rows = self.model.forward_batch(&chunks, kv)?.to_vec2::<f32>()?;
             let finished: Vec<usize> = (at..end)
                 .filter(|&k| last(k))
                 .map(|k| pieces[k].0)
                 .collect();
             for (i, row) in finished.into_iter().zip(rows) {
-                let s = &mut seqs[i];
-                s.prompt_seconds = started.elapsed().as_secs_f64();
-                let tok = s.sampler.sample(&row);
-                s.accept(self, tok);
+                on_last(i, row);
             }
             at = end;
         }
-        let mut batch = Batch { kv, seqs, started };
-        release_finished(&mut batch);
-        Ok(batch)
+        Ok(())
     }
 
     /// One token more for every sequence still going, all in one forward pass; `false` once

@@ -14,6 +14,7 @@ pub mod lora;
 pub mod models;
 pub mod perplexity;
 pub mod pipeline;
+pub mod rerank;
 pub mod sampler;
 pub mod speculative;
 pub mod stop;

@@ -1,47 +1,24 @@
 //! `POST /v1/rerank` (Cohere/Jina shape): a language model judges each document against the
 //! query and the score is its probability of answering "yes" rather than "no", read from the
 //! logits of its first answer token (the way decoder rerankers such as Qwen3-Reranker score).
-//! Every document is one scoring sequence in the model's scheduler, batched with the rest.
+//! Every document is one scoring sequence in the model's scheduler, batched with the rest;
+//! the judge (prompt, answer tokens, score) is `hanzo_transformers::rerank`.
 
 use super::api::{self, RerankRequest};
 use super::error::{ApiError, ApiResult};
-use super::models::ChatModel;
 use super::scheduler::{Event, GenRequest};
 use super::AppState;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use hanzo_transformers::{Message, SamplingParams};
+use hanzo_transformers::rerank::Judge;
+use hanzo_transformers::SamplingParams;
 use serde_json::json;
 use std::sync::Arc;
 
-const JUDGE: &str = "Judge whether the Document meets the requirements based on the Query. \
-                     Note that the answer can only be \"yes\" or \"no\".";
-
 /// Most documents in one request.
 const MAX_DOCUMENTS: usize = 1000;
-
-/// The ids of a word's spellings that are one token each ("yes", "Yes").
-fn answer_ids(model: &ChatModel, words: &[&str]) -> Vec<u32> {
-    words
-        .iter()
-        .filter_map(
-            |w| match model.pipeline.tokenizer.encode(w, false, false)[..] {
-                [id] => Some(id),
-                _ => None,
-            },
-        )
-        .collect()
-}
-
-fn log_sum_exp(xs: &[f32]) -> f64 {
-    let m = xs.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    if m == f64::NEG_INFINITY {
-        return m;
-    }
-    m + xs.iter().map(|&x| (x as f64 - m).exp()).sum::<f64>().ln()
-}
 
 pub async fn rerank(State(app): State<Arc<AppState>>, body: Bytes) -> ApiResult<Response> {
     let req: RerankRequest = api::parse(&body)?;
@@ -64,33 +41,14 @@ pub async fn rerank(State(app): State<Arc<AppState>>, body: Bytes) -> ApiResult<
             format!("`documents` must hold 1 to {MAX_DOCUMENTS} documents"),
         ));
     }
-    let (yes, no) = (
-        answer_ids(model, &["yes", "Yes"]),
-        answer_ids(model, &["no", "No"]),
-    );
-    if yes.is_empty() || no.is_empty() {
-        return Err(ApiError::invalid(
-            "model",
-            format!(
-                "`{}` has no single-token \"yes\"/\"no\" to score with",
-                req.model
-            ),
-        ));
-    }
-    let ids: Vec<u32> = yes.iter().chain(&no).copied().collect();
+    let judge = Judge::new(&model.pipeline)
+        .map_err(|e| ApiError::invalid("model", format!("`{}`: {e}", req.model)))?;
+    let ids = judge.ids();
     let mut receivers = Vec::new();
     let mut total_tokens = 0;
     for (i, doc) in req.documents.iter().enumerate() {
-        let messages = [
-            Message::new("system", JUDGE),
-            Message::new(
-                "user",
-                &format!("<Query>: {}\n<Document>: {}", req.query, doc.text()),
-            ),
-        ];
-        let prompt = model
-            .pipeline
-            .chat_tokens(&messages)
+        let prompt = judge
+            .prompt(&model.pipeline, &req.query, doc.text())
             .map_err(|e| ApiError::invalid("documents", e.to_string()))?;
         if prompt.len() >= model.ctx_size {
             return Err(ApiError::invalid(
@@ -128,9 +86,7 @@ pub async fn rerank(State(app): State<Arc<AppState>>, body: Bytes) -> ApiResult<
                 None => return Err(ApiError::internal("the scheduler dropped the request")),
             }
         };
-        let (y, n) = (log_sum_exp(&lp[..yes.len()]), log_sum_exp(&lp[yes.len()..]));
-        // P(yes) among the two answers.
-        scores.push(1.0 / (1.0 + (n - y).exp()));
+        scores.push(judge.relevance(&lp));
     }
     let mut order: Vec<usize> = (0..scores.len()).collect();
     order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
@@ -156,16 +112,4 @@ pub async fn rerank(State(app): State<Arc<AppState>>, body: Bytes) -> ApiResult<
         "usage": {"prompt_tokens": total_tokens, "total_tokens": total_tokens},
     }))
     .into_response())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::log_sum_exp;
-
-    #[test]
-    fn log_sum_exp_is_stable() {
-        assert!((log_sum_exp(&[0.0, 0.0]) - 2f64.ln()).abs() < 1e-12);
-        assert!((log_sum_exp(&[-1000.0, -1000.0]) - (-1000.0 + 2f64.ln())).abs() < 1e-9);
-        assert_eq!(log_sum_exp(&[f32::NEG_INFINITY]), f64::NEG_INFINITY);
-    }
 }

@@ -16,6 +16,7 @@ from typing import AsyncIterator
 from ._native import (
     LLM,
     Embedder,
+    Reranker,
     Stream,
     Tensor,
     __version__,
@@ -30,6 +31,7 @@ from ._native import (
 __all__ = [
     "LLM",
     "Embedder",
+    "Reranker",
     "Stream",
     "Tensor",
     "astream",

@@ -194,3 +194,11 @@ class Embedder:
         normalize_embeddings: bool = False,
         convert_to_numpy: bool = True,
     ) -> np.ndarray: ...
+
+class Reranker:
+    """A language model as the judge of documents against a query (the server's /v1/rerank)."""
+
+    def __init__(self, model: str, threads: Optional[int] = None) -> None: ...
+    def rank(
+        self, query: str, documents: Sequence[str], top_n: Optional[int] = None, return_documents: bool = True
+    ) -> list[dict[str, Any]]: ...

@@ -143,6 +143,18 @@ impl Llm {
             .map_err(|e| PyValueError::new_err(e.to_string()))
     }
 
+    /// A generation of one prompt (text, or messages through the chat template), its prompt
+    /// read (the GIL released meanwhile).
+    fn begin(
+        &self,
+        py: Python<'_>,
+        prompt: &Bound<'_, PyAny>,
+        gen: &GenFields,
+    ) -> PyResult<Generation> {
+        let tokens = self.prompt_tokens(prompt)?;
+        self.start(py, &tokens, &self.options(gen, tokens.len())?)
+    }
+
     fn start(
         &self,
         py: Python<'_>,
@@ -158,7 +170,7 @@ impl Llm {
         if let Ok(text) = prompt.extract::<String>() {
             return Ok(self.p.text_tokens(&text));
         }
-        let (messages, tools) = self.chat_request(prompt, None, &Sampling::default())?;
+        let (messages, tools) = self.chat_request(prompt, None)?;
         self.p
             .chat_tokens_with_tools(&messages, &tools)
             .map_err(errors::model)
@@ -170,9 +182,8 @@ impl Llm {
         &self,
         messages: &Bound<'_, PyAny>,
         tools: Option<&Bound<'_, PyAny>>,
-        s: &Sampling,
     ) -> PyResult<(Vec<hanzo_transformers::Message>, Vec<Value>)> {
-        let mut req = s.fields();
+        let mut req = Map::new();
         req.insert("model".into(), Value::from(self.name.as_str()));
         req.insert("messages".into(), to_json(messages)?);
         if let Some(t) = tools {
@@ -204,11 +215,15 @@ fn finish_reason(f: Finish) -> &'static str {
     }
 }
 
-fn new_id(prefix: &str) -> String {
-    let nanos = std::time::SystemTime::now()
+/// Nanoseconds since the Unix epoch: what makes the ids below unique within a process.
+fn nanos() -> u128 {
+    std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    format!("{prefix}-{nanos:x}")
+        .map_or(0, |d| d.as_nanos())
+}
+
+fn new_id(prefix: &str) -> String {
+    format!("{prefix}-{:x}", nanos())
 }
 
 #[pymethods]
@@ -318,9 +333,7 @@ impl Llm {
             let texts = self.generate_batch(py, &prompts, &gen, s.seed)?;
             return Ok(PyList::new(py, texts)?.into_any());
         }
-        let tokens = self.prompt_tokens(prompt)?;
-        let opts = self.options(&gen, tokens.len())?;
-        let mut g = self.start(py, &tokens, &opts)?;
+        let mut g = self.begin(py, prompt, &gen)?;
         run_to_end(py, &self.p, &mut g)?;
         Ok(pyo3::types::PyString::new(py, &g.into_generated().text).into_any())
     }
@@ -356,10 +369,7 @@ impl Llm {
             frequency_penalty,
             repetition_penalty,
         };
-        let gen = self.gen_fields(&s)?;
-        let tokens = self.prompt_tokens(prompt)?;
-        let opts = self.options(&gen, tokens.len())?;
-        let g = self.start(py, &tokens, &opts)?;
+        let g = self.begin(py, prompt, &self.gen_fields(&s)?)?;
         Ok(Stream {
             p: self.p.clone(),
             g: Mutex::new(g),
@@ -420,7 +430,7 @@ impl Llm {
             repetition_penalty,
         };
         let gen = self.gen_fields(&s)?;
-        let (msgs, tools) = self.chat_request(messages, tools, &s)?;
+        let (msgs, tools) = self.chat_request(messages, tools)?;
         let tokens = self
             .p
             .chat_tokens_with_tools(&msgs, &tools)
@@ -443,13 +453,10 @@ impl Llm {
                 reason = "tool_calls";
             }
         }
-        let created = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
         let reply = json!({
             "id": new_id("chatcmpl"),
             "object": "chat.completion",
-            "created": created,
+            "created": hanzo_api::response::unix_time(),
             "model": self.name,
             "choices": [{"index": 0, "message": message, "finish_reason": reason}],
             "usage": {

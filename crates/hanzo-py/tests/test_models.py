@@ -225,13 +225,18 @@ def test_perplexity_equals_the_native_binarys(llms, models, engine_bin):
 
 def test_ctrl_c_interrupts_a_generation(llms):
     llm = llms["qwen"]
-    timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
-    timer.start()
+    # Counting goes on far past the signal (a reply that ends by itself could finish first).
+    prompt = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,"
+    timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
     started = time.time()
-    with pytest.raises(KeyboardInterrupt):
-        llm.generate("def long_function():", max_tokens=2000, temperature=0)
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            llm.generate(prompt, max_tokens=2000, temperature=0)
+    finally:
+        timer.cancel()
+        timer.join()
     assert time.time() - started < 10
-    timer.join()
     assert llm.generate("def f():", max_tokens=4, temperature=0)
 
 
